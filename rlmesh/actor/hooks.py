@@ -1,0 +1,198 @@
+"""Where higher layers plug into the runtime without the runtime importing them.
+
+Why: ``rlmesh.actor`` must not import DuckDB, torch models or weight transports,
+yet telemetry needs every proc death and every endpoint call, and weight sync
+needs a place to clean up shared memory when a proc stops. So the runtime emits
+plain dataclasses to sinks that those layers register, and starts *plugins* named
+by ``"module:function"`` strings that it imports only when first needed.
+
+Controller side:
+    - ``add_event_sink(fn)``: ``fn(ProcEvent)`` for every lifecycle event (spawned,
+      died, restarted, stopped, gave_up). Called on the supervisor thread: be quick.
+    - ``register_controller_plugin("pkg.mod:fn")``: ``fn(ControllerInfo)`` runs once,
+      just before the first proc is launched; it may return a dict of environment
+      variables that every worker then gets (e.g. a telemetry service address).
+Worker side:
+    - plugins listed in ``RLMESH_WORKER_PLUGINS`` (comma-separated ``"mod:fn"``) run at
+      worker start with a :class:`WorkerInfo`.
+    - ``set_span_sink(fn)``: ``fn(Span)`` after every endpoint call in this proc.
+    - ``add_shutdown_hook(fn)``: runs when the worker exits cleanly (stop or SIGTERM).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+WORKER_PLUGINS_ENV = "RLMESH_WORKER_PLUGINS"
+
+
+@dataclass(frozen=True)
+class ProcEvent:
+    """One lifecycle event of one proc (and the actors it hosts).
+
+    ``kind``: ``spawned`` (first start, or a restart's new process joined),
+    ``died`` (exit code or signal, or ``reason="heartbeat timeout"``),
+    ``restarted`` (its actors were re-created), ``stopped`` (clean shutdown),
+    ``gave_up`` (``max_restarts`` exhausted).
+    """
+
+    kind: str
+    proc_mesh: str
+    rank: int
+    proc_id: str
+    pid: int | None
+    host: str
+    incarnation: int
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    actors: tuple[str, ...] = ()
+    ts: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One endpoint call as seen by the proc that served it."""
+
+    mesh: str
+    actor_id: str
+    rank: int
+    endpoint: str
+    caller: str
+    start_ts: float
+    duration_s: float
+    outcome: str  # "ok" | "error"
+    bytes_in: int
+    bytes_out: int
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    """Handed to controller plugins: enough to start services next to the controller."""
+
+    controller_addr: str
+    pid: int
+    host: str
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """Handed to worker plugins at start."""
+
+    proc_id: str
+    proc_mesh: str
+    rank: int
+    incarnation: int
+    pid: int
+    host: str
+    controller_addr: str
+
+
+_lock = threading.Lock()
+_event_sinks: list[Callable[[ProcEvent], None]] = []
+_controller_plugins: list[str] = []
+_span_sink: Callable[[Span], None] | None = None
+_shutdown_hooks: list[Callable[[], None]] = []
+
+
+def _resolve(spec: str) -> Callable[..., Any]:
+    mod, _, fn = spec.partition(":")
+    if not fn:
+        raise ValueError(f"plugin {spec!r} must be 'module:function'")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def add_event_sink(fn: Callable[[ProcEvent], None]) -> None:
+    with _lock:
+        if fn not in _event_sinks:
+            _event_sinks.append(fn)
+
+
+def remove_event_sink(fn: Callable[[ProcEvent], None]) -> None:
+    with _lock:
+        if fn in _event_sinks:
+            _event_sinks.remove(fn)
+
+
+def emit_event(ev: ProcEvent) -> None:
+    """Log the event and hand it to every sink; a failing sink is logged, never raised."""
+    level = logging.WARNING if ev.kind in ("died", "gave_up") else logging.INFO
+    logger.log(
+        level,
+        "proc %s[%d] %s (pid=%s incarnation=%d%s%s%s)",
+        ev.proc_mesh, ev.rank, ev.kind, ev.pid, ev.incarnation,
+        f" exit_code={ev.exit_code}" if ev.exit_code is not None else "",
+        f" signal={ev.signal}" if ev.signal is not None else "",
+        f" reason={ev.reason}" if ev.reason else "",
+    )
+    with _lock:
+        sinks = list(_event_sinks)
+    for sink in sinks:
+        try:
+            sink(ev)
+        except Exception:
+            logger.exception("event sink %r failed", sink)
+
+
+def register_controller_plugin(spec: str) -> None:
+    with _lock:
+        if spec not in _controller_plugins:
+            _controller_plugins.append(spec)
+
+
+def run_controller_plugins(info: ControllerInfo) -> dict[str, str]:
+    """Import and run every registered controller plugin; merge the env they return."""
+    env: dict[str, str] = {}
+    with _lock:
+        specs = list(_controller_plugins)
+    for spec in specs:
+        try:
+            out = _resolve(spec)(info)
+        except Exception:
+            logger.exception("controller plugin %s failed; continuing without it", spec)
+            continue
+        if out:
+            env.update({str(k): str(v) for k, v in out.items()})
+    return env
+
+
+def run_worker_plugins(info: WorkerInfo) -> None:
+    for spec in filter(None, (s.strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(","))):
+        try:
+            _resolve(spec)(info)
+        except Exception:
+            logger.exception("worker plugin %s failed; continuing without it", spec)
+
+
+def set_span_sink(fn: Callable[[Span], None] | None) -> None:
+    global _span_sink
+    _span_sink = fn
+
+
+def span_sink() -> Callable[[Span], None] | None:
+    return _span_sink
+
+
+def add_shutdown_hook(fn: Callable[[], None]) -> None:
+    with _lock:
+        _shutdown_hooks.append(fn)
+
+
+def run_shutdown_hooks() -> None:
+    with _lock:
+        hooks = list(reversed(_shutdown_hooks))
+        _shutdown_hooks.clear()
+    for fn in hooks:
+        try:
+            fn()
+        except Exception:
+            logger.exception("shutdown hook %r failed", fn)
