@@ -160,8 +160,11 @@ def run_controller_plugins(info: ControllerInfo) -> dict[str, str]:
         except Exception:
             logger.exception("controller plugin %s failed; continuing without it", spec)
             continue
-        if out:
-            env.update({str(k): str(v) for k, v in out.items()})
+        for k, v in (out or {}).items():
+            k, v = str(k), str(v)
+            if k == WORKER_PLUGINS_ENV and env.get(k):
+                v = f"{env[k]},{v}"  # several plugins may each add worker plugins
+            env[k] = v
     return env
 
 
