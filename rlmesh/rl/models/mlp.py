@@ -1,0 +1,136 @@
+"""MLP actor-critic built from gymnasium spaces: Categorical for ``Discrete``, diagonal
+Gaussian for ``Box`` actions.
+
+The same module runs in a ``GymGenerator`` (``act`` under ``torch.no_grad``, shipping
+its ``state_dict`` through ``rm.weights``) and in a ``PPOTrainer`` (``evaluate``). The
+distribution maths is written out by hand rather than through ``torch.distributions``:
+for batch-of-8 CPU rollouts the distribution objects' construction and argument
+validation cost more than the network itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+try:  # gymnasium is a core dependency, but keep the import error readable.
+    from gymnasium import spaces
+except ImportError as exc:  # pragma: no cover
+    raise ImportError("rlmesh.rl.models.mlp needs gymnasium: pip install 'gymnasium>=1.0'") from exc
+
+
+@dataclass
+class ActorCriticConfig:
+    """Shape of the actor-critic network."""
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Widths of the hidden layers, the same for actor and critic (separate trunks)."""
+    activation: str = "tanh"
+    """``tanh`` (the robust default for PPO on control tasks) or ``relu``."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (``Box`` actions only)."""
+
+    def __post_init__(self) -> None:
+        if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
+            raise ValueError(f"ActorCriticConfig.hidden_sizes must be positive widths, got {self.hidden_sizes}")
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"ActorCriticConfig.activation={self.activation!r} is not one of {sorted(_ACTIVATIONS)}"
+            )
+
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def _mlp(sizes: list[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:
+    """Orthogonal init (gain sqrt 2 hidden, ``out_gain`` last), zero biases."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        linear = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs over a flat observation.
+
+    The actor's last layer starts near zero (gain 0.01) so the initial policy is close to
+    uniform (or to the initial Gaussian), which is what keeps early PPO updates stable.
+    """
+
+    def __init__(
+        self, observation_space: spaces.Space, action_space: spaces.Space, config: ActorCriticConfig | None = None
+    ) -> None:
+        super().__init__()
+        config = config or ActorCriticConfig()
+        if not isinstance(observation_space, spaces.Box):
+            raise TypeError(
+                f"ActorCritic needs a Box observation space, got {observation_space}; "
+                "flatten it first (gymnasium.wrappers.FlattenObservation)"
+            )
+        obs_dim = int(np.prod(observation_space.shape))
+        act = _ACTIVATIONS[config.activation]
+        hidden = list(config.hidden_sizes)
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        if self.discrete:
+            out_dim = int(action_space.n)
+        elif isinstance(action_space, spaces.Box):
+            out_dim = int(np.prod(action_space.shape))
+            self.log_std = nn.Parameter(torch.full((out_dim,), float(config.init_log_std)))
+        else:
+            raise TypeError(f"ActorCritic supports Discrete and Box action spaces, got {action_space}")
+        self.action_shape = () if self.discrete else tuple(action_space.shape)
+        self.actor = _mlp([obs_dim, *hidden, out_dim], act, out_gain=0.01)
+        self.critic = _mlp([obs_dim, *hidden, 1], act, out_gain=1.0)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """V(s), shape [B]."""
+        return self.critic(obs).squeeze(-1)
+
+    def _log_prob_entropy(
+        self, head: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.discrete:
+            log_probs = torch.log_softmax(head, dim=-1)
+            logp = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+            return logp, entropy
+        log_std = self.log_std.expand_as(head)
+        z = (actions - head) * torch.exp(-log_std)
+        logp = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        entropy = (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+        return logp, entropy
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample (or take the mode of) the policy: ``(actions, log_probs, values)``.
+
+        Continuous actions are returned unclipped (their log-prob is of the sampled
+        value); clip them to the space's bounds when stepping the env.
+        """
+        head = self.actor(obs)
+        if self.discrete:
+            if greedy:
+                actions = head.argmax(-1)
+            else:
+                actions = torch.multinomial(torch.softmax(head, -1), 1).squeeze(-1)
+        else:
+            actions = head if greedy else head + torch.randn_like(head) * self.log_std.exp()
+        logp, _ = self._log_prob_entropy(head, actions)
+        return actions, logp, self.value(obs)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log_probs, entropy, values)`` of given actions, with gradients (for the trainer)."""
+        logp, entropy = self._log_prob_entropy(self.actor(obs), actions)
+        return logp, entropy, self.value(obs)
