@@ -157,6 +157,9 @@ def run_controller_plugins(info: ControllerInfo) -> dict[str, str]:
     for spec in specs:
         try:
             out = _resolve(spec)(info)
+        except ImportError as exc:
+            logger.warning("controller plugin %s is not available (%s); continuing without it", spec, exc)
+            continue
         except Exception:
             logger.exception("controller plugin %s failed; continuing without it", spec)
             continue

@@ -2,8 +2,10 @@
 
 Every message starts with a MAC frame: HMAC-SHA256, keyed by a per-job secret the
 controller hands to the workers it starts (environment, never argv). On loopback
-the MAC covers the pickle header — the only frame that is unpickled as code; the
-raw buffer frames are only ever read as array bytes. Off loopback the MAC covers
+the MAC covers every frame under 64 KiB in full (the pickle headers, which are
+the only frames ever unpickled as code, in practice) and the sizes of the larger
+raw buffer frames, which are only ever read as array bytes; tampering with those
+in flight would need root on the host. Off loopback the MAC covers
 every frame (header and buffers), so nothing on the wire can be altered.
 Messages whose MAC does not verify are dropped and counted, never decoded.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 SECRET_ENV = "RLMESH_SECRET"
 _MAC_LEN = 32
+_FULL_UNDER = 64 * 1024
 
 
 class AuthError(PermissionError):
@@ -69,15 +72,12 @@ class Authenticator:
 
     def _mac(self, frames: list[Any]) -> bytes:
         h = hmac.new(self._key, digestmod=hashlib.sha256)
-        parts = frames if self.full else frames[:1]
-        for fr in parts:
+        h.update(len(frames).to_bytes(4, "little"))
+        for i, fr in enumerate(frames):
             mv = memoryview(getattr(fr, "buffer", fr))
-            h.update(len(mv).to_bytes(8, "little"))
-            h.update(mv)
-        if not self.full:
-            # Bind the buffer count and sizes so frames cannot be dropped or reshaped.
-            for fr in frames[1:]:
-                h.update(memoryview(getattr(fr, "buffer", fr)).nbytes.to_bytes(8, "little"))
+            h.update(mv.nbytes.to_bytes(8, "little"))
+            if self.full or i == 0 or mv.nbytes < _FULL_UNDER:
+                h.update(mv)
         return h.digest()
 
     def sign(self, frames: list[Any]) -> list[Any]:

@@ -1,0 +1,76 @@
+"""``Actor`` and ``@endpoint``: what a user subclasses and decorates.
+
+An actor is a Python object living in a worker proc. Its ``@endpoint`` methods
+are what other procs call; everything else is private to it. ``async def``
+endpoints run on the proc's event loop (they interleave at ``await``); plain
+``def`` endpoints, ``__init__`` and ``on_restart`` run one at a time on the
+actor's own thread, so a slow synchronous endpoint never stalls the proc's
+networking or its heartbeat.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ENDPOINT_ATTR = "__rlmesh_endpoint__"
+
+
+def endpoint(fn: F | None = None) -> F:
+    """Mark an actor method as callable from other procs (``mesh.method.call(...)``).
+
+    Works on ``async def`` and plain ``def`` methods. Applying it to something that
+    is not a function (a property, a class, a staticmethod) is an error.
+    """
+    if fn is None:
+        raise TypeError("use @rm.endpoint without parentheses (it takes no options)")
+    if isinstance(fn, (staticmethod, classmethod, property)) or not inspect.isfunction(fn):
+        raise TypeError(
+            f"@rm.endpoint decorates plain instance methods (def or async def), not {type(fn).__name__}"
+        )
+    setattr(fn, _ENDPOINT_ATTR, True)
+    return fn
+
+
+def is_endpoint(obj: Any) -> bool:
+    return callable(obj) and getattr(obj, _ENDPOINT_ATTR, False)
+
+
+def endpoint_names(cls: type) -> tuple[str, ...]:
+    """Endpoints of an actor class, including inherited ones, in definition order."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name, val in vars(klass).items():
+            if is_endpoint(val) and name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+class Actor:
+    """Base class of every actor. Subclass it, add ``@rm.endpoint`` methods, spawn it on a proc mesh.
+
+    Fault hooks (override as needed):
+
+    - ``on_restart(self)``: runs after ``__init__`` when the actor is re-created in a
+      replacement proc (its previous proc died and a ``rm.Restart`` policy allowed a
+      restart). Reload state here (a checkpoint, the latest weights). Not called on
+      first spawn. It may be ``async``.
+    - ``on_stop(self)``: runs when its proc shuts down cleanly (``procs.stop()``);
+      not on a crash. It may be ``async``.
+    """
+
+    def on_restart(self) -> Any:  # pragma: no cover - default does nothing
+        return None
+
+    def on_stop(self) -> Any:  # pragma: no cover - default does nothing
+        return None
+
+
+def validate_actor_class(cls: Any) -> None:
+    if not isinstance(cls, type) or not issubclass(cls, Actor):
+        what = cls.__name__ if isinstance(cls, type) else type(cls).__name__
+        raise TypeError(f"spawn() takes a subclass of rm.Actor, got {what}; write `class {what}(rm.Actor): ...`")
+    if not endpoint_names(cls):
+        raise TypeError(f"{cls.__name__} has no @rm.endpoint methods: nothing could ever call it")

@@ -1,0 +1,531 @@
+"""The controller's control plane: launches procs, supervises them, restarts them, serves the KV table.
+
+One :class:`Controller` per controller process, created by the first
+``spawn_procs``. Its supervisor thread owns the control ROUTER socket: workers
+dial in (``HELLO``), heartbeat, answer spawn requests and use the KV table.
+Every tick it checks each proc: a launcher-reported exit (exit code / signal)
+or a heartbeat older than ``RLMESH_HEARTBEAT_TIMEOUT_S`` (default 1.5 s) makes
+the proc dead. Then every future waiting on it fails with ``ActorDied``, the
+other procs are told (so their own pending calls fail too), an event goes to
+the sinks, and the :class:`Restart` policy decides on a replacement, which gets
+its actors re-created from their original constructor arguments.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import zmq
+
+from rlmesh.actor import hooks, kv
+from rlmesh.actor import protocol as P
+from rlmesh.actor.client import Client, reset_client, set_client_factory
+from rlmesh.actor.context import JOB_ID_ENV
+from rlmesh.errors import ActorDied, ActorError
+from rlmesh.transport.auth import SECRET_ENV, Authenticator, is_loopback_address
+from rlmesh.transport.sockets import bind_random, tune, zmq_context
+
+logger = logging.getLogger(__name__)
+
+HB_TIMEOUT_ENV = "RLMESH_HEARTBEAT_TIMEOUT_S"
+START_TIMEOUT_ENV = "RLMESH_START_TIMEOUT_S"
+
+
+@dataclass(frozen=True)
+class Restart:
+    """What to do when a proc dies. ``max_restarts``: 0 never (default), N at most N times, -1 forever.
+
+    ``backoff_s``: wait this long before each replacement is launched.
+    """
+
+    max_restarts: int = 0
+    backoff_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_restarts, int) or self.max_restarts < -1:
+            raise ValueError(f"Restart(max_restarts={self.max_restarts!r}): use 0 (never), N > 0, or -1 (forever)")
+        if self.backoff_s < 0:
+            raise ValueError(f"Restart(backoff_s={self.backoff_s!r}) must be >= 0 seconds")
+
+    def allows(self, used: int) -> bool:
+        return self.max_restarts == -1 or used < self.max_restarts
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a launcher needs to start one worker proc."""
+
+    controller_addr: str
+    proc_id: str
+    proc_mesh: str
+    rank: int
+    incarnation: int
+    env: dict[str, str]
+
+
+class ProcHandle(Protocol):
+    pid: int | None
+
+    def poll(self) -> tuple[int | None, int | None] | None:
+        """``None`` while running, else ``(exit_code, signal)``."""
+
+    def kill(self) -> None: ...
+
+
+class Launcher(Protocol):
+    def launch(self, req: LaunchRequest) -> ProcHandle: ...
+
+
+@dataclass
+class ProcRecord:
+    proc_id: str
+    proc_mesh: str
+    rank: int
+    launcher: Launcher
+    policy: Restart
+    env: dict[str, str]
+    incarnation: int = 0
+    handle: ProcHandle | None = None
+    state: str = "starting"  # starting | rejoining | alive | restarting | stopping | dead | failed | stopped
+    pid: int | None = None
+    host: str = ""
+    addr: str = ""
+    last_hb: float = 0.0
+    started_at: float = 0.0
+    restarts_used: int = 0
+    restart_at: float = 0.0
+    stop_deadline: float = 0.0
+    actors: list[tuple[dict, list[Any]]] = field(default_factory=list)
+    ready: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    rejoin_pending: int = 0
+
+    @property
+    def ident(self) -> bytes:
+        return f"{self.proc_id}#{self.incarnation}".encode()
+
+    def actor_ids(self) -> tuple[str, ...]:
+        return tuple(spec["actor_id"] for spec, _ in self.actors)
+
+
+class Controller:
+    _instance: "Controller | None" = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "Controller":
+        with cls._lock:
+            if cls._instance is None or cls._instance._closed:
+                cls._instance = Controller()
+            return cls._instance
+
+    @classmethod
+    def current(cls) -> "Controller | None":
+        return cls._instance
+
+    def __init__(self) -> None:
+        secret_hex = os.environ.get(SECRET_ENV)
+        if not secret_hex:
+            secret_hex = Authenticator.new_secret().hex()
+            os.environ[SECRET_ENV] = secret_hex  # children and plugins read it from the environment
+        self.job_id = os.environ.setdefault(JOB_ID_ENV, uuid.uuid4().hex[:12])
+        self.auth = Authenticator(bytes.fromhex(secret_hex))
+        self.sock = tune(zmq_context().socket(zmq.ROUTER))
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.addr = bind_random(self.sock)
+        if not is_loopback_address(self.addr):
+            self.auth = Authenticator(self.auth._key, full=True)
+        self.hb_timeout = float(os.environ.get(HB_TIMEOUT_ENV, "1.5"))
+        self.start_timeout = float(os.environ.get(START_TIMEOUT_ENV, "60"))
+        self.procs: dict[str, ProcRecord] = {}
+        self.by_ident: dict[bytes, ProcRecord] = {}
+        self.kv = kv.LocalKV()
+        self._kv_waiters: list[tuple[float | None, bytes, int, str]] = []
+        self._spawn_waits: dict[int, tuple[ProcRecord, concurrent.futures.Future]] = {}
+        self._req_ids = iter(range(1, 1 << 62))
+        self._tasks: deque = deque()
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._plugin_env: dict[str, str] | None = None
+        self._closed = False
+        self.client = Client(self.auth, identity="controller")
+        set_client_factory(lambda: self.client)
+        kv.set_backend(self.kv)
+        self._thread = threading.Thread(target=self._run, name="rlmesh-supervisor", daemon=True)
+        self._thread.start()
+        atexit.register(self.shutdown)
+
+    # ------------------------------------------------------------------ thread handoff
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Run ``fn`` on the supervisor thread (the only one that touches the socket and records)."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._tasks.append((fn, fut))
+        os.eventfd_write(self._efd, 1)
+        return fut
+
+    def plugin_env(self) -> dict[str, str]:
+        if self._plugin_env is None:
+            self._plugin_env = hooks.run_controller_plugins(
+                hooks.ControllerInfo(controller_addr=self.addr, pid=os.getpid(), host=socket.gethostname()))
+        return self._plugin_env
+
+    # ------------------------------------------------------------------ procs
+    def launch_procs(self, proc_mesh: str, n: int, launcher: Launcher, policy: Restart,
+                     env: dict[str, str] | None = None, timeout: float | None = None) -> list[ProcRecord]:
+        if any(r.proc_mesh == proc_mesh for r in self.procs.values()):
+            raise ValueError(f"a proc mesh named {proc_mesh!r} exists already; pass another name=")
+        base_env = {**self.plugin_env(), **(env or {})}
+        recs = [ProcRecord(f"{proc_mesh}.{i}", proc_mesh, i, launcher, policy, base_env) for i in range(n)]
+        self.submit(lambda: [self._launch(r) for r in recs]).result()
+        deadline = time.monotonic() + (timeout or self.start_timeout)
+        for r in recs:
+            try:
+                r.ready.result(max(0.1, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                self.stop_procs([x.proc_id for x in recs])
+                raise ActorError(f"proc {r.proc_id} did not join within {timeout or self.start_timeout}s "
+                                 f"(set {START_TIMEOUT_ENV} to wait longer)") from None
+        return recs
+
+    def _launch(self, r: ProcRecord) -> None:
+        self.procs[r.proc_id] = r
+        self.by_ident[r.ident] = r
+        r.started_at = time.monotonic()
+        env = {**r.env, SECRET_ENV: os.environ[SECRET_ENV], JOB_ID_ENV: self.job_id}
+        try:
+            r.handle = r.launcher.launch(LaunchRequest(self.addr, r.proc_id, r.proc_mesh, r.rank, r.incarnation, env))
+        except Exception as exc:
+            logger.exception("launching %s failed", r.proc_id)
+            r.state = "failed"
+            if not r.ready.done():
+                r.ready.set_exception(ActorError(f"could not launch proc {r.proc_id}: {exc}"))
+            return
+        r.pid = getattr(r.handle, "pid", None)
+
+    def spawn_actors(self, placements: list[tuple[str, dict]], cls_payload: list[Any],
+                     timeout: float | None = None) -> dict[str, tuple[str, int]]:
+        """Create one actor per ``(proc_id, spec)``; returns ``{actor_id: (addr, incarnation)}``."""
+        def start() -> list[tuple[ProcRecord, dict, concurrent.futures.Future]]:
+            out = []
+            for proc_id, spec in placements:
+                rec = self.procs[proc_id]
+                fut: concurrent.futures.Future = concurrent.futures.Future()
+                if rec.state != "alive":
+                    fut.set_exception(ActorDied(f"proc {proc_id} is {rec.state}", mesh=spec["mesh"],
+                                                rank=spec["rank"], endpoint="__init__"))
+                else:
+                    self._send_spawn(rec, [spec], cls_payload, False, fut)
+                out.append((rec, spec, fut))
+            return out
+
+        waits = self.submit(start).result()
+        result: dict[str, tuple[str, int]] = {}
+        errors: list[BaseException] = []
+        for rec, spec, fut in waits:
+            try:
+                fut.result(timeout or self.start_timeout)
+                result[spec["actor_id"]] = (rec.addr, rec.incarnation)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        self.submit(lambda: [self.procs[p].actors.append((s, cls_payload)) for p, s in placements]).result()
+        return result
+
+    def _send_spawn(self, rec: ProcRecord, specs: list[dict], cls_payload: list[Any], restarted: bool,
+                    fut: concurrent.futures.Future) -> None:
+        req = next(self._req_ids)
+        self._spawn_waits[req] = (rec, fut)
+        fut._rlmesh_specs = specs  # type: ignore[attr-defined]  # for error messages
+        self._send(rec, P.SPAWN, req=req, specs=specs, cls=cls_payload, restarted=restarted)
+
+    def stop_procs(self, proc_ids: list[str], timeout: float = 5.0) -> None:
+        def begin() -> None:
+            for pid_ in proc_ids:
+                r = self.procs.get(pid_)
+                if r is None or r.state in ("dead", "failed", "stopped"):
+                    continue
+                if r.state == "restarting":  # between death and relaunch: just cancel the relaunch
+                    r.state = "stopped"
+                    continue
+                r.state = "stopping"
+                r.stop_deadline = time.monotonic() + timeout
+                self._send(r, P.STOP)
+
+        if self._closed:
+            return
+        self.submit(begin).result()
+        end = time.monotonic() + timeout + 2
+        while time.monotonic() < end:
+            if all(self.procs[p].state in ("stopped", "failed", "dead") for p in proc_ids if p in self.procs):
+                return
+            time.sleep(0.02)
+
+    # ------------------------------------------------------------------ supervisor loop
+    def _send(self, rec: ProcRecord, kind: str, **fields: Any) -> None:
+        try:
+            self.sock.send_multipart([rec.ident, *P.control(self.auth, kind, **fields)], copy=False)
+        except zmq.ZMQError as exc:  # not connected (yet / any more)
+            logger.debug("control send to %s failed: %s", rec.proc_id, exc)
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self._efd, zmq.POLLIN)
+        while not self._closed:
+            try:
+                events = dict(poller.poll(50))
+            except zmq.ZMQError:
+                if self._closed:
+                    return
+                raise
+            if self._efd in events:
+                try:
+                    os.eventfd_read(self._efd)
+                except BlockingIOError:
+                    pass
+            while self._tasks:
+                fn, fut = self._tasks.popleft()
+                try:
+                    fut.set_result(fn())
+                except BaseException as exc:  # noqa: BLE001 - hand it to the waiting thread
+                    fut.set_exception(exc)
+            if self.sock in events:
+                self._drain()
+            try:
+                self._tick()
+            except Exception:
+                logger.exception("supervisor tick failed")
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            ident = bytes(frames[0])
+            try:
+                kind, msg = P.read_control(self.auth, frames[1:])
+            except Exception as exc:
+                logger.warning("refused a control message from %r: %s", ident[:40], exc)
+                continue
+            rec = self.by_ident.get(ident)
+            if rec is None:
+                logger.warning("control message %s from unknown proc %r", kind, ident[:40])
+                continue
+            try:
+                self._handle(rec, kind, msg)
+            except Exception:
+                logger.exception("handling %s from %s failed", kind, rec.proc_id)
+
+    def _handle(self, rec: ProcRecord, kind: str, msg: dict) -> None:
+        now = time.monotonic()
+        if kind == P.HEARTBEAT:
+            rec.last_hb = now
+        elif kind == P.HELLO:
+            rec.last_hb = now
+            rec.pid, rec.host, rec.addr = msg["pid"], msg["host"], msg["addr"]
+            for other in self.procs.values():  # tell the newcomer where everyone is
+                if other is not rec and other.state == "alive":
+                    self._send(rec, P.PROC_UP, proc_id=other.proc_id, addr=other.addr,
+                               incarnation=other.incarnation)
+            self._emit("spawned", rec)
+            if rec.incarnation == 0:
+                self._mark_alive(rec)
+                if not rec.ready.done():
+                    rec.ready.set_result(rec)
+            else:
+                self._rejoin(rec)
+        elif kind == P.SPAWNED:
+            entry = self._spawn_waits.pop(msg["req"], None)
+            if entry is None:
+                return
+            _, fut = entry
+            if msg["ok"]:
+                fut.set_result(True)
+            else:
+                err, spec = msg["error"], fut._rlmesh_specs[0]
+                fut.set_exception(ActorError(
+                    f"{err['type'].rsplit('.', 1)[-1]} in __init__: {err['message']}", mesh=spec["mesh"],
+                    rank=spec["rank"], endpoint="__init__", remote_type=err["type"],
+                    remote_traceback=err["traceback"]))
+        elif kind == P.KV_REQ:
+            self._kv(rec.ident, msg)
+        elif kind == P.BYE:
+            rec.stop_deadline = min(rec.stop_deadline or now + 5, now + 5)
+
+    def _mark_alive(self, rec: ProcRecord) -> None:
+        rec.state = "alive"
+        self.client.proc_up(rec.proc_id, rec.addr, rec.incarnation)
+        self._broadcast(rec, P.PROC_UP, proc_id=rec.proc_id, addr=rec.addr, incarnation=rec.incarnation)
+
+    def _rejoin(self, rec: ProcRecord) -> None:
+        """A replacement proc joined: re-create its actors (``__init__`` then ``on_restart``)."""
+        rec.state = "rejoining"
+        rec.rejoin_pending = len(rec.actors)
+        if not rec.actors:
+            self._restarted(rec)
+            return
+        for spec, cls_payload in rec.actors:
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            fut.add_done_callback(lambda f, rec=rec, inc=rec.incarnation: self.submit(
+                lambda: self._rejoined_one(rec, inc, f)))
+            self._send_spawn(rec, [spec], cls_payload, True, fut)
+
+    def _rejoined_one(self, rec: ProcRecord, inc: int, f: concurrent.futures.Future) -> None:
+        if rec.incarnation != inc or rec.state != "rejoining":
+            return
+        exc = f.exception()
+        if exc is not None:
+            logger.error("re-creating actors on %s failed: %s", rec.proc_id, exc)
+            if rec.handle is not None:
+                rec.handle.kill()
+            return  # the tick sees the exit and applies the restart policy again
+        rec.rejoin_pending -= 1
+        if rec.rejoin_pending == 0:
+            self._restarted(rec)
+
+    def _restarted(self, rec: ProcRecord) -> None:
+        self._mark_alive(rec)
+        self._emit("restarted", rec)
+
+    def _broadcast(self, about: ProcRecord, kind: str, **fields: Any) -> None:
+        for other in self.procs.values():
+            if other is not about and other.state in ("alive", "rejoining", "starting"):
+                self._send(other, kind, **fields)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for rec in list(self.procs.values()):
+            if rec.state in ("starting", "rejoining", "alive", "stopping") and rec.handle is not None:
+                status = rec.handle.poll()
+                if status is not None:
+                    self._on_exit(rec, *status, reason="stopped" if rec.state == "stopping" else "")
+                    continue
+                if rec.state == "stopping" and now > rec.stop_deadline:
+                    rec.handle.kill()
+                elif rec.state in ("alive", "rejoining") and now - rec.last_hb > self.hb_timeout:
+                    rec.handle.kill()
+                    self._on_exit(rec, None, None, reason=f"heartbeat timeout ({self.hb_timeout}s without one)")
+                elif rec.state == "starting" and now - rec.started_at > self.start_timeout:
+                    rec.handle.kill()
+                    self._on_exit(rec, None, None, reason=f"did not join within {self.start_timeout}s")
+            elif rec.state == "restarting" and now >= rec.restart_at:
+                self._relaunch(rec)
+        if self._kv_waiters:
+            self._kv_expire(now)
+
+    def _on_exit(self, rec: ProcRecord, exit_code: int | None, sig: int | None, reason: str) -> None:
+        stopping = rec.state == "stopping"
+        rec.state = "stopped" if stopping else "dead"
+        why = reason or ("clean exit" if exit_code == 0 else "")
+        self.client.proc_down(rec.proc_id, rec.incarnation, exit_code, sig, why)
+        self._broadcast(rec, P.PROC_DOWN, proc_id=rec.proc_id, incarnation=rec.incarnation,
+                        exit_code=exit_code, signal=sig, reason=why)
+        for req, (r, fut) in list(self._spawn_waits.items()):
+            if r is rec:
+                del self._spawn_waits[req]
+                spec = fut._rlmesh_specs[0]
+                fut.set_exception(Client._died(spec["mesh"], spec["rank"], "__init__", exit_code, sig, why))
+        if not rec.ready.done():
+            rec.ready.set_exception(Client._died(rec.proc_mesh, rec.rank, "(start)", exit_code, sig, why))
+        self._emit("stopped" if stopping else "died", rec, exit_code=exit_code, signal=sig, reason=why)
+        if stopping:
+            return
+        if rec.policy.allows(rec.restarts_used):
+            rec.restarts_used += 1
+            rec.state = "restarting"
+            rec.restart_at = time.monotonic() + rec.policy.backoff_s
+        else:
+            rec.state = "failed"
+            if rec.policy.max_restarts:
+                self._emit("gave_up", rec, exit_code=exit_code, signal=sig,
+                           reason=f"max_restarts={rec.policy.max_restarts} exhausted")
+
+    def _relaunch(self, rec: ProcRecord) -> None:
+        self.by_ident.pop(rec.ident, None)
+        rec.incarnation += 1
+        rec.state = "starting"
+        rec.addr = ""
+        self._launch(rec)
+
+    def _emit(self, kind: str, rec: ProcRecord, **kw: Any) -> None:
+        hooks.emit_event(hooks.ProcEvent(kind=kind, proc_mesh=rec.proc_mesh, rank=rec.rank, proc_id=rec.proc_id,
+                                         pid=rec.pid, host=rec.host, incarnation=rec.incarnation,
+                                         actors=rec.actor_ids(), **kw))
+
+    # ------------------------------------------------------------------ KV
+    def _kv(self, ident: bytes, msg: dict) -> None:
+        op, key, req = msg["op"], msg["key"], msg["req"]
+        rec = self.by_ident[ident]
+        if op == "put":
+            self.kv.put(key, msg["value"])
+            self._send(rec, P.KV_REP, req=req, ok=True)
+            self._kv_wake(key)
+        elif op == "delete":
+            self.kv.delete(key)
+            self._send(rec, P.KV_REP, req=req, ok=True)
+        elif op == "keys":
+            self._send(rec, P.KV_REP, req=req, ok=True, value=self.kv.keys(key))
+        elif op == "get":
+            try:
+                self._send(rec, P.KV_REP, req=req, ok=True, value=self.kv.get_nowait(key))
+            except KeyError:
+                t = msg.get("timeout")
+                deadline = None if t is None else time.monotonic() + t
+                self._kv_waiters.append((deadline, ident, req, key))
+
+    def _kv_wake(self, key: str) -> None:
+        keep = []
+        for w in self._kv_waiters:
+            rec = self.by_ident.get(w[1])
+            if w[3] == key and rec is not None:
+                self._send(rec, P.KV_REP, req=w[2], ok=True, value=self.kv.get_nowait(key))
+            else:
+                keep.append(w)
+        self._kv_waiters = keep
+
+    def _kv_expire(self, now: float) -> None:
+        for k in {w[3] for w in self._kv_waiters}:
+            try:
+                self.kv.get_nowait(k)
+                self._kv_wake(k)  # put by the controller itself
+            except KeyError:
+                pass
+        keep = []
+        for w in self._kv_waiters:
+            if w[0] is not None and w[0] <= now:
+                rec = self.by_ident.get(w[1])
+                if rec is not None:
+                    self._send(rec, P.KV_REP, req=w[2], ok=False, error=f"kv key {w[3]!r} not present in time")
+            else:
+                keep.append(w)
+        self._kv_waiters = keep
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        live = [p for p, r in self.procs.items() if r.state not in ("dead", "failed", "stopped")]
+        if live:
+            try:
+                self.stop_procs(live, timeout=3)
+            except Exception:
+                logger.exception("stopping procs at shutdown failed")
+        self._closed = True
+        os.eventfd_write(self._efd, 1)
+        self._thread.join(timeout=2)
+        for r in self.procs.values():
+            if r.handle is not None and r.handle.poll() is None:
+                r.handle.kill()
+        reset_client()
+        self.client.close()
+        self.sock.close(0)

@@ -1,0 +1,164 @@
+"""``ActorMesh`` and its endpoint verbs: ``call``, ``call_one``, ``choose``, ``broadcast``, ``stream``.
+
+An ``ActorMesh`` is a plain, picklable description of where its actors live
+(actor id, proc id, address, incarnation per point). Calls go from whichever
+process holds the handle straight to the hosting procs through that process's
+:class:`~rlmesh.actor.client.Client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Iterator
+
+from rlmesh.actor.client import get_client
+from rlmesh.actor.future import Future, gather_futures
+from rlmesh.actor.shape import Shape, ValueMesh
+from rlmesh.transport.serialization import dumps
+
+
+@dataclass(frozen=True)
+class ActorPoint:
+    """One actor of a mesh: its id, and the proc (id, address, incarnation) that hosts it."""
+
+    actor_id: str
+    proc_id: str
+    addr: str
+    incarnation: int
+
+
+class ActorMesh:
+    """Handle to a mesh of actors of one class. Attribute access gives endpoints: ``mesh.score.call(x)``."""
+
+    def __init__(self, name: str, class_name: str, endpoints: tuple[str, ...], points: list[ActorPoint],
+                 shape: Shape):
+        self._name = name
+        self._class_name = class_name
+        self._endpoints = endpoints
+        self._points = points
+        self._shape = shape
+        self._rr = itertools.count()
+
+    # --- shape ---
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return self._shape.dims
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    def _point(self, rank: int) -> ActorPoint:
+        return self._points[self._shape.indices[rank]]
+
+    def _base_rank(self, rank: int) -> int:
+        return self._shape.indices[rank]
+
+    def slice(self, **sel: int | slice) -> "ActorMesh":
+        """Sub-mesh: ``slice(procs=2)`` (one index, dimension dropped), ``slice(procs=slice(0, 2))``."""
+        return ActorMesh(self._name, self._class_name, self._endpoints, self._points, self._shape.slice(**sel))
+
+    def __getattr__(self, item: str) -> "Endpoint":
+        if item.startswith("_"):
+            raise AttributeError(item)
+        if item not in self._endpoints:
+            raise AttributeError(
+                f"{self._class_name} has no endpoint {item!r}; endpoints: {', '.join(self._endpoints)}. "
+                f"Mark a method with @rm.endpoint to call it remotely")
+        return Endpoint(self, item)
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh {self._name!r} {self._class_name} {self.shape}>"
+
+    def __reduce__(self):
+        return (ActorMesh, (self._name, self._class_name, self._endpoints, self._points, self._shape))
+
+
+class Endpoint:
+    """One endpoint of a mesh, with the call verbs. ``options(timeout=...)`` returns a configured copy."""
+
+    def __init__(self, mesh: ActorMesh, name: str, timeout: float | None = None):
+        self._mesh = mesh
+        self._name = name
+        self._timeout = timeout
+
+    def options(self, *, timeout: float | None = None) -> "Endpoint":
+        """Per-call options: ``timeout`` seconds, after which the future fails with ``rm.CallTimeout``."""
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        return Endpoint(self._mesh, self._name, timeout)
+
+    def _send(self, rank: int, payload: list[Any], want_reply: bool = True) -> Future | None:
+        p = self._mesh._point(rank)
+        return get_client().call(
+            p.proc_id, p.addr, p.incarnation, p.actor_id, self._mesh._name, self._mesh._base_rank(rank),
+            self._name, (), {}, want_reply=want_reply, timeout=self._timeout, payload=payload)
+
+    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh]:
+        """Call every actor; the future holds a :class:`ValueMesh` (fails with the first error)."""
+        payload = dumps((args, kwargs))
+        futs = [self._send(r, payload) for r in range(len(self._mesh))]
+        shape = Shape(self._mesh.shape)
+        return gather_futures(futs, lambda vals: ValueMesh(shape, vals))
+
+    def call_one(self, *args: Any, **kwargs: Any) -> Future:
+        """Call the single actor of a one-actor mesh (slice first); a larger mesh is an error."""
+        n = len(self._mesh)
+        if n != 1:
+            raise ValueError(
+                f"call_one needs a mesh of exactly one actor, {self._mesh.name!r} has {n} {self._mesh.shape}; "
+                f"slice it first (mesh.slice(procs=0).{self._name}.call_one(...)) or use call/choose")
+        return self._send(0, dumps((args, kwargs)))
+
+    def choose(self, *args: Any, **kwargs: Any) -> Future:
+        """Call one actor: the one with the fewest calls outstanding from this process (ties round-robin)."""
+        n = len(self._mesh)
+        client = get_client()
+        start = next(self._mesh._rr)
+        best, best_load = 0, None
+        for i in range(n):
+            r = (start + i) % n
+            load = client.outstanding(self._mesh._point(r).actor_id)
+            if best_load is None or load < best_load:
+                best, best_load = r, load
+                if load == 0:
+                    break
+        return self._send(best, dumps((args, kwargs)))
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+        """Send to every actor without waiting or collecting results (errors are logged by the actor)."""
+        payload = dumps((args, kwargs))
+        for r in range(len(self._mesh)):
+            self._send(r, payload, want_reply=False)
+
+    def stream(self, *args: Any, **kwargs: Any) -> "Stream":
+        """Call every actor; iterate results as they arrive (``async for`` or plain ``for``)."""
+        payload = dumps((args, kwargs))
+        return Stream([self._send(r, payload) for r in range(len(self._mesh))])
+
+    def __repr__(self) -> str:
+        return f"<Endpoint {self._mesh.name}.{self._name}>"
+
+
+class Stream:
+    """Results of a mesh-wide call in completion order. Raises the first error when it is reached."""
+
+    def __init__(self, futs: list[Future]):
+        self._futs = futs
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        for f in futs:
+            f.add_done_callback(self._q.put)
+
+    def __iter__(self) -> Iterator[Any]:
+        for _ in self._futs:
+            yield self._q.get().get()
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        for aw in asyncio.as_completed([asyncio.wrap_future(f._cf) for f in self._futs]):
+            yield await aw

@@ -1,0 +1,119 @@
+"""``ProcMesh``: a mesh of worker procs you spawn actors on, slice, and stop.
+
+    with rm.this_host().spawn_procs(per_host={"procs": 4}) as procs:
+        trainer = procs.slice(procs=0).spawn("trainer", Trainer)
+        gens = procs.slice(procs=slice(1, 4)).spawn("gen", Generator, env="CartPole-v1")
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rlmesh.actor.actor import endpoint_names, validate_actor_class
+from rlmesh.actor.controller import Controller, Launcher, Restart
+from rlmesh.actor.mesh import ActorMesh, ActorPoint
+from rlmesh.actor.shape import Shape
+from rlmesh.transport.serialization import dumps
+
+
+class ProcMesh:
+    """Handle to procs started by one ``spawn_procs`` call (or a slice of them)."""
+
+    def __init__(self, name: str, proc_ids: list[str], shape: Shape, controller: Controller,
+                 root: bool = True):
+        self._name = name
+        self._proc_ids = proc_ids
+        self._shape = shape
+        self._controller = controller
+        self._root = root
+        self._actor_names: set[str] = set()
+
+    @classmethod
+    def launch(cls, name: str, dims: dict[str, int], launcher: Launcher, restart: Restart | None = None,
+               env: dict[str, str] | None = None, timeout: float | None = None) -> "ProcMesh":
+        shape = Shape(dims)
+        controller = Controller.get()
+        recs = controller.launch_procs(name, len(shape), launcher, restart or Restart(), env, timeout)
+        return cls(name, [r.proc_id for r in recs], shape, controller)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return self._shape.dims
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    def _records(self) -> list[Any]:
+        return [self._controller.procs[self._proc_ids[i]] for i in self._shape.indices]
+
+    @property
+    def pids(self) -> list[int | None]:
+        """Current OS pids, in rank order (they change when a proc is restarted)."""
+        return [r.pid for r in self._records()]
+
+    def states(self) -> list[str]:
+        """Supervisor state per proc: alive, starting, rejoining, restarting, dead, failed, stopped."""
+        return [r.state for r in self._records()]
+
+    def wait_alive(self, timeout: float = 30.0) -> None:
+        """Block until every proc of this mesh is alive again (e.g. after a restart)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = self.states()
+            if all(s == "alive" for s in states):
+                return
+            if any(s in ("failed", "stopped") for s in states):
+                raise RuntimeError(f"procs of {self._name!r} will not come back: {states}")
+            time.sleep(0.01)
+        raise TimeoutError(f"procs of {self._name!r} not all alive after {timeout}s: {self.states()}")
+
+    def slice(self, **sel: int | slice) -> "ProcMesh":
+        """Sub-mesh of these procs: ``slice(procs=0)`` or ``slice(procs=slice(1, 4))``."""
+        sub = ProcMesh(self._name, self._proc_ids, self._shape.slice(**sel), self._controller, root=False)
+        sub._actor_names = self._actor_names
+        return sub
+
+    def spawn(self, name: str, actor_cls: type, *args: Any, **kwargs: Any) -> ActorMesh:
+        """Create one ``actor_cls(*args, **kwargs)`` per proc; returns the :class:`ActorMesh`.
+
+        Blocks until every ``__init__`` finished; an exception in one is raised as
+        ``rm.ActorError`` with its remote traceback. Arguments are kept so a
+        restarted proc re-creates the actor exactly as first built.
+        """
+        validate_actor_class(actor_cls)
+        if name in self._actor_names or any(
+                spec["mesh"] == name for r in self._controller.procs.values() for spec, _ in r.actors):
+            raise ValueError(f"an actor mesh named {name!r} exists already; choose another name")
+        self._actor_names.add(name)
+        payload = dumps((actor_cls, args, kwargs))
+        eps = endpoint_names(actor_cls)
+        dims = self._shape.dims
+        actor_shape = Shape(dims)
+        placements = []
+        for rank in range(len(self._shape)):
+            proc_id = self._proc_ids[self._shape.indices[rank]]
+            placements.append((proc_id, {
+                "actor_id": f"{name}/{rank}", "mesh": name, "rank": rank, "shape": dims,
+                "coords": actor_shape.coords(rank), "endpoints": eps,
+            }))
+        where = self._controller.spawn_actors(placements, payload)
+        points = [ActorPoint(spec["actor_id"], proc_id, *where[spec["actor_id"]]) for proc_id, spec in placements]
+        return ActorMesh(name, actor_cls.__qualname__, eps, points, actor_shape)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop these procs: actors' ``on_stop`` run, shutdown hooks run, processes exit."""
+        self._controller.stop_procs([self._proc_ids[i] for i in self._shape.indices], timeout)
+
+    def __enter__(self) -> "ProcMesh":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"<ProcMesh {self._name!r} {self.shape}>"

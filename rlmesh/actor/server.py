@@ -1,0 +1,226 @@
+"""The serving side of the data plane: one ROUTER per worker proc, on its asyncio loop.
+
+Async endpoints run as tasks on the loop; ``__init__``, ``on_restart`` and sync
+endpoints run on the actor's own single thread (in arrival order), so the loop
+keeps answering while an actor computes. Every call, failed or not, can be
+reported to a span sink (telemetry) without this module knowing about it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from rlmesh.actor import hooks
+from rlmesh.actor import protocol as P
+from rlmesh.actor.client import error_payload
+from rlmesh.actor.context import Context, ProcInfo, _current
+from rlmesh.transport.auth import AuthError, Authenticator, is_loopback_address
+from rlmesh.transport.serialization import SerializationError, dumps, loads, nbytes
+from rlmesh.transport.sockets import bind_random, tune, zmq_context
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class HostedActor:
+    instance: Any
+    ctx: Context
+    executor: concurrent.futures.ThreadPoolExecutor
+    endpoints: dict[str, Any] = field(default_factory=dict)
+
+
+class ActorServer:
+    """Receives calls for the actors of this proc and sends the replies."""
+
+    def __init__(self, auth: Authenticator, proc: ProcInfo, loop: asyncio.AbstractEventLoop):
+        self.auth = auth
+        self.proc = proc
+        self.loop = loop
+        self.actors: dict[str, HostedActor] = {}
+        self.sock = tune(zmq_context().socket(zmq.ROUTER))
+        self.addr = bind_random(self.sock)
+        if not is_loopback_address(self.addr):
+            self.auth = Authenticator(auth._key, full=True)
+        self.calls_served = 0
+        self.bytes_received = 0
+        loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)
+
+    # ------------------------------------------------------------------ actors
+    def _run_in_actor(self, actor: HostedActor, fn: Any, *args: Any) -> asyncio.Future:
+        ctx = contextvars.copy_context()
+        ctx.run(_current.set, actor.ctx)
+        return self.loop.run_in_executor(actor.executor, ctx.run, fn, *args)
+
+    async def spawn(self, spec: dict, cls_payload: list[Any], restarted: bool) -> None:
+        """Create one actor from its spec; run ``on_restart`` too when this is a replacement."""
+        cls, args, kwargs = loads(cls_payload)
+        ctx = Context(rank=spec["rank"], shape=spec["shape"], coords=spec["coords"],
+                      mesh_name=spec["mesh"], actor_id=spec["actor_id"], proc=self.proc)
+        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"actor-{spec['actor_id']}")
+        hosted = HostedActor(None, ctx, executor)
+        hosted.instance = await self._run_in_actor(hosted, lambda: cls(*args, **kwargs))
+        for name in spec["endpoints"]:
+            hosted.endpoints[name] = getattr(hosted.instance, name)
+        if restarted:
+            await self._invoke_hook(hosted, "on_restart")
+        self.actors[spec["actor_id"]] = hosted
+
+    async def _invoke_hook(self, hosted: HostedActor, name: str) -> None:
+        fn = getattr(hosted.instance, name, None)
+        if fn is None:
+            return
+        if inspect.iscoroutinefunction(fn):
+            token = _current.set(hosted.ctx)
+            try:
+                await fn()
+            finally:
+                _current.reset(token)
+        else:
+            result = await self._run_in_actor(hosted, fn)
+            if inspect.isawaitable(result):
+                await result
+
+    async def stop_actors(self) -> None:
+        for hosted in list(self.actors.values()):
+            try:
+                await asyncio.wait_for(self._invoke_hook(hosted, "on_stop"), timeout=10)
+            except Exception:
+                logger.exception("on_stop of %s failed", hosted.ctx.actor_id)
+            hosted.executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ calls
+    def _drain(self) -> None:
+        sock = self.sock
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            ident, body = frames[0], frames[1:]
+            self.bytes_received += nbytes(body)
+            try:
+                meta, payload = P.decode_meta(self.auth, body)
+            except AuthError as exc:
+                logger.warning("refused a message (%s); %d refused so far", exc, self.auth.rejected)
+                continue
+            except Exception as exc:
+                logger.warning("dropped a malformed message: %s", exc)
+                continue
+            self._dispatch(ident, meta, payload, nbytes(payload))
+
+    def _dispatch(self, ident: Any, meta: tuple, payload: list[Any], size_in: int) -> None:
+        kind, call_id, actor_id, endpoint, caller = meta
+        want_reply = kind == P.CALL
+        t0 = time.time()
+        hosted = self.actors.get(actor_id)
+        if hosted is None or endpoint not in hosted.endpoints:
+            what = f"no actor {actor_id!r} in this proc" if hosted is None else f"no endpoint {endpoint!r}"
+            self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
+                         exc=LookupError(what), tb=None)
+            return
+        try:
+            args, kwargs = loads(payload)
+        except Exception as exc:
+            self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
+                         exc=exc, tb=traceback.format_exc())
+            return
+        fn = hosted.endpoints[endpoint]
+        if inspect.iscoroutinefunction(fn):
+            token = _current.set(hosted.ctx)
+            try:
+                task = self.loop.create_task(fn(*args, **kwargs))
+            finally:
+                _current.reset(token)
+        else:
+            task = self._run_in_actor(hosted, _call_and_encode, fn, args, kwargs)
+        task.add_done_callback(
+            lambda t: self._on_done(t, ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0,
+                                    size_in, encoded=not inspect.iscoroutinefunction(fn)))
+
+    def _on_done(self, task: asyncio.Future, ident: Any, call_id: int, want_reply: bool, hosted: HostedActor,
+                 actor_id: str, endpoint: str, caller: str, t0: float, size_in: int, encoded: bool) -> None:
+        if task.cancelled():
+            self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
+                         exc=asyncio.CancelledError("the endpoint was cancelled"), tb=None)
+            return
+        exc = task.exception()
+        if exc is not None:
+            tb = "".join(traceback.format_exception(exc))
+            self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
+                         exc=exc, tb=tb)
+            return
+        result = task.result()
+        if encoded:  # sync endpoints return (ok, frames) from the actor thread
+            ok, frames = result
+            if not ok:
+                self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
+                             exc=frames[0], tb=frames[1])
+                return
+        else:
+            try:
+                frames = dumps(result) if want_reply else []
+            except SerializationError as exc:
+                self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
+                             exc=SerializationError(f"the result of {endpoint} {exc}"), tb=None)
+                return
+        self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in, frames=frames)
+
+    def _finish(self, ident: Any, call_id: int, want_reply: bool, hosted: HostedActor | None, actor_id: str,
+                endpoint: str, caller: str, t0: float, size_in: int, frames: list[Any] | None = None,
+                exc: BaseException | None = None, tb: str | None = None) -> None:
+        self.calls_served += 1
+        out = 0
+        if exc is not None:
+            if not want_reply:
+                logger.error("broadcast %s.%s failed:\n%s", actor_id, endpoint,
+                             tb or f"{type(exc).__name__}: {exc}")
+            frames = error_payload(exc, tb)
+        if want_reply:
+            msg = P.encode(self.auth, (call_id, P.OK if exc is None else P.ERR), frames)
+            out = nbytes(msg)
+            try:
+                self.sock.send_multipart([ident, *msg], copy=False)
+            except zmq.ZMQError as err:
+                logger.warning("could not reply to %s: %s", caller, err)
+            # zmq's FD is edge-triggered: a send can swallow the readable edge of a waiting message.
+            self.loop.call_soon(self._drain)
+        sink = hooks.span_sink()
+        if sink is not None:
+            ctx = hosted.ctx if hosted is not None else None
+            try:
+                sink(hooks.Span(
+                    mesh=ctx.mesh_name if ctx else "", actor_id=actor_id, rank=ctx.rank if ctx else -1,
+                    endpoint=endpoint, caller=caller, start_ts=t0, duration_s=time.time() - t0,
+                    outcome="ok" if exc is None else "error", bytes_in=size_in, bytes_out=out,
+                    error="" if exc is None else f"{type(exc).__name__}: {exc}"))
+            except Exception:
+                logger.exception("span sink failed")
+
+    def close(self) -> None:
+        try:
+            self.loop.remove_reader(self.sock.getsockopt(zmq.FD))
+        except Exception:
+            pass
+        self.sock.close(0)
+
+
+def _call_and_encode(fn: Any, args: tuple, kwargs: dict) -> tuple[bool, Any]:
+    """Run a sync endpoint on the actor thread and pickle its result there (off the loop)."""
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
+        return False, (exc, "".join(traceback.format_exception(exc)))
+    try:
+        return True, dumps(result)
+    except SerializationError as exc:
+        return False, (SerializationError(f"the result of {getattr(fn, '__name__', 'endpoint')} {exc}"), None)

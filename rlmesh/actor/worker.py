@@ -1,0 +1,303 @@
+"""A worker proc: joins a controller, hosts actors, heartbeats, and exits when the controller is gone.
+
+Run as ``python -m rlmesh.worker --controller tcp://HOST:PORT --proc-id ID ...``
+(the local launcher and Kubernetes pods use the same entry point). The job secret
+comes in the ``RLMESH_SECRET`` environment variable, never on the command line.
+
+Threads: the main thread runs the asyncio loop with the :class:`ActorServer`;
+the control thread owns the connection to the controller (hello, heartbeats,
+spawn requests, directory updates, KV); each actor has its own thread; the
+client IO thread exists once the actor calls other actors. The heartbeat lives
+on the control thread so a busy actor (even a sync endpoint that runs for
+minutes) keeps its proc alive, while a proc frozen with the GIL held stops
+heartbeating and is declared dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import zmq
+
+from rlmesh.actor import hooks, kv
+from rlmesh.actor import protocol as P
+from rlmesh.actor.client import Client, set_client_factory
+from rlmesh.actor.context import ProcInfo, _set_proc, current_context
+from rlmesh.actor.server import ActorServer
+from rlmesh.transport.auth import Authenticator, is_loopback_address
+from rlmesh.transport.sockets import tune, zmq_context
+
+logger = logging.getLogger("rlmesh.worker")
+
+HEARTBEAT_S_ENV = "RLMESH_HEARTBEAT_S"
+CONTROLLER_TIMEOUT_ENV = "RLMESH_CONTROLLER_TIMEOUT_S"
+
+
+class _WhereFilter(logging.Filter):
+    """Prefix every log record with the actor (mesh[rank]) or proc it comes from."""
+
+    def __init__(self, proc: ProcInfo):
+        super().__init__()
+        self.proc = proc
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ctx = current_context()
+        record.rlmesh_where = (f"{ctx.mesh_name}[{ctx.rank}]" if ctx
+                               else f"{self.proc.proc_mesh}[{self.proc.rank}]")
+        return True
+
+
+class RemoteKV:
+    """KV backend for workers: requests go to the controller's table over the control link."""
+
+    def __init__(self, link: "ControlLink"):
+        self.link = link
+
+    def _req(self, op: str, key: str = "", value: Any = None, timeout: float | None = None) -> Any:
+        fut = self.link.request(P.KV_REQ, op=op, key=key, value=value, timeout=timeout)
+        rep = fut.result(None if timeout is None else timeout + 10)
+        if not rep["ok"]:
+            raise KeyError(rep["error"])
+        return rep.get("value")
+
+    def put(self, key: str, value: Any) -> None:
+        self._req("put", key, value)
+
+    def get(self, key: str, timeout: float | None = None) -> Any:
+        return self._req("get", key, timeout=timeout)
+
+    def delete(self, key: str) -> None:
+        self._req("delete", key)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        return self._req("keys", prefix)
+
+
+class ControlLink(threading.Thread):
+    """The worker's connection to the controller (one DEALER, owned by this thread)."""
+
+    def __init__(self, worker: "Worker"):
+        super().__init__(name="rlmesh-control", daemon=True)
+        self.w = worker
+        self.auth = worker.auth if is_loopback_address(worker.controller) else Authenticator(
+            worker.auth._key, full=True)
+        self.outq: deque = deque()
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.reqs: dict[int, concurrent.futures.Future] = {}
+        self.ids = itertools.count(1)
+        self.hb_s = float(os.environ.get(HEARTBEAT_S_ENV, "0.2"))
+        self.controller_timeout = float(os.environ.get(CONTROLLER_TIMEOUT_ENV, "10"))
+        self.stopping = False
+
+    def send(self, kind: str, **fields: Any) -> None:
+        self.outq.append(P.control(self.auth, kind, **fields))
+        os.eventfd_write(self.efd, 1)
+
+    def request(self, kind: str, **fields: Any) -> concurrent.futures.Future:
+        rid = next(self.ids)
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self.reqs[rid] = fut
+        self.send(kind, req=rid, **fields)
+        return fut
+
+    def run(self) -> None:
+        w = self.w
+        sock = tune(zmq_context().socket(zmq.DEALER))
+        sock.setsockopt(zmq.IDENTITY, f"{w.proc.proc_id}#{w.proc.incarnation}".encode())
+        sock.connect(w.controller)
+        sock.send_multipart(P.control(self.auth, P.HELLO, proc_id=w.proc.proc_id, incarnation=w.proc.incarnation,
+                                      pid=os.getpid(), host=w.proc.host, addr=w.server.addr))
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self.efd, zmq.POLLIN)
+        last_hb = 0.0
+        last_heard = time.monotonic()
+        while not self.stopping:
+            for s, _ in poller.poll(int(self.hb_s * 1000)):
+                if s == self.efd:
+                    try:
+                        os.eventfd_read(self.efd)
+                    except BlockingIOError:
+                        pass
+                    continue
+                while True:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    last_heard = time.monotonic()
+                    try:
+                        kind, msg = P.read_control(self.auth, frames)
+                    except Exception as exc:
+                        logger.warning("refused a control message: %s", exc)
+                        continue
+                    self.handle(kind, msg)
+            while self.outq:
+                sock.send_multipart(self.outq.popleft(), copy=False)
+            now = time.monotonic()
+            if now - last_hb >= self.hb_s:
+                sock.send_multipart(P.control(self.auth, P.HEARTBEAT, proc_id=w.proc.proc_id))
+                last_hb = now
+            if now - last_heard > self.controller_timeout:
+                logger.error("no word from the controller for %.0fs: it is gone; exiting", now - last_heard)
+                w.exit_soon(3)
+                last_heard = now  # exit_soon takes over; do not repeat the message
+        while self.outq:
+            sock.send_multipart(self.outq.popleft(), copy=False)
+        sock.close(linger=200)
+
+    def handle(self, kind: str, msg: dict) -> None:
+        w = self.w
+        if kind == P.HB_ACK:
+            return
+        if kind == P.SPAWN:
+            fut = asyncio.run_coroutine_threadsafe(w.spawn(msg), w.loop)
+            fut.add_done_callback(lambda f, req=msg["req"]: self._spawned(req, f))
+        elif kind == P.PROC_UP:
+            w.directory_update(msg, up=True)
+        elif kind == P.PROC_DOWN:
+            w.directory_update(msg, up=False)
+        elif kind == P.KV_REP:
+            fut = self.reqs.pop(msg["req"], None)
+            if fut is not None:
+                fut.set_result(msg)
+        elif kind == P.STOP:
+            w.exit_soon(0)
+
+    def _spawned(self, req: int, f: concurrent.futures.Future) -> None:
+        from rlmesh.actor.client import error_payload
+        from rlmesh.transport.serialization import loads
+
+        exc = f.exception()
+        if exc is None:
+            self.send(P.SPAWNED, req=req, ok=True, error=None)
+        else:
+            self.send(P.SPAWNED, req=req, ok=False, error=loads(error_payload(exc)))
+
+
+class Worker:
+    def __init__(self, controller: str, proc: ProcInfo):
+        self.controller = controller
+        self.proc = proc
+        self.auth = Authenticator.from_env()
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.server = ActorServer(self.auth, proc, self.loop)
+        self.link = ControlLink(self)
+        self.client: Client | None = None
+        self._dir: dict[str, tuple[str, int, bool, dict]] = {}
+        self._exit_code: int | None = None
+        self._done = asyncio.Event()
+        set_client_factory(self._make_client)
+        kv.set_backend(RemoteKV(self.link))
+        _set_proc(proc)
+
+    def _make_client(self) -> Client:
+        c = Client(self.auth, identity=self.proc.proc_id)
+        for pid_, (addr, inc, up, info) in list(self._dir.items()):
+            if up:
+                c.proc_up(pid_, addr, inc)
+            else:
+                c.proc_down(pid_, inc, info.get("exit_code"), info.get("signal"), info.get("reason", ""))
+        self.client = c
+        return c
+
+    def directory_update(self, msg: dict, up: bool) -> None:
+        self._dir[msg["proc_id"]] = (msg.get("addr", ""), msg["incarnation"], up, msg)
+        if self.client is not None:
+            if up:
+                self.client.proc_up(msg["proc_id"], msg["addr"], msg["incarnation"])
+            else:
+                self.client.proc_down(msg["proc_id"], msg["incarnation"], msg.get("exit_code"),
+                                      msg.get("signal"), msg.get("reason", ""))
+
+    async def spawn(self, msg: dict) -> None:
+        for spec in msg["specs"]:
+            await self.server.spawn(spec, msg["cls"], msg["restarted"])
+
+    def exit_soon(self, code: int) -> None:
+        """Ask the loop to shut down cleanly (actors' on_stop, shutdown hooks) and exit with ``code``."""
+        if self._exit_code is None:
+            self._exit_code = code
+            self.loop.call_soon_threadsafe(self._done.set)
+
+    async def _main(self) -> int:
+        self.link.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.exit_soon, 0 if sig == signal.SIGTERM else 130)
+        await self._done.wait()
+        try:
+            await asyncio.wait_for(self.server.stop_actors(), timeout=15)
+        except Exception:
+            logger.exception("stopping actors failed")
+        hooks.run_shutdown_hooks()
+        self.link.send(P.BYE, proc_id=self.proc.proc_id)
+        self.link.stopping = True
+        os.eventfd_write(self.link.efd, 1)
+        self.link.join(timeout=2)
+        return self._exit_code or 0
+
+    def run(self) -> int:
+        hooks.run_worker_plugins(hooks.WorkerInfo(
+            proc_id=self.proc.proc_id, proc_mesh=self.proc.proc_mesh, rank=self.proc.rank,
+            incarnation=self.proc.incarnation, pid=self.proc.pid, host=self.proc.host,
+            controller_addr=self.controller))
+        try:
+            return self.loop.run_until_complete(self._main())
+        finally:
+            self.server.close()
+            if self.client is not None:
+                self.client.close()
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: get SIGTERM when the process that started us dies, even by SIGKILL (no orphans)."""
+    if parent_pid <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m rlmesh.worker", description=__doc__.split("\n")[0])
+    ap.add_argument("--controller", required=True, help="controller address, e.g. tcp://127.0.0.1:5555")
+    ap.add_argument("--proc-id", required=True)
+    ap.add_argument("--proc-mesh", default="procs")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--incarnation", type=int, default=0)
+    ap.add_argument("--parent-pid", type=int, default=0, help="exit when this pid dies (local launcher)")
+    args = ap.parse_args(argv)
+    _die_with_parent(args.parent_pid)
+    proc = ProcInfo(proc_id=args.proc_id, proc_mesh=args.proc_mesh, rank=args.rank, pid=os.getpid(),
+                    host=socket.gethostname(), incarnation=args.incarnation,
+                    job_id=os.environ.get("RLMESH_JOB_ID", ""))
+    logging.basicConfig(
+        level=os.environ.get("RLMESH_LOG_LEVEL", "WARNING").upper(),
+        format="%(asctime)s %(levelname)s [%(rlmesh_where)s pid=%(process)d] %(name)s: %(message)s")
+    for h in logging.getLogger().handlers:
+        h.addFilter(_WhereFilter(proc))
+    code = Worker(args.controller, proc).run()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # do not wait on leftover non-daemon threads started by user code
