@@ -1,0 +1,124 @@
+"""Telemetry: ``record()`` anywhere, SQL over every rollout, call, restart and GPU reading.
+
+    import rlmesh as rm
+    rm.telemetry.record("rollouts", reward=0.5, length=17, policy_version=3)
+    rm.telemetry.query("SELECT policy_version, avg(reward) FROM rollouts GROUP BY 1")
+
+Rows are buffered in each process and shipped in Arrow batches to the run's
+telemetry service, which appends them to ``runs/<run_id>/telemetry.duckdb``. See
+``docs/telemetry.md`` for every built-in table and column.
+
+Importing this package is cheap: pyarrow, zmq and DuckDB load on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+__all__ = [
+    "SchemaError", "ReadOnlyQueryError", "RunNotFoundError", "TelemetryError",
+    "current_run", "end_run", "flush", "query", "record", "record_batch", "set_config",
+    "start_run", "tables",
+]
+
+_rec: Any = None
+_pid = -1
+
+
+def record(table: str, /, **row: Any) -> None:
+    """Append one row to ``table`` (created on first use); returns at once, without I/O.
+
+    Values: int, float, str, bool, bytes, datetime, list, dict, or None. Automatic
+    columns (``run_id``, ``ts``, ``mesh``, ``rank``, ``proc``, ``host``) are added. A
+    value whose type differs from the column's raises :class:`SchemaError` here.
+    """
+    global _rec, _pid
+    if _pid != os.getpid() or _rec is None:
+        from rlmesh.telemetry import api
+
+        _rec, _pid = api.recorder(), os.getpid()
+    _rec.record(table, row)
+
+
+def record_batch(table: str, data: Any) -> None:
+    """Append many rows at once: a ``pyarrow.Table`` or a dict of column -> list/numpy array.
+
+    The fast path for producers that already hold columns (a rollout batch, a
+    tensor of per-token rewards): no per-row Python work at all.
+    """
+    from rlmesh.telemetry import api
+
+    api.recorder().record_batch(table, data)
+
+
+def query(sql: str, run: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> "pa.Table":
+    """Read-only SQL over a run (default: this controller's run, else ``latest``) -> pyarrow Table."""
+    from rlmesh.telemetry.reader import query as _query
+
+    return _query(sql, run, timeout)
+
+
+def tables(run: str | os.PathLike[str] | None = None) -> "pa.Table":
+    """Tables and columns of a run with types and documented meanings."""
+    from rlmesh.telemetry.reader import tables as _tables
+
+    return _tables(run)
+
+
+def flush(timeout: float = 10.0) -> None:
+    """Ship buffered rows now (in the controller: and wait until they are in the file)."""
+    from rlmesh.telemetry import api
+
+    api.flush(timeout)
+
+
+def current_run() -> str | None:
+    """Id of the run this process records into, or ``None`` before the first record/spawn."""
+    from rlmesh.telemetry import api
+
+    return api.current_run()
+
+
+def start_run(config: Any = None, *, run_id: str | None = None, runs_dir: str | None = None) -> str:
+    """Start the run explicitly (normally implicit), e.g. to store its config; returns the run id."""
+    from rlmesh.telemetry import api
+
+    return api.start_run(config, run_id=run_id, runs_dir=runs_dir)
+
+
+def set_config(config: Any) -> None:
+    """Store the run's config (a dict, dataclass or anything JSON-able) in ``runs.config``."""
+    from rlmesh.telemetry import api
+
+    api.start_run(_jsonable(config))
+
+
+def end_run(status: str | None = None) -> None:
+    """Finish the run now (``ok``, or ``failed`` after an uncaught exception); normally done at exit."""
+    from rlmesh.telemetry import api
+
+    api.end_run(status)
+
+
+def _jsonable(config: Any) -> Any:
+    import dataclasses
+
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return dataclasses.asdict(config)
+    return config
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SchemaError":
+        from rlmesh.telemetry.schema import SchemaError
+
+        return SchemaError
+    if name in ("ReadOnlyQueryError", "RunNotFoundError", "TelemetryError", "ServiceUnavailableError"):
+        from rlmesh.telemetry import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'rlmesh.telemetry' has no attribute {name!r}")

@@ -1,0 +1,206 @@
+"""The process-wide telemetry state behind ``rm.telemetry.record/query/flush``.
+
+A process is in one of three modes, decided on first use:
+
+- **controller** (no telemetry address in the environment): the first ``record()`` or
+  ``spawn_procs`` starts a run: ``runs/<run_id>/``, the in-process service, the host
+  sampler. It ends at interpreter exit (status ``ok``, or ``failed`` after an uncaught
+  exception) or at :func:`end_run`.
+- **worker** (``RLMESH_TELEMETRY_ADDR`` and ``RLMESH_RUN_ID`` set by the controller
+  plugin): rows go over zmq to the controller's service.
+- **off** (``RLMESH_TELEMETRY=0``): ``record()`` does nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.recorder import Recorder
+
+logger = logging.getLogger(__name__)
+
+ADDR_ENV = "RLMESH_TELEMETRY_ADDR"
+QUERY_ADDR_ENV = "RLMESH_TELEMETRY_QUERY_ADDR"
+RUN_ID_ENV = "RLMESH_RUN_ID"
+ENABLE_ENV = "RLMESH_TELEMETRY"
+
+_lock = threading.RLock()
+_rec: Any = None
+_pid = -1
+_svc: Any = None  # TelemetryService, controller only
+_health: Any = None
+_failed = False
+_hooked = False
+
+
+class _Off:
+    run_id = None
+
+    def record(self, table: str, row: dict[str, Any]) -> None:
+        pass
+
+    record_trusted = record
+
+    def record_batch(self, table: str, data: Any) -> None:
+        pass
+
+    def flush(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def recorder() -> Any:
+    """This process's recorder, creating it (and, in a controller, the run) on first use."""
+    if _rec is not None and _pid == os.getpid():
+        return _rec
+    with _lock:
+        if _rec is not None and _pid == os.getpid():
+            return _rec
+        if _rec is not None:  # forked: the parent's threads are gone here
+            _adopt_after_fork()
+        if _rec is None:
+            if os.environ.get(ENABLE_ENV, "1").lower() in ("0", "false", "off", "no"):
+                _set(_Off())
+            elif os.environ.get(ADDR_ENV) and os.environ.get(RUN_ID_ENV):
+                _start_worker(os.environ[ADDR_ENV], os.environ[RUN_ID_ENV])
+            else:
+                start_run()
+        return _rec
+
+
+def _set(rec: Any) -> None:
+    global _rec, _pid
+    _rec, _pid = rec, os.getpid()
+
+
+def _adopt_after_fork() -> None:
+    global _rec, _svc, _health
+    addr = _svc.ingest_addr if _svc is not None else os.environ.get(ADDR_ENV)
+    run_id = getattr(_rec, "run_id", None)
+    _rec = _svc = _health = None
+    if addr and run_id:
+        _start_worker(addr, run_id)
+
+
+def _auth() -> Any:
+    from rlmesh.transport import Authenticator
+    from rlmesh.transport.auth import SECRET_ENV
+
+    if not os.environ.get(SECRET_ENV):  # a plain script: later-spawned workers inherit this one
+        os.environ[SECRET_ENV] = Authenticator.new_secret().hex()
+    return Authenticator.from_env()
+
+
+def _start_worker(addr: str, run_id: str) -> None:
+    from rlmesh.actor.context import current_proc
+    from rlmesh.telemetry.client import RemoteSink
+
+    proc = current_proc()
+    origin = proc.proc_id if proc else f"pid{os.getpid()}"
+    _set(Recorder(run_id, RemoteSink(addr, _auth(), origin)))
+
+
+def start_run(config: Any = None, *, run_id: str | None = None, runs_dir: str | os.PathLike[str] | None = None) -> str:
+    """Start this controller's run now (normally implicit); returns its id.
+
+    Call it explicitly to attach a config (``runs.config``) or choose where the run goes;
+    if a run is already going, ``config`` is stored on it and its id returned.
+    """
+    global _svc, _health, _hooked
+    with _lock:
+        if _svc is not None and _pid == os.getpid():
+            if config is not None:
+                _svc.set_config(config)
+            return _svc.run_id
+        from rlmesh.telemetry.health import HealthSampler
+        from rlmesh.telemetry.service import TelemetryService
+
+        root = Path(runs_dir).resolve() if runs_dir else runs.runs_dir()
+        run_id = run_id or runs.new_run_id()
+        d = runs.create_run_dir(run_id, root)
+        _svc = TelemetryService(d, run_id, _auth(), config).start()
+        _set(Recorder(run_id, _svc.ingest))
+        _health = HealthSampler(_rec.record_trusted, run_id).start()
+        if not _hooked:
+            _hooked = True
+            atexit.register(_at_exit)
+            prev = sys.excepthook
+
+            def hook(*exc: Any) -> None:
+                global _failed
+                _failed = True
+                prev(*exc)
+
+            sys.excepthook = hook
+        return run_id
+
+
+def end_run(status: str | None = None) -> None:
+    """Flush, mark the run ``ok``/``failed`` and close its file. A later ``record()`` starts a new run."""
+    global _rec, _svc, _health
+    with _lock:
+        if _pid != os.getpid():
+            return
+        if _health is not None:
+            _health.stop(unlink=_svc is not None)
+        if _rec is not None:
+            _rec.close()
+        if _svc is not None:
+            _svc.stop(status or ("failed" if _failed else "ok"))
+        elif _rec is not None and hasattr(_rec, "_sink"):
+            sink = _rec._sink
+            if hasattr(sink, "close"):
+                sink.close()
+        _rec = _svc = _health = None
+        sys.modules["rlmesh.telemetry"]._rec = None  # type: ignore[attr-defined]  # record()'s cache
+
+
+def _at_exit() -> None:
+    try:
+        end_run()
+    except Exception:
+        logger.exception("telemetry: could not finish the run cleanly")
+
+
+def service() -> Any:
+    """The in-process service (controller only), else ``None``."""
+    return _svc if _pid == os.getpid() else None
+
+
+def flush(timeout: float = 10.0) -> None:
+    """Ship this process's buffered rows now; in the controller, also wait until they are in the file."""
+    rec = recorder()
+    rec.flush()
+    svc = service()
+    if svc is not None:
+        svc.sync(timeout)
+
+
+def current_run() -> str | None:
+    """Id of the run this process records into, or ``None`` if it records nowhere (yet)."""
+    if _rec is not None and _pid == os.getpid():
+        return _rec.run_id
+    return os.environ.get(RUN_ID_ENV)
+
+
+def current_run_dir() -> Path | None:
+    svc = service()
+    return svc.run_dir if svc is not None else None
+
+
+def worker_env() -> dict[str, str]:
+    """Environment for worker procs of this controller's run (starts the run if needed)."""
+    recorder()
+    svc = service()
+    if svc is None:
+        return {}
+    return {ADDR_ENV: svc.ingest_addr, QUERY_ADDR_ENV: svc.query_addr, RUN_ID_ENV: svc.run_id}

@@ -1,0 +1,123 @@
+"""The worker's side of the service: a batch sender that never blocks, and a query client.
+
+"Never blocks" is literal: batches are sent with ``NOBLOCK`` on a PUSH socket with
+``IMMEDIATE`` set, so when the service is gone (or not yet reachable) the send fails
+at once instead of queueing without bound. Failed batches wait in a bounded backlog
+(oldest dropped first) and are retried on every flush; the first time the service is
+unreachable for more than a few seconds, one warning says so, and one info line says
+when it is back.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+import zmq
+
+from rlmesh.telemetry import wire
+from rlmesh.telemetry.errors import ReadOnlyQueryError, ServiceUnavailableError, TelemetryError
+from rlmesh.transport import Authenticator, is_loopback_address, zmq_context
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKLOG_ROWS = 1_000_000
+WARN_AFTER_S = 3.0
+
+
+class RemoteSink:
+    """Callable sink for :class:`~rlmesh.telemetry.recorder.Recorder` in worker procs."""
+
+    def __init__(self, addr: str, auth: Authenticator, origin: str):
+        self.addr = addr
+        self.auth = auth
+        if not is_loopback_address(addr):
+            auth.full = True
+        self.origin = origin
+        self._sock: zmq.Socket | None = None
+        self._backlog: collections.deque[list[tuple[str, pa.Table]]] = collections.deque()
+        self._backlog_rows = 0
+        self._failing_since: float | None = None
+        self._warned = False
+        self.dropped_rows = 0
+
+    def _socket(self) -> zmq.Socket:
+        if self._sock is None:
+            s = zmq_context().socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 2000)  # give the last batches a moment at exit
+            s.setsockopt(zmq.SNDHWM, 256)
+            s.setsockopt(zmq.IMMEDIATE, 1)
+            s.connect(self.addr)
+            self._sock = s
+        return self._sock
+
+    def __call__(self, batches: list[tuple[str, pa.Table]]) -> None:
+        if batches:
+            self._backlog.append(batches)
+            self._backlog_rows += sum(t.num_rows for _, t in batches)
+        sock = self._socket()
+        while self._backlog:
+            head = self._backlog[0]
+            try:
+                sock.send_multipart(wire.encode_batches(self.auth, self.origin, head), flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                self._unreachable()
+                return
+            self._backlog.popleft()
+            self._backlog_rows -= sum(t.num_rows for _, t in head)
+        if self._failing_since is not None and self._warned:
+            logger.info("telemetry service %s reachable again", self.addr)
+        self._failing_since, self._warned = None, False
+
+    def _unreachable(self) -> None:
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        while self._backlog_rows > MAX_BACKLOG_ROWS and len(self._backlog) > 1:
+            old = self._backlog.popleft()
+            n = sum(t.num_rows for _, t in old)
+            self._backlog_rows -= n
+            self.dropped_rows += n
+        if not self._warned and now - self._failing_since > WARN_AFTER_S:
+            self._warned = True
+            logger.warning(
+                "telemetry service %s unreachable for %.0fs; this proc keeps running and buffers up to "
+                "%d rows (oldest dropped first). Said once.", self.addr, now - self._failing_since, MAX_BACKLOG_ROWS,
+            )
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0, kind: str = "query") -> pa.Table:
+    """Ask a live service; raises the service's error (read-only refusal, SQL error) here."""
+    sock = zmq_context().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(addr)
+        sock.send_multipart(wire.encode(auth, kind, sql), copy=False)
+        if not sock.poll(int(timeout * 1000)):
+            raise ServiceUnavailableError(
+                f"telemetry service {addr} did not answer within {timeout:.0f}s; if the run has ended, "
+                "query its file instead (rlmesh sql RUN ...)"
+            )
+        (status, payload), tables = wire.decode(auth, sock.recv_multipart(copy=False))
+    finally:
+        sock.close()
+    if status == "ok":
+        return tables[0]
+    exc_type, msg = payload
+    if exc_type == "ReadOnlyQueryError":
+        raise ReadOnlyQueryError(msg)
+    if exc_type.endswith("Exception") or exc_type.endswith("Error"):
+        import duckdb
+
+        cls = getattr(duckdb, exc_type, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            raise cls(msg)
+    raise TelemetryError(f"{exc_type}: {msg}")

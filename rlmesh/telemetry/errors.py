@@ -1,0 +1,24 @@
+"""Telemetry's exceptions. Each message says what went wrong and what to do about it."""
+
+from __future__ import annotations
+
+try:  # the project-wide hierarchy, once rlmesh/errors.py exists
+    from rlmesh.errors import RlmeshError as _Base  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on the lead's tree
+    _Base = Exception
+
+
+class TelemetryError(_Base):  # type: ignore[misc,valid-type]
+    """Base class for telemetry errors."""
+
+
+class ReadOnlyQueryError(TelemetryError, PermissionError):
+    """A query tried to change the run's data; telemetry queries are read-only."""
+
+
+class RunNotFoundError(TelemetryError, FileNotFoundError):
+    """No run matches the name given to query() or the CLI."""
+
+
+class ServiceUnavailableError(TelemetryError, ConnectionError):
+    """The run's telemetry service did not answer."""

@@ -1,0 +1,136 @@
+"""Host and GPU health, sampled once per host (not once per proc), 1 Hz by default.
+
+Every proc of a run starts a :class:`HealthSampler`, but only the one holding the
+host's lock file (``$TMPDIR/rlmesh-health-<run>-<host>.lock``, ``flock``) samples.
+The controller takes it first on its own host; on other hosts the first worker does.
+When the holder dies the kernel frees the lock and another proc on that host takes
+over within a few seconds, so a host never goes silent because one proc crashed.
+
+``RLMESH_HEALTH_INTERVAL`` sets the period in seconds (``0`` turns sampling off).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from rlmesh.telemetry.gpu import GpuSampler
+
+logger = logging.getLogger(__name__)
+
+INTERVAL_ENV = "RLMESH_HEALTH_INTERVAL"
+RETRY_LOCK_S = 3.0
+
+
+def interval_from_env(default: float = 1.0) -> float:
+    try:
+        return float(os.environ.get(INTERVAL_ENV, default))
+    except ValueError:
+        logger.warning("%s=%r is not a number of seconds; using %s", INTERVAL_ENV, os.environ[INTERVAL_ENV], default)
+        return default
+
+
+def host_sample(proc: psutil.Process) -> dict[str, Any]:
+    """One ``host_health`` row (cpu_pct is since the previous call, as psutil measures it)."""
+    vm = psutil.virtual_memory()
+    rss = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        procs = [proc]
+    for p in procs:
+        try:
+            rss += p.memory_info().rss
+        except psutil.Error:
+            pass  # exited between listing and reading
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (None, None, None)
+    return {
+        "cpu_pct": float(psutil.cpu_percent(interval=None)),
+        "mem_total": int(vm.total),
+        "mem_available": int(vm.available),
+        "mem_used_pct": float(vm.percent),
+        "swap_used": int(psutil.swap_memory().used),
+        "rss": rss,
+        "load_1m": load[0], "load_5m": load[1], "load_15m": load[2],
+    }
+
+
+class HealthSampler:
+    """Background thread; ``record(table, row)`` is the recorder's trusted-row entry point."""
+
+    def __init__(self, record: Any, run_id: str, interval: float | None = None, gpus: bool = True):
+        self._record = record
+        self.interval = interval_from_env() if interval is None else interval
+        self.host = socket.gethostname()
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{run_id}-{self.host}")
+        self.lock_path = Path(tempfile.gettempdir()) / f"rlmesh-health-{safe}.lock"
+        self._fd: int | None = None
+        self._gpus_wanted = gpus
+        self._gpu: GpuSampler | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rlmesh-telemetry-health", daemon=True)
+        self.samples = 0
+
+    def start(self) -> "HealthSampler":
+        if self.interval > 0:
+            self._thread.start()
+        return self
+
+    @property
+    def is_sampler(self) -> bool:
+        """Whether this proc holds the host's lock (and so does the sampling)."""
+        return self._fd is not None
+
+    def _try_lock(self) -> bool:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        return True
+
+    def _loop(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            if self._fd is None and not self._try_lock():
+                self._stop.wait(RETRY_LOCK_S)
+                continue
+            if self._gpu is None and self._gpus_wanted:
+                self._gpu = GpuSampler()
+                if not self._gpu.available:
+                    logger.info("telemetry: %s on %s; gpu_health stays empty", self._gpu.why_unavailable, self.host)
+                psutil.cpu_percent(interval=None)  # prime: the first reading is meaningless
+                self._stop.wait(min(self.interval, 0.2))
+            try:
+                self._record("host_health", host_sample(me))
+                for row in self._gpu.sample() if self._gpu else ():
+                    self._record("gpu_health", row)
+                self.samples += 1
+            except Exception:
+                logger.exception("telemetry: health sample failed")
+            self._stop.wait(self.interval)
+
+    def stop(self, unlink: bool = False) -> None:
+        """Stop sampling; ``unlink`` (the controller, at the end of the run) also removes the lock file."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=3)
+        if self._gpu is not None:
+            self._gpu.close()
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+        if unlink:  # only when the run is over: unlinking under live peers could elect two samplers
+            self.lock_path.unlink(missing_ok=True)

@@ -1,0 +1,105 @@
+"""Wiring into the actor runtime: lifecycle events -> ``actors``, endpoint calls -> ``spans``.
+
+``rlmesh/__init__.py`` registers :func:`on_controller_start` as a controller plugin;
+the env it returns makes every worker run :func:`on_worker_start`. Neither the
+runtime nor this module imports the other's internals: they meet in
+``rlmesh.actor.hooks``.
+
+Span sampling, per proc and per (actor, endpoint): up to ``RLMESH_SPANS_MAX_PER_S``
+rows a second (default 1000); beyond that calls are counted, not recorded, and the
+next recorded row carries them in ``weight``, so ``sum(weight)`` still counts every
+call. Errors are always recorded. ``RLMESH_SPANS=0`` turns span recording off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from rlmesh.actor import hooks
+from rlmesh.telemetry import api
+
+logger = logging.getLogger(__name__)
+
+SPANS_ENV = "RLMESH_SPANS"
+SPANS_MAX_ENV = "RLMESH_SPANS_MAX_PER_S"
+WORKER_PLUGIN = "rlmesh.telemetry.plugin:on_worker_start"
+
+_health: Any = None
+
+
+def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
+    """Start the run (if not yet), record proc lifecycle events, and tell workers where to ship rows."""
+    env = api.worker_env()
+    if not env:  # telemetry off, or this controller is itself a worker of another run
+        return {}
+    hooks.add_event_sink(record_proc_event)
+    env[hooks.WORKER_PLUGINS_ENV] = WORKER_PLUGIN
+    return env
+
+
+def record_proc_event(ev: hooks.ProcEvent) -> None:
+    """Event sink: one ``actors`` row per lifecycle event (runs on the supervisor thread: cheap)."""
+    api.recorder().record_trusted("actors", {
+        "mesh": ev.proc_mesh, "rank": ev.rank, "proc": ev.proc_id, "host": ev.host,
+        "event": ev.kind, "pid": ev.pid, "incarnation": ev.incarnation,
+        "exit_code": ev.exit_code, "signal": ev.signal, "reason": ev.reason or None,
+        "actors": ",".join(ev.actors) or None,
+    }, ts=ev.ts)
+
+
+class SpanSampler:
+    """The worker's span sink: rate-limited per endpoint, errors always kept."""
+
+    def __init__(self, rec: Any, max_per_s: float | None = None):
+        self._rec = rec
+        if max_per_s is None:
+            try:
+                max_per_s = float(os.environ.get(SPANS_MAX_ENV, 1000))
+            except ValueError:
+                logger.warning("%s is not a number; using 1000", SPANS_MAX_ENV)
+                max_per_s = 1000.0
+        self.max_per_s = max_per_s
+        self._window: dict[tuple[str, str], list[float]] = {}  # key -> [window_start, recorded, skipped]
+
+    def __call__(self, span: hooks.Span) -> None:
+        now = time.time()
+        key = (span.actor_id, span.endpoint)
+        w = self._window.get(key)
+        if w is None or now - w[0] >= 1.0:
+            skipped = w[2] if w else 0
+            w = self._window[key] = [now, 0, skipped]
+        if w[1] >= self.max_per_s and span.outcome == "ok":
+            w[2] += 1
+            return
+        weight = 1 + int(w[2])
+        w[1] += 1
+        w[2] = 0
+        self._rec.record_trusted("spans", {
+            "mesh": span.mesh, "rank": span.rank, "actor_id": span.actor_id,
+            "endpoint": span.endpoint, "caller": span.caller, "start_ts": span.start_ts,
+            "duration_s": span.duration_s, "outcome": span.outcome, "error": span.error or None,
+            "bytes_in": span.bytes_in, "bytes_out": span.bytes_out, "weight": weight,
+        }, ts=now)
+
+
+def on_worker_start(info: hooks.WorkerInfo) -> None:
+    """In each worker: record spans, take part in the per-host health election, flush at exit."""
+    global _health
+    from rlmesh.telemetry.health import HealthSampler
+
+    rec = api.recorder()
+    if rec.run_id is None:  # telemetry off
+        return
+    if os.environ.get(SPANS_ENV, "1").lower() not in ("0", "false", "off", "no"):
+        hooks.set_span_sink(SpanSampler(rec))
+    _health = HealthSampler(rec.record_trusted, rec.run_id).start()
+    hooks.add_shutdown_hook(_worker_shutdown)
+
+
+def _worker_shutdown() -> None:
+    if _health is not None:
+        _health.stop()
+    api.end_run()

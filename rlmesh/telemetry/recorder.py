@@ -1,0 +1,189 @@
+"""The per-process row buffer behind ``record()``: cheap in the caller, columnar on the wire.
+
+Why this shape: ``record()`` is called from hot loops (per rollout, per token batch),
+so the caller only checks value types against what it already knows of the table and
+appends one tuple to a ``deque`` (thread-safe, no lock). A background thread wakes
+every ``flush_interval`` seconds, groups the rows by table, turns them into Arrow
+tables (one typed array per column) and hands them to a *sink*: the in-process service
+in the controller, a zmq socket in a worker. Neither disk nor network is ever touched
+on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from rlmesh.actor.context import current_context, current_proc
+from rlmesh.telemetry import schema
+from rlmesh.telemetry.columnar import rows_to_arrow, with_auto_columns
+
+logger = logging.getLogger(__name__)
+
+# python types that may go into a column of each SQL type without any check beyond `type(v) in ...`
+_FAST_TYPES: dict[str, frozenset[type]] = {
+    "VARCHAR": frozenset({str}),
+    "JSON": frozenset({str, dict, list}),
+    "BIGINT": frozenset({int}),
+    "DOUBLE": frozenset({float, int}),
+    "BOOLEAN": frozenset({bool}),
+    "TIMESTAMPTZ": frozenset({float, int}),
+    "BLOB": frozenset({bytes}),
+}
+_NONE_T = type(None)
+_EMPTY: frozenset[type] = frozenset()
+
+Sink = Callable[[list[tuple[str, Any]]], None]
+
+
+class Recorder:
+    """Buffers rows of one process and ships them, as Arrow batches, to ``sink``.
+
+    ``sink(batches)`` receives ``[(table, pyarrow.Table), ...]`` on the flush thread;
+    it must not block for long (the remote sink queues, the local one enqueues).
+    """
+
+    def __init__(self, run_id: str, sink: Sink, flush_interval: float = 0.2):
+        self.run_id = run_id
+        self._sink = sink
+        self.flush_interval = flush_interval
+        self._q: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._sql: dict[str, dict[str, str]] = {}  # table -> column -> SQL type, as this proc knows it
+        self._fast: dict[str, dict[str, frozenset[type]]] = {}
+        self._meta: dict[int, tuple[Any, tuple[str, int, str, str]]] = {}
+        self._lock = threading.Lock()  # one converter at a time (flush thread or flush())
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.rows_recorded = 0
+        self._proc_meta: tuple[str, int, str, str] | None = None
+        self._thread = threading.Thread(target=self._loop, name="rlmesh-telemetry-flush", daemon=True)
+        self._thread.start()
+
+    # ---- caller side -------------------------------------------------------------
+    def record(self, table: str, row: dict[str, Any]) -> None:
+        """Check ``row`` against the table's known column types, then queue it (no I/O)."""
+        fast = self._fast.get(table)
+        if fast is None:
+            fast = self._learn_table(table)
+        for k, v in row.items():
+            if type(v) not in fast.get(k, _EMPTY) and v is not None:
+                self._check_slow(table, k, v)
+        self._q.append((table, time.time(), current_context(), row))
+
+    def record_trusted(self, table: str, row: dict[str, Any], ts: float | None = None) -> None:
+        """Queue a framework row (span, health sample, lifecycle event) without type checks."""
+        self._q.append((table, time.time() if ts is None else ts, None, row))
+
+    def record_batch(self, table: str, data: Any) -> None:
+        """Queue a whole columnar batch (pyarrow Table, or dict of column -> sequence/array)."""
+        import pyarrow as pa
+
+        tbl = data if isinstance(data, pa.Table) else pa.table(data)
+        self._learn_table(table)
+        self._q.append((None, time.time(), current_context(), (table, tbl)))
+
+    def _learn_table(self, table: str) -> dict[str, frozenset[type]]:
+        decl = schema.BUILTIN.get(table)
+        sql = {c.name: c.type for c in schema.AUTO}
+        if decl:
+            sql.update({c.name: c.type for c in decl.columns})
+        self._sql.setdefault(table, sql)
+        fast = self._fast.setdefault(table, {k: _FAST_TYPES.get(t, _EMPTY) for k, t in sql.items()})
+        return fast
+
+    def _check_slow(self, table: str, column: str, value: Any) -> None:
+        kind = schema.kind_of(value)
+        if kind.startswith("unsupported:"):
+            raise schema.SchemaError(
+                table, column, self._sql[table].get(column, "(new column)"), kind.split(":", 1)[1],
+                hint="record plain numbers, strings, bools, bytes, datetimes, lists or dicts "
+                "(call .item() on numpy/torch scalars)",
+            )
+        known = self._sql[table].get(column)
+        if known is None:  # a new column: its first value decides its type
+            sql_t = schema.sql_type_of_kind(kind)
+            self._sql[table][column] = sql_t
+            self._fast[table][column] = _FAST_TYPES.get(sql_t, _EMPTY)
+            return
+        if not schema.fits(known, kind):
+            raise schema.SchemaError(table, column, known, schema.sql_type_of_kind(kind))
+
+    # ---- flush side --------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            try:
+                self.flush()
+            except Exception:  # never kill the thread: the next tick retries
+                logger.exception("telemetry flush failed")
+
+    def flush(self) -> int:
+        """Convert and hand every queued row to the sink now; returns the number of rows shipped."""
+        with self._lock:
+            n = len(self._q)
+            if not n:
+                return 0
+            items = [self._q.popleft() for _ in range(n)]
+            batches = self._convert(items)
+            self.rows_recorded += sum(t.num_rows for _, t in batches)
+            self._sink(batches)
+            return n
+
+    def _convert(self, items: Iterable[tuple[Any, ...]]) -> list[tuple[str, Any]]:
+        by_table: dict[str, list[tuple[float, Any, dict[str, Any]]]] = {}
+        order: list[tuple[str, Any]] = []  # keeps batch and row order per table
+        for table, ts, ctx, row in items:
+            if table is None:  # a columnar batch
+                name, tbl = row
+                order.append((name, with_auto_columns(tbl, self.run_id, ts, self._meta_of(ctx))))
+                continue
+            rows = by_table.get(table)
+            if rows is None:
+                rows = by_table[table] = []
+                order.append((table, rows))
+            rows.append((ts, self._meta_of(ctx), row))
+        out = []
+        for table, payload in order:
+            if isinstance(payload, list):
+                out.append(rows_to_arrow(table, payload, self.run_id, self._sql.get(table, {})))
+            else:
+                out.append((table, payload))
+        return out
+
+    @property
+    def _default_meta(self) -> tuple[str, int, str, str]:
+        """Origin of rows recorded outside an actor: this worker proc, or the controller."""
+        if self._proc_meta is None:
+            host = socket.gethostname()
+            proc = current_proc()
+            if proc is None:
+                return ("controller", -1, "controller", host)
+            self._proc_meta = (proc.proc_mesh, proc.rank, proc.proc_id, proc.host or host)
+        return self._proc_meta
+
+    def _meta_of(self, ctx: Any) -> tuple[str, int, str, str]:
+        if ctx is None:
+            return self._default_meta
+        hit = self._meta.get(id(ctx))
+        if hit is not None and hit[0] is ctx:
+            return hit[1]
+        meta = (ctx.mesh_name, ctx.rank, ctx.proc.proc_id, ctx.proc.host or self._default_meta[3])
+        if len(self._meta) > 4096:
+            self._meta.clear()
+        self._meta[id(ctx)] = (ctx, meta)
+        return meta
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the flush thread after a last flush (called at exit)."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        try:
+            self.flush()
+        except Exception:
+            logger.exception("final telemetry flush failed")

@@ -1,0 +1,142 @@
+"""Where runs live on disk and how a name (``latest``, an id, a path) finds one.
+
+Layout, under ``RLMESH_RUNS_DIR`` (default ``./runs``)::
+
+    runs/<run_id>/telemetry.duckdb   the data (DuckDB, WAL next to it while live)
+    runs/<run_id>/run.json           id, status, start/end, pid: cheap for `rlmesh runs`
+    runs/<run_id>/service.json       live service address + secret (mode 0600), removed at the end
+    runs/latest -> <run_id>          the newest run (a relative symlink)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from rlmesh.telemetry.errors import RunNotFoundError
+
+RUNS_DIR_ENV = "RLMESH_RUNS_DIR"
+DB_NAME = "telemetry.duckdb"
+RUN_JSON = "run.json"
+SERVICE_JSON = "service.json"
+
+
+def runs_dir() -> Path:
+    """The runs directory: ``$RLMESH_RUNS_DIR`` or ``./runs``, resolved against the working directory."""
+    return Path(os.environ.get(RUNS_DIR_ENV) or "runs").resolve()
+
+
+def new_run_id() -> str:
+    """Sortable by start time, unique across concurrent starts: ``20260102-153000-a1b2``."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def create_run_dir(run_id: str, root: Path | None = None) -> Path:
+    """Make ``runs/<run_id>/`` and point ``runs/latest`` at it (atomically)."""
+    root = root or runs_dir()
+    d = root / run_id
+    d.mkdir(parents=True, exist_ok=False)
+    tmp = root / f".latest-{run_id}"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run_id)
+        os.replace(tmp, root / "latest")
+    except OSError:  # filesystems without symlinks: `latest` resolves by newest run.json
+        tmp.unlink(missing_ok=True)
+    return d
+
+
+def write_json(path: Path, data: dict[str, Any], private: bool = False) -> None:
+    """Write atomically (rename), so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live_service(run_dir: Path) -> dict[str, Any] | None:
+    """The service record of a run whose controller still runs, else ``None``.
+
+    A record left behind by a killed controller is ignored (its pid is gone), so a
+    crashed run is read straight from the file.
+    """
+    info = read_json(run_dir / SERVICE_JSON)
+    if not info:
+        return None
+    if info.get("host") == socket.gethostname() and not pid_alive(int(info.get("pid", -1))):
+        return None
+    return info
+
+
+def run_status(info: dict[str, Any]) -> str:
+    """``running``, ``ok``, ``failed`` or ``crashed`` (said to be running, but its controller is gone)."""
+    status = info.get("status", "unknown")
+    if status == "running" and info.get("host") == socket.gethostname():
+        if not pid_alive(int(info.get("pid", -1))):
+            return "crashed"
+    return status
+
+
+def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
+    """Every run under the runs directory, oldest first, with its derived status."""
+    root = root or runs_dir()
+    out = []
+    if not root.is_dir():
+        return out
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        info = read_json(d / RUN_JSON)
+        if info is None:
+            continue
+        info = dict(info, status=run_status(info), path=str(d))
+        out.append(info)
+    return out
+
+
+def resolve_run(spec: str | os.PathLike[str] | None = None) -> Path:
+    """Find a run directory from ``None``/``"latest"``, a run id, a run directory or a ``.duckdb`` path."""
+    spec = "latest" if spec is None else os.fspath(spec)
+    p = Path(spec)
+    if p.suffix == ".duckdb" and p.is_file():
+        return p.resolve().parent
+    if (p / DB_NAME).exists():
+        return p.resolve()
+    root = runs_dir()
+    if spec == "latest":
+        link = root / "latest"
+        if (link / DB_NAME).exists():
+            return link.resolve()
+        runs = list_runs(root)
+        if runs:
+            return Path(runs[-1]["path"])
+    elif (root / spec / DB_NAME).exists():
+        return (root / spec).resolve()
+    known = [r["id"] for r in list_runs(root)][-5:]
+    hint = f"recent runs: {', '.join(known)}" if known else f"no runs under {root} yet"
+    raise RunNotFoundError(
+        f"no telemetry run {spec!r} (looked for a run id under {root}, a run directory or a "
+        f".duckdb file; set {RUNS_DIR_ENV} if your runs are elsewhere); {hint}"
+    )

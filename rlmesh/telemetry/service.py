@@ -1,0 +1,218 @@
+"""The telemetry service: one per run, in the controller process, sole writer of the DuckDB file.
+
+Why in the controller: it is the one process that lives as long as the run, and an
+in-process service lets the controller's own rows skip the network. Three threads:
+
+- *writer*: drains the ingest queue every <= 0.1 s, concatenates batches per table
+  and appends them (each append commits, so rows reach the WAL on disk well within
+  the one-second durability promise, and survive a SIGKILL of the controller);
+- *receiver*: a PULL socket for batches from worker procs (MAC checked first);
+- *queries*: a ROUTER socket answering live read-only SQL, so that nobody else
+  needs to open the locked file while the run is going.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import zmq
+
+from rlmesh.telemetry import run as runs
+from rlmesh.telemetry import wire
+from rlmesh.telemetry.schema import SchemaError
+from rlmesh.telemetry.store import Store
+from rlmesh.transport import AuthError, Authenticator, bind_random, is_loopback_address, zmq_context
+from rlmesh.transport.sockets import tune
+
+logger = logging.getLogger(__name__)
+
+Batches = list[tuple[str, pa.Table]]
+
+
+class TelemetryService:
+    """Start with :meth:`start`; :meth:`stop` finalises the ``runs`` row and closes the file."""
+
+    def __init__(self, run_dir: Path, run_id: str, auth: Authenticator, config: Any = None):
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self.auth = auth
+        self.store = Store(self.run_dir / runs.DB_NAME, run_id)
+        self.started = time.time()
+        self._q: queue.SimpleQueue[Batches | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._cv = threading.Condition()
+        self._stop = threading.Event()
+        self.errors: list[str] = []
+        self._threads: list[threading.Thread] = []
+        self.ingest_addr = self.query_addr = ""
+        self._insert_run_row(config)
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self) -> "TelemetryService":
+        ctx = zmq_context()
+        self._pull = tune(ctx.socket(zmq.PULL))
+        self._router = tune(ctx.socket(zmq.ROUTER))
+        self.ingest_addr = bind_random(self._pull)
+        self.query_addr = bind_random(self._router)
+        if not is_loopback_address(self.ingest_addr):
+            self.auth.full = True  # off loopback the MAC covers every frame
+        for name, fn in (("writer", self._write_loop), ("recv", self._recv_loop), ("query", self._query_loop)):
+            t = threading.Thread(target=fn, name=f"rlmesh-telemetry-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        info = {"run_id": self.run_id, "ingest_addr": self.ingest_addr, "query_addr": self.query_addr,
+                "secret": os.environ.get("RLMESH_SECRET", ""), "pid": os.getpid(), "host": socket.gethostname()}
+        runs.write_json(self.run_dir / runs.SERVICE_JSON, info, private=True)
+        self._write_run_json("running")
+        logger.info("telemetry: run %s recording to %s", self.run_id, self.store.path)
+        return self
+
+    def stop(self, status: str = "ok") -> None:
+        """Drain, mark the run finished, checkpoint and close. Idempotent."""
+        if self._stop.is_set():
+            return
+        self.sync(timeout=10)
+        self._stop.set()
+        self._q.put(None)
+        for t in self._threads:
+            t.join(timeout=5)
+        try:
+            self.store.execute_write("UPDATE runs SET end_ts = now(), status = ? WHERE id = ?", [status, self.run_id])
+            self.store.close()
+        finally:
+            (self.run_dir / runs.SERVICE_JSON).unlink(missing_ok=True)
+            self._write_run_json(status, end=time.time())
+        for s in (self._pull, self._router):
+            s.close(0)
+        logger.info("telemetry: run %s %s; %d rows in %s", self.run_id, status, self.store.rows_written, self.store.path)
+
+    def _insert_run_row(self, config: Any) -> None:
+        self.store.execute_write(
+            "INSERT INTO runs (run_id, ts, mesh, rank, proc, id, config, start_ts, status, argv, pid, host) "
+            "VALUES (?, now(), 'controller', -1, 'controller', ?, ?, to_timestamp(?), 'running', ?, ?, ?)",
+            [self.run_id, self.run_id, json.dumps(config, default=str) if config is not None else None,
+             self.started, " ".join(sys.argv), os.getpid(), socket.gethostname()],
+        )
+
+    def set_config(self, config: Any) -> None:
+        self.store.execute_write("UPDATE runs SET config = ? WHERE id = ?",
+                                 [json.dumps(config, default=str), self.run_id])
+
+    def _write_run_json(self, status: str, end: float | None = None) -> None:
+        runs.write_json(self.run_dir / runs.RUN_JSON, {
+            "id": self.run_id, "status": status, "start_ts": self.started, "end_ts": end,
+            "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv,
+            "rows": self.store.rows_written,
+        })
+
+    # ---- ingest ----------------------------------------------------------------------
+    def ingest(self, batches: Batches) -> None:
+        """Queue batches for the writer; never blocks on disk (the local sink of the controller)."""
+        if not batches:
+            return
+        with self._cv:
+            self._pending += 1
+        self._q.put(batches)
+
+    def sync(self, timeout: float = 10.0) -> bool:
+        """Wait until everything ingested so far is in the file (read-your-writes for the controller)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self._q.get()
+            items = [item]
+            time.sleep(0.02)  # let a burst of flushes coalesce into fewer, larger appends
+            while True:
+                try:
+                    items.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            done = sum(1 for it in items if it is not None)
+            try:
+                self._write(it for it in items if it is not None)
+            except Exception:
+                logger.exception("telemetry writer failed on a batch")
+            with self._cv:
+                self._pending -= done
+                self._cv.notify_all()
+            if None in items:
+                return
+
+    def _write(self, items: Any) -> None:
+        per_table: dict[str, list[pa.Table]] = {}
+        for batches in items:
+            for table, tbl in batches:
+                per_table.setdefault(table, []).append(tbl)
+        for table, tbls in per_table.items():
+            try:
+                merged = [pa.concat_tables(tbls, promote_options="default")] if len(tbls) > 1 else tbls
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                merged = tbls  # types differ between batches: append one by one, find the culprit
+            for tbl in merged:
+                try:
+                    self.store.append(table, tbl)
+                except SchemaError as exc:
+                    self.errors.append(str(exc))
+
+    def _recv_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._pull, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(100):
+                continue
+            frames = self._pull.recv_multipart(copy=False)
+            try:
+                header, tables = wire.decode(self.auth, frames)
+            except AuthError:
+                logger.warning("telemetry: dropped a batch that failed authentication (%d so far)", self.auth.rejected)
+                continue
+            except Exception:
+                logger.exception("telemetry: undecodable batch")
+                continue
+            if header[0] == "batches":
+                self.ingest(list(zip(header[2], tables)))
+
+    # ---- queries ---------------------------------------------------------------------
+    def query(self, sql: str) -> pa.Table:
+        return self.store.query(sql)
+
+    def _query_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._router, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(100):
+                continue
+            ident, *frames = self._router.recv_multipart(copy=False)
+            try:
+                (kind, sql), _ = wire.decode(self.auth, frames)
+            except Exception:
+                logger.warning("telemetry: refused a query that failed authentication")
+                continue
+            try:
+                if kind == "sync":
+                    self.sync()
+                    result = pa.table({"ok": [True]})
+                else:
+                    result = self.query(sql)
+                reply = wire.encode(self.auth, "ok", None, [result])
+            except Exception as exc:
+                reply = wire.encode(self.auth, "error", (type(exc).__name__, str(exc)))
+            self._router.send_multipart([ident, *reply], copy=False)

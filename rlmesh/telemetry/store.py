@@ -1,0 +1,168 @@
+"""The DuckDB file of one run: built-in tables, schema checks, Arrow appends, read-only SQL.
+
+Only the telemetry service writes to the file (one writer, so no lock conflicts).
+Appends go through DuckDB's Arrow scan, ``INSERT INTO t BY NAME SELECT * FROM batch``,
+which is the fastest bulk path DuckDB has from Python; ``BY NAME`` lets batches carry
+any subset of the columns in any order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from rlmesh.telemetry import schema
+from rlmesh.telemetry.columnar import REJECTED, rejected_batch
+from rlmesh.telemetry.errors import ReadOnlyQueryError
+
+logger = logging.getLogger(__name__)
+
+_ALLOWED = {"SELECT", "EXPLAIN"}
+_CANON = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE", "INT64": "BIGINT", "FLOAT8": "DOUBLE"}
+# Lossless widenings accepted without complaint: batch type -> table types it may enter.
+_WIDEN = {
+    "INTEGER": {"BIGINT", "DOUBLE"}, "SMALLINT": {"INTEGER", "BIGINT", "DOUBLE"},
+    "TINYINT": {"SMALLINT", "INTEGER", "BIGINT", "DOUBLE"}, "BIGINT": {"DOUBLE"},
+    "FLOAT": {"DOUBLE"}, "VARCHAR": {"JSON"},
+}
+REJECTED_DDL = (f'CREATE TABLE IF NOT EXISTS "{REJECTED}" '
+                "(run_id VARCHAR, table_name VARCHAR, reason VARCHAR, row VARCHAR)")
+
+
+def canon(sql_type: str) -> str:
+    t = str(sql_type).strip()
+    return _CANON.get(t.upper(), t)
+
+
+def check_read_only(sql: str) -> None:
+    """Refuse anything but SELECT-like statements (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)."""
+    try:
+        stmts = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise duckdb.ParserException(f"cannot parse telemetry query: {exc}") from exc
+    if not stmts:
+        raise ValueError("empty telemetry query; try: SELECT * FROM runs")
+    for st in stmts:
+        kind = str(st.type).rsplit(".", 1)[-1]
+        if kind not in _ALLOWED:
+            raise ReadOnlyQueryError(
+                f"telemetry queries are read-only: a {kind} statement was refused "
+                f"({st.query.strip()[:60]!r}). Use SELECT/WITH/DESCRIBE/SHOW/EXPLAIN; to change "
+                "data, copy runs/<run>/telemetry.duckdb after the run and open the copy with duckdb."
+            )
+
+
+def execute_read_only(con: Any, sql: str) -> pa.Table:
+    """Run a checked query in a transaction that is always rolled back: reads only, twice over."""
+    check_read_only(sql)
+    cur = con.cursor()
+    try:
+        cur.begin()
+        try:
+            rel = cur.sql(sql)
+            return rel.to_arrow_table() if rel is not None else pa.table({})
+        finally:
+            cur.rollback()
+    finally:
+        cur.close()
+
+
+class Store:
+    """Owns the run's DuckDB connection in the service (writer) process."""
+
+    def __init__(self, path: Path, run_id: str):
+        self.path = Path(path)
+        self.run_id = run_id
+        self.con = duckdb.connect(str(self.path))
+        self._lock = threading.Lock()  # serialises writers on self.con
+        self._cols: dict[str, dict[str, str]] = {}
+        self.rows_written = 0
+        self.rejected_rows = 0
+        for t in schema.BUILTIN.values():
+            self.con.execute(schema.builtin_ddl(t))
+        self.con.execute(REJECTED_DDL)
+        self._load_columns()
+
+    def _load_columns(self) -> None:
+        self._cols.clear()
+        for table, col, typ in self.con.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+        ).fetchall():
+            self._cols.setdefault(table, {})[col] = canon(typ)
+
+    def columns(self) -> dict[str, dict[str, str]]:
+        return {t: dict(c) for t, c in self._cols.items()}
+
+    def append(self, table: str, batch: pa.Table) -> int:
+        """Append one Arrow batch; a mismatched type raises :class:`schema.SchemaError` and keeps the rows in ``_rejected``."""
+        if batch.num_rows == 0:
+            return 0
+        null_cols = [f.name for f in batch.schema if pa.types.is_null(f.type)]
+        if null_cols:  # no type to learn from yet: BY NAME fills NULL
+            batch = batch.drop_columns(null_cols)
+        with self._lock:
+            self.con.register("__rlmesh_batch", batch)
+            try:
+                rel = self.con.table("__rlmesh_batch")
+                types = dict(zip(rel.columns, (canon(t) for t in rel.types)))
+                try:
+                    self._ensure_schema(table, types)
+                except schema.SchemaError as exc:
+                    self._reject(table, str(exc), batch)
+                    raise
+                self.con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM __rlmesh_batch')
+            finally:
+                self.con.unregister("__rlmesh_batch")
+        self.rows_written += batch.num_rows
+        return batch.num_rows
+
+    def _ensure_schema(self, table: str, types: dict[str, str]) -> None:
+        known = self._cols.get(table)
+        if known is None:
+            cols = ", ".join(f'"{c}" {t}' for c, t in types.items())
+            self.con.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({cols})')
+            self._cols[table] = dict(types)
+            logger.info("telemetry: created table %s (%s)", table, cols)
+            return
+        for col, typ in types.items():
+            have = known.get(col)
+            if have is None:
+                self.con.execute(f'ALTER TABLE "{table}" ADD COLUMN "{col}" {typ}')
+                known[col] = typ
+            elif have != typ and have not in _WIDEN.get(typ, ()):
+                raise schema.SchemaError(table, col, have, typ)
+
+    def _reject(self, table: str, reason: str, batch: pa.Table) -> None:
+        logger.error("telemetry: %s; %d rows kept in %s", reason, batch.num_rows, REJECTED)
+        rows = rejected_batch(table, reason, batch.to_pylist(), self.run_id)
+        self.con.register("__rlmesh_rej", rows)
+        try:
+            self.con.execute(f'INSERT INTO "{REJECTED}" BY NAME SELECT * FROM __rlmesh_rej')
+        finally:
+            self.con.unregister("__rlmesh_rej")
+        self.rejected_rows += batch.num_rows
+
+    def execute_write(self, sql: str, params: list[Any] | None = None) -> None:
+        """Framework-internal writes (the ``runs`` row); never reachable from the query API."""
+        with self._lock:
+            self.con.execute(sql, params or [])
+
+    def query(self, sql: str) -> pa.Table:
+        return execute_read_only(self.con, sql)
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            self.con.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self.con.execute("CHECKPOINT")
+            finally:
+                self.con.close()
