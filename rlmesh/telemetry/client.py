@@ -43,6 +43,7 @@ class RemoteSink:
         self._failing_since: float | None = None
         self._warned = False
         self.dropped_rows = 0
+        self._socket()  # connect now, so the link is up by the first flush
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
@@ -55,6 +56,8 @@ class RemoteSink:
         return self._sock
 
     def __call__(self, batches: list[tuple[str, pa.Table]]) -> None:
+        if not batches and not self._backlog:
+            return
         if batches:
             self._backlog.append(batches)
             self._backlog_rows += sum(t.num_rows for _, t in batches)
@@ -88,7 +91,16 @@ class RemoteSink:
                 "%d rows (oldest dropped first). Said once.", self.addr, now - self._failing_since, MAX_BACKLOG_ROWS,
             )
 
-    def close(self) -> None:
+    def close(self, timeout: float = 2.0) -> None:
+        """Try for up to ``timeout`` seconds to ship the backlog, then close (at proc exit)."""
+        deadline = time.monotonic() + timeout
+        while self._backlog and time.monotonic() < deadline:
+            self([])
+            if self._backlog:
+                time.sleep(0.02)
+        if self._backlog:
+            logger.warning("telemetry: %d rows not shipped at exit (service %s unreachable)",
+                           self._backlog_rows, self.addr)
         if self._sock is not None:
             self._sock.close()
             self._sock = None

@@ -127,6 +127,7 @@ class Recorder:
         with self._lock:
             n = len(self._q)
             if not n:
+                self._sink([])  # lets a remote sink retry its backlog
                 return 0
             items = [self._q.popleft() for _ in range(n)]
             batches = self._convert(items)
@@ -150,7 +151,9 @@ class Recorder:
         out = []
         for table, payload in order:
             if isinstance(payload, list):
-                out.append(rows_to_arrow(table, payload, self.run_id, self._sql.get(table, {})))
+                if table not in self._sql:  # trusted rows skip record()'s check, not the declared types
+                    self._learn_table(table)
+                out.append(rows_to_arrow(table, payload, self.run_id, self._sql[table]))
             else:
                 out.append((table, payload))
         return out
