@@ -43,6 +43,8 @@ class Future(Generic[T]):
         try:
             return self._cf.result(timeout)
         except concurrent.futures.TimeoutError:
+            if self._cf.done():  # the call itself failed with a TimeoutError (e.g. rm.CallTimeout)
+                raise
             raise TimeoutError(f"no result within {timeout}s (the call is still pending)") from None
 
     def result(self, timeout: float | None = None) -> T:

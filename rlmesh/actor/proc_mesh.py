@@ -7,14 +7,39 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 import time
 from typing import Any
+
+import cloudpickle
 
 from rlmesh.actor.actor import endpoint_names, validate_actor_class
 from rlmesh.actor.controller import Controller, Launcher, Restart
 from rlmesh.actor.mesh import ActorMesh, ActorPoint
 from rlmesh.actor.shape import Shape
 from rlmesh.transport.serialization import dumps
+
+
+def ship_by_value_if_needed(cls: type) -> None:
+    """Make cloudpickle send ``cls``'s module by value when a worker could not import it by name.
+
+    ``__main__`` (scripts, notebooks) is by value already; this covers modules loaded
+    from a file path (pytest's importlib mode, ``runpy``, exec'd code) whose name does
+    not resolve to the same file through ``sys.path``.
+    """
+    name = cls.__module__
+    mod = sys.modules.get(name)
+    if name == "__main__" or mod is None:
+        return
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    here = getattr(mod, "__file__", None)
+    if spec is None or (here and spec.origin and os.path.realpath(spec.origin) != os.path.realpath(here)):
+        cloudpickle.register_pickle_by_value(mod)
 
 
 class ProcMesh:
@@ -90,6 +115,7 @@ class ProcMesh:
                 spec["mesh"] == name for r in self._controller.procs.values() for spec, _ in r.actors):
             raise ValueError(f"an actor mesh named {name!r} exists already; choose another name")
         self._actor_names.add(name)
+        ship_by_value_if_needed(actor_cls)
         payload = dumps((actor_cls, args, kwargs))
         eps = endpoint_names(actor_cls)
         dims = self._shape.dims

@@ -1,0 +1,100 @@
+"""Actor classes shared by the runtime's integration tests."""
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import rlmesh as rm
+
+
+class Counter(rm.Actor):
+    def __init__(self, start: int = 0):
+        self.n = start
+        self.restarted = False
+
+    @rm.endpoint
+    async def incr(self, k: int = 1) -> int:
+        self.n += k
+        return self.n
+
+    @rm.endpoint
+    def value(self) -> int:
+        return self.n
+
+    @rm.endpoint
+    def where(self) -> dict:
+        c = rm.context()
+        return {"rank": c.rank, "shape": c.shape, "coords": c.coords, "mesh": c.mesh_name,
+                "actor_id": c.actor_id, "pid": c.proc.pid, "real_pid": os.getpid(),
+                "incarnation": c.proc.incarnation}
+
+    @rm.endpoint
+    async def sleep(self, s: float) -> int:
+        await asyncio.sleep(s)
+        return rm.context().rank
+
+    @rm.endpoint
+    def block(self, s: float) -> int:
+        time.sleep(s)
+        return rm.context().rank
+
+    @rm.endpoint
+    def fail(self, msg: str) -> None:
+        raise ValueError(msg)
+
+    @rm.endpoint
+    def bad_result(self):
+        return threading.Lock()
+
+    @rm.endpoint
+    def echo(self, x):
+        return x
+
+    @rm.endpoint
+    def freeze(self) -> None:
+        os.kill(os.getpid(), signal.SIGSTOP)  # stops every thread: the heartbeat goes silent
+
+    @rm.endpoint
+    def was_restarted(self) -> bool:
+        return self.restarted
+
+    def on_restart(self) -> None:
+        self.restarted = True
+
+
+class Relay(rm.Actor):
+    """Calls another mesh it was handed, from its own proc."""
+
+    def __init__(self, target=None):
+        self.target = target
+
+    @rm.endpoint
+    async def forward_sum(self, target, nbytes: int) -> float:
+        import numpy as np
+
+        data = np.ones(nbytes // 8, dtype=np.float64)
+        back = await target.echo.call_one(data)
+        return float(back.sum())
+
+    @rm.endpoint
+    def forward_sync(self, x: int) -> list:
+        return self.target.incr.call(x).get(timeout=10).values()
+
+    @rm.endpoint
+    def kv_put(self, key: str, value) -> None:
+        rm.actor.kv.put(key, value)
+
+    @rm.endpoint
+    def kv_get(self, key: str, timeout: float):
+        return rm.actor.kv.get(key, timeout=timeout)
+
+
+class BadInit(rm.Actor):
+    def __init__(self):
+        raise RuntimeError("cannot start: no config")
+
+    @rm.endpoint
+    def x(self):
+        return 1

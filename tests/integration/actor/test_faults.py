@@ -1,0 +1,109 @@
+"""Death detection, futures failing instead of hanging, and restarts — with real SIGKILL/SIGSTOP."""
+
+import os
+import signal
+import time
+
+import pytest
+
+import rlmesh as rm
+from rlmesh.actor import hooks
+from runtime_actors import BadInit, Counter
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def events():
+    got: list[hooks.ProcEvent] = []
+    hooks.add_event_sink(got.append)
+    yield got
+    hooks.remove_event_sink(got.append)
+
+
+def wait_for(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def test_sigkill_fails_pending_and_later_calls(events):
+    with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
+        c = procs.spawn("victim", Counter)
+        pending = c.slice(procs=1).sleep.call_one(30)
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        os.kill(procs.pids[1], signal.SIGKILL)
+        with pytest.raises(rm.ActorDied) as ei:
+            pending.get(timeout=10)
+        assert time.monotonic() - t0 < 2.0, "death must be noticed within 2 s"
+        assert ei.value.signal == signal.SIGKILL and ei.value.rank == 1 and ei.value.mesh == "victim"
+        with pytest.raises(rm.ActorDied):
+            c.slice(procs=1).value.call_one().get(timeout=5)
+        with pytest.raises(rm.ActorDied):
+            c.value.call().get(timeout=5)  # a mesh-wide call fails if any member is dead
+        assert c.slice(procs=0).incr.call_one().get(timeout=5) == 1  # the survivor serves on
+        died = [e for e in events if e.kind == "died" and e.proc_mesh == procs.name]
+        assert died and died[0].signal == signal.SIGKILL and died[0].rank == 1
+        assert died[0].actors == ("victim/1",)
+
+
+def test_restart_recreates_actors_and_runs_on_restart(events):
+    with rm.this_host().spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=1)) as procs:
+        c = procs.spawn("phoenix", Counter, start=7)
+        c.incr.call(5).get(timeout=10)
+        old_pid = procs.pids[0]
+        pending = c.slice(procs=0).sleep.call_one(30)
+        os.kill(old_pid, signal.SIGKILL)
+        with pytest.raises(rm.ActorDied):
+            pending.get(timeout=10)
+        procs.wait_alive(timeout=20)
+        assert procs.pids[0] != old_pid
+        one = c.slice(procs=0)
+        info = one.where.call_one().get(timeout=10)
+        assert info["incarnation"] == 1 and info["real_pid"] == procs.pids[0]
+        assert one.value.call_one().get(timeout=10) == 7  # __init__ ran again with its original args
+        assert one.was_restarted.call_one().get(timeout=10) is True
+        assert c.slice(procs=1).was_restarted.call_one().get(timeout=10) is False
+        kinds = [e.kind for e in events if e.proc_mesh == procs.name and e.rank == 0]
+        assert kinds[:4] == ["spawned", "died", "spawned", "restarted"]
+        # the restart budget is spent: the next death is final
+        os.kill(procs.pids[0], signal.SIGKILL)
+        wait_for(lambda: any(e.kind == "gave_up" and e.proc_mesh == procs.name for e in events))
+        with pytest.raises(rm.ActorDied):
+            one.value.call_one().get(timeout=5)
+
+
+def test_peer_calls_fail_when_their_target_dies():
+    from runtime_actors import Relay
+
+    with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
+        target = procs.slice(procs=1).spawn("target", Counter)
+        relay = procs.slice(procs=0).spawn("relay", Relay, target)
+        fut = relay.forward_sync.call_one(1)
+        assert fut.get(timeout=10) == [1]
+        os.kill(procs.pids[1], signal.SIGKILL)
+        time.sleep(0.1)
+        with pytest.raises(rm.ActorError, match="died"):
+            relay.forward_sync.call_one(1).get(timeout=10)
+
+
+def test_hung_proc_is_declared_dead_by_heartbeat(events):
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        c = procs.spawn("frozen", Counter)
+        t0 = time.monotonic()
+        with pytest.raises(rm.ActorDied, match="heartbeat"):
+            c.freeze.call_one().get(timeout=15)
+        assert time.monotonic() - t0 < 4.0
+        assert any(e.kind == "died" and "heartbeat" in e.reason for e in events if e.proc_mesh == procs.name)
+
+
+def test_exception_in_init_reaches_spawn_caller():
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        with pytest.raises(rm.ActorError) as ei:
+            procs.spawn("bad", BadInit)
+        assert "cannot start: no config" in str(ei.value) and ei.value.endpoint == "__init__"
+        assert 'raise RuntimeError("cannot start: no config")' in ei.value.remote_traceback
+        ok = procs.spawn("good", Counter)  # the proc survived
+        assert ok.value.call_one().get(timeout=10) == 0

@@ -1,0 +1,165 @@
+"""Every endpoint verb, slicing and context, against real worker procs on loopback."""
+
+import asyncio
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import rlmesh as rm
+from runtime_actors import Counter, Relay
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def procs():
+    with rm.this_host().spawn_procs(per_host={"procs": 4}) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def counters(procs):
+    return procs.spawn("counter", Counter, start=5)
+
+
+def test_call_returns_value_mesh_in_rank_order(counters):
+    before = counters.value.call().get(timeout=10).values()
+    vm = counters.incr.call(2).get(timeout=10)
+    assert isinstance(vm, rm.ValueMesh)
+    assert vm.values() == [b + 2 for b in before]
+    assert vm.shape == {"procs": 4} and len(vm) == 4
+    assert vm[{"procs": 3}] == vm[3]
+
+
+def test_context_in_actor(counters, procs):
+    info = counters.where.call().get(timeout=10)
+    assert [i["rank"] for i in info] == [0, 1, 2, 3]
+    assert all(i["mesh"] == "counter" and i["shape"] == {"procs": 4} for i in info)
+    assert [i["coords"] for i in info] == [{"procs": r} for r in range(4)]
+    assert len({i["real_pid"] for i in info}) == 4 and all(i["pid"] == i["real_pid"] for i in info)
+    assert [i["real_pid"] for i in info] == procs.pids
+    assert info[2]["actor_id"] == "counter/2"
+
+
+def test_call_one_needs_exactly_one(counters):
+    one = counters.slice(procs=1)
+    assert len(one) == 1 and one.shape == {}
+    assert one.where.call_one().get(timeout=10)["rank"] == 1
+    with pytest.raises(ValueError, match="exactly one actor"):
+        counters.where.call_one()
+
+
+def test_slice_ranges(counters):
+    sub = counters.slice(procs=slice(1, 3))
+    assert sub.shape == {"procs": 2} and len(sub) == 2
+    assert [i["rank"] for i in sub.where.call().get(timeout=10)] == [1, 2]
+
+
+def test_choose_avoids_busy_actor(counters):
+    busy = counters.slice(procs=0).sleep.call_one(1.0)
+    picks = {counters.where.choose().get(timeout=10)["rank"] for _ in range(6)}
+    assert 0 not in picks
+    assert busy.get(timeout=10) == 0
+
+
+def test_broadcast_is_fire_and_forget(counters):
+    before = counters.value.call().get(timeout=10).values()
+    assert counters.incr.broadcast(10) is None
+    deadline = time.monotonic() + 10
+    while counters.value.call().get(timeout=10).values() != [b + 10 for b in before]:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_stream_yields_in_completion_order(counters):
+    assert sorted(counters.block.stream(0.0)) == [0, 1, 2, 3]
+
+    async def collect():
+        return [v async for v in counters.sleep.stream(0.0)]
+
+    assert sorted(asyncio.run(collect())) == [0, 1, 2, 3]
+    # rank r sleeps (3 - r) * 0.2 s, so the highest rank answers first
+    staggered = rm.actor.mesh.Stream([counters.slice(procs=r).sleep.call_one((3 - r) * 0.2) for r in range(4)])
+    assert list(staggered) == [3, 2, 1, 0]
+
+
+def test_await_and_gather_from_asyncio(counters):
+    async def main():
+        a, b = await asyncio.gather(counters.value.call(), counters.slice(procs=2).value.call_one())
+        return a, b
+
+    a, b = asyncio.run(main())
+    assert a[2] == b
+
+
+def test_remote_exception_carries_traceback_and_actor_keeps_serving(counters):
+    with pytest.raises(rm.ActorError) as ei:
+        counters.slice(procs=3).fail.call_one("bad input 42").get(timeout=10)
+    err = ei.value
+    assert err.mesh == "counter" and err.rank == 3 and err.endpoint == "fail"
+    assert err.remote_type == "builtins.ValueError"
+    assert "bad input 42" in str(err) and "raise ValueError(msg)" in str(err)
+    assert isinstance(err.exception, ValueError)
+    assert counters.slice(procs=3).where.call_one().get(timeout=10)["rank"] == 3
+
+
+def test_unpicklable_argument_fails_at_the_call(counters):
+    with pytest.raises(rm.SerializationError, match="_thread.lock"):
+        counters.echo.call(threading.Lock())
+
+
+def test_unpicklable_result_is_named(counters):
+    with pytest.raises(rm.ActorError, match="_thread.lock"):
+        counters.slice(procs=0).bad_result.call_one().get(timeout=10)
+
+
+def test_unknown_endpoint_lists_the_real_ones(counters):
+    with pytest.raises(AttributeError, match="no endpoint 'nope'.*incr"):
+        counters.nope
+
+
+def test_timeout_option(counters):
+    with pytest.raises(rm.CallTimeout, match="timeout"):
+        counters.slice(procs=0).sleep.options(timeout=0.2).call_one(5).get(timeout=10)
+
+
+def test_tensor_and_array_arguments_roundtrip(counters):
+    t = torch.randn(256, 1024)
+    back = counters.slice(procs=1).echo.call_one({"t": t, "a": np.arange(100000)}).get(timeout=10)
+    assert torch.equal(back["t"], t) and (back["a"] == np.arange(100000)).all()
+
+
+def test_spawn_on_slices_trainer_and_generators(procs):
+    trainer = procs.slice(procs=0).spawn("trainer", Counter, start=100)
+    gens = procs.slice(procs=slice(1, 4)).spawn("gens", Counter)
+    assert trainer.where.call_one().get(timeout=10)["real_pid"] == procs.pids[0]
+    g = gens.where.call().get(timeout=10)
+    assert [x["real_pid"] for x in g] == procs.pids[1:]
+    assert [x["rank"] for x in g] == [0, 1, 2] and g[0]["shape"] == {"procs": 3}
+
+
+def test_duplicate_mesh_name_refused(procs, counters):
+    with pytest.raises(ValueError, match="exists already"):
+        procs.spawn("counter", Counter)
+
+
+def test_kv_rendezvous_between_actors(procs):
+    relays = procs.slice(procs=slice(0, 2)).spawn("kvrelay", Relay)
+    a, b = relays.slice(procs=0), relays.slice(procs=1)
+    waiting = b.kv_get.call_one("rendezvous/x", 10)
+    time.sleep(0.1)
+    a.kv_put.call_one("rendezvous/x", {"addr": "tcp://127.0.0.1:1"}).get(timeout=10)
+    assert waiting.get(timeout=10) == {"addr": "tcp://127.0.0.1:1"}
+    with pytest.raises(rm.ActorError, match="not present"):
+        b.kv_get.call_one("rendezvous/missing", 0.2).get(timeout=10)
+    assert rm.actor.kv.get("rendezvous/x", timeout=1) == {"addr": "tcp://127.0.0.1:1"}
+
+
+def test_sync_endpoint_can_call_other_actors(procs, counters):
+    relay = procs.slice(procs=0).spawn("syncrelay", Relay, counters)
+    before = counters.value.call().get(timeout=10).values()
+    assert relay.forward_sync.call_one(1).get(timeout=10) == [b + 1 for b in before]
