@@ -26,21 +26,17 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
+from rlmesh.rl.config import ppo_cartpole
 from rlmesh.rl.ppo_core import evaluate_greedy, train_ppo
 
 TARGET = 475.0
 EVAL_EPISODES = 20
 
-# rlmesh's tuned settings (see the report in docs/recipes.md for the sweep).
-RLMESH_GENERATOR = dict(env_id="CartPole-v1", num_envs=8, num_steps=32)
-RLMESH_PPO = dict(total_steps=100_000, lr=1e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8, update_epochs=20,
-                  num_minibatches=1, clip_coef=0.2, anneal_clip=True)
-
-
 def run_rlmesh(seed: int, eval_every: int, budget: int) -> dict:
-    ppo = PPOConfig(**{**RLMESH_PPO, "total_steps": budget})
-    result = train_ppo(GymGeneratorConfig(**RLMESH_GENERATOR, seed=seed), ppo, seed=seed, eval_every=eval_every,
+    recipe = ppo_cartpole()  # the tuned preset; see its docstring
+    recipe.ppo.total_steps = budget
+    recipe.generator.seed = seed
+    result = train_ppo(recipe.generator, recipe.ppo, seed=seed, eval_every=eval_every,
                        eval_episodes=EVAL_EPISODES, target_return=TARGET)
     return {"steps": result.solved_steps, "train_s": result.solved_seconds, "total_s": result.solved_seconds_total,
             "last_eval": result.evals[-1][2] if result.evals else float("nan")}

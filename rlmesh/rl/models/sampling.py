@@ -1,0 +1,122 @@
+"""Batched sampling of N completions per prompt with a KV cache, and the matching
+full-sequence log-probs for training.
+
+Log-prob convention (what GRPO's importance ratio needs): a token's log-prob is taken
+under ``softmax(logits / temperature)`` *before* top-p truncation, and
+:func:`sequence_logprobs` computes exactly that from a full forward pass. The trainer
+and the generator therefore agree to float precision when they hold the same weights
+(tested), and top-p only changes *which* tokens are drawn, not how they are scored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask (to -inf) every token outside the nucleus: the smallest set of most likely
+    tokens whose probability sums to at least ``top_p``. The top token always stays."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(-1)
+    mass_before = probs.cumsum(-1) - probs
+    drop_sorted = mass_before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+@dataclass
+class Generation:
+    """``num_prompts * n`` rows, samples of a prompt contiguous (row ``i * n + j``)."""
+
+    input_ids: torch.Tensor
+    """[R, P + L] left-padded prompt then completion (padding after EOS is ``pad_id``)."""
+    attention_mask: torch.Tensor
+    """[R, P + L] 1 on real prompt tokens and on completion tokens up to and including EOS."""
+    completion_ids: torch.Tensor
+    """[R, L] sampled tokens."""
+    completion_logprobs: torch.Tensor
+    """[R, L] log-prob of each sampled token (see module doc), 0 where masked."""
+    completion_mask: torch.Tensor
+    """[R, L] 1 up to and including the first EOS."""
+    prompt_len: int
+    """P, the padded prompt width; completions start at this column."""
+
+    @property
+    def num_tokens(self) -> int:
+        """Completion tokens actually generated (masked ones excluded)."""
+        return int(self.completion_mask.sum())
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    prompts: list[list[int]],
+    n: int = 1,
+    max_new_tokens: int = 16,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    generator: torch.Generator | None = None,
+) -> Generation:
+    """Sample ``n`` completions for each prompt (token-id lists) with incremental decoding.
+
+    Stops early once every row has emitted ``eos_id``. ``model`` follows the
+    ``new_cache`` / ``forward(input_ids, attention_mask, cache)`` convention of
+    :class:`~rlmesh.rl.models.transformer.Transformer`.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (got {temperature}); use a small top_p for near-greedy decoding")
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate: every prompt needs at least one token")
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    rows = len(prompts) * n
+    input_ids = torch.full((rows, width + max_new_tokens), pad_id, dtype=torch.long, device=device)
+    attention_mask = torch.zeros_like(input_ids)
+    for i, prompt in enumerate(prompts):
+        sl = slice(i * n, (i + 1) * n)
+        input_ids[sl, width - len(prompt):width] = torch.tensor(prompt, device=device)
+        attention_mask[sl, width - len(prompt):width] = 1
+    logprobs = torch.zeros(rows, max_new_tokens, device=device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    cache = model.new_cache(rows, width + max_new_tokens)
+    logits = model(input_ids[:, :width], attention_mask[:, :width], cache)[:, -1]
+    steps = 0
+    for t in range(max_new_tokens):
+        scaled = logits.float() / temperature
+        probs = top_p_filter(scaled, top_p).softmax(-1)
+        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        token_logp = scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1)
+        live = ~finished
+        col = width + t
+        input_ids[:, col] = torch.where(live, token, pad_id)
+        attention_mask[:, col] = live.long()
+        logprobs[:, t] = torch.where(live, token_logp, 0.0)
+        steps = t + 1
+        if eos_id is not None:
+            finished |= token == eos_id
+        if bool(finished.all()) or t == max_new_tokens - 1:
+            break
+        # Finished rows still run (batch shape stays fixed) but are masked everywhere.
+        logits = model(input_ids[:, col:col + 1], attention_mask[:, :col + 1], cache)[:, -1]
+    input_ids, attention_mask = input_ids[:, :width + steps], attention_mask[:, :width + steps]
+    return Generation(input_ids, attention_mask, input_ids[:, width:], logprobs[:, :steps],
+                      attention_mask[:, width:], width)
+
+
+def sequence_logprobs(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int, temperature: float = 1.0
+) -> torch.Tensor:
+    """Log-probs ``[R, T - start]`` of tokens ``input_ids[:, start:]`` from one full forward pass.
+
+    With gradients: this is what the GRPO trainer differentiates. ``start`` is
+    :attr:`Generation.prompt_len`; mask the result with ``attention_mask[:, start:]``.
+    """
+    logits = model(input_ids, attention_mask)[:, start - 1:-1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, input_ids[:, start:, None]).squeeze(-1)
