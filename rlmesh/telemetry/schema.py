@@ -164,6 +164,15 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
     ), "one health sampler per host"),
 ]}
 
+#: Not filled on purpose: rows the service could not store (type mismatch), kept so nothing is lost silently.
+REJECTED_TABLE = Table("_rejected", "rows that did not fit their table's types, kept with the reason", (
+    _c("run_id", "VARCHAR", "id of the run"),
+    _c("table_name", "VARCHAR", "table the rows were meant for"),
+    _c("reason", "VARCHAR", "the schema error, naming column and both types"),
+    _c("row", "VARCHAR", "the row, as JSON"),
+), "the telemetry service")
+DOCUMENTED: dict[str, Table] = {**BUILTIN, REJECTED_TABLE.name: REJECTED_TABLE}
+
 # Which Python value kinds fit a declared DuckDB type. int fits DOUBLE (lossless for
 # every value a metric realistically holds); nothing else is converted.
 _FITS: dict[str, frozenset[str]] = {
@@ -243,8 +252,8 @@ def builtin_ddl(table: Table) -> str:
 
 def describe_column(table: str, column: str) -> str:
     """The documented meaning of a column, or '' for user tables and columns."""
-    if column in AUTO_NAMES and (table not in BUILTIN or BUILTIN[table].column(column) is None):
+    t = DOCUMENTED.get(table)
+    if column in AUTO_NAMES and (t is None or t.column(column) is None):
         return next(c.doc for c in AUTO if c.name == column)
-    t = BUILTIN.get(table)
     c = t.column(column) if t else None
     return c.doc if c else ""

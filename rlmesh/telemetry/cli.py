@@ -1,0 +1,223 @@
+"""``rlmesh sql`` and ``rlmesh runs``: the telemetry at a shell prompt, for people and for agents.
+
+People get a rich table (plain text when stdout is not a terminal); programs get
+``--format json`` (one stable object, no ANSI codes, timestamps as ISO 8601 strings),
+``csv`` or ``parquet``. Errors go to stderr with exit status 1 (2 for bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import decimal
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("table", "csv", "json", "parquet")
+MAX_TABLE_ROWS = 1000
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (dt.datetime, dt.date, dt.time)):
+        return v.isoformat()
+    if isinstance(v, dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, decimal.Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(v).decode()
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float) and v != v:
+        return None  # NaN is not JSON
+    return v
+
+
+def to_json(tbl: Any, run: str | None) -> str:
+    """``{"run", "columns": [{"name", "type"}], "rows": [{...}], "row_count"}``, keys in column order."""
+    cols = [{"name": f.name, "type": str(f.type)} for f in tbl.schema]
+    rows = [{k: _jsonable(v) for k, v in r.items()} for r in tbl.to_pylist()]
+    return json.dumps({"run": run, "columns": cols, "rows": rows, "row_count": len(rows)}, ensure_ascii=False)
+
+
+def _flatten_nested(tbl: Any) -> Any:
+    """CSV has no lists or structs: write those columns as JSON text."""
+    import pyarrow as pa
+
+    for i, f in enumerate(tbl.schema):
+        if pa.types.is_nested(f.type):
+            vals = [None if v is None else json.dumps(_jsonable(v)) for v in tbl.column(i).to_pylist()]
+            tbl = tbl.set_column(i, f.name, pa.array(vals, type=pa.string()))
+    return tbl
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(_jsonable(v))
+    return str(v)
+
+
+def print_table(tbl: Any, title: str | None = None, out: Any = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    stream = out or sys.stdout
+    # A pipe or file gets wide lines rather than 80-column wrapping; a terminal gets its width.
+    console = Console(file=stream, soft_wrap=False, width=None if stream.isatty() else 200)
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for f in tbl.schema:
+        t.add_column(f.name, justify="right" if _numeric(f.type) else "left", overflow="fold")
+    shown = tbl.slice(0, MAX_TABLE_ROWS)
+    for row in shown.to_pylist():
+        t.add_row(*(_cell(v) for v in row.values()))
+    console.print(t)
+    if tbl.num_rows > MAX_TABLE_ROWS:
+        console.print(f"({tbl.num_rows - MAX_TABLE_ROWS} more rows; use --format csv/json/parquet --out FILE)")
+    else:
+        console.print(f"({tbl.num_rows} row{'s' if tbl.num_rows != 1 else ''})")
+
+
+def _numeric(t: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def write_result(tbl: Any, fmt: str, out: str | None, run: str | None, title: str | None = None) -> None:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        if out is None and sys.stdout.isatty():
+            raise SystemExit("rlmesh sql: --format parquet writes binary; add --out FILE (or pipe stdout)")
+        pq.write_table(tbl, out or sys.stdout.buffer)
+        return
+    if fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        if out:
+            pcsv.write_csv(_flatten_nested(tbl), out)
+        else:
+            sys.stdout.flush()
+            pcsv.write_csv(_flatten_nested(tbl), sys.stdout.buffer)
+        return
+    stream = open(out, "w") if out else sys.stdout
+    try:
+        if fmt == "json":
+            stream.write(to_json(tbl, run) + "\n")
+        else:
+            print_table(tbl, title, stream)
+    finally:
+        if out:
+            stream.close()
+
+
+def _parser(prog: str, schema: bool) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
+    if schema:
+        p.add_argument("args", nargs="*", metavar="[RUN] SQL",
+                       help="RUN: run id, 'latest' (default), run directory or .duckdb file")
+        p.add_argument("--schema", action="store_true", help="list tables and columns with their meaning")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    return p
+
+
+def sql_main(argv: list[str]) -> int:
+    """``rlmesh sql [RUN] "SELECT ..."`` | ``rlmesh sql [RUN] --schema``."""
+    p = _parser("rlmesh sql", schema=True)
+    a = p.parse_args(argv)
+    if a.schema:
+        if len(a.args) > 1:
+            p.error("--schema takes at most a RUN")
+        run, sql = (a.args[0] if a.args else None), None
+    elif len(a.args) == 1:
+        run, sql = None, a.args[0]
+    elif len(a.args) == 2:
+        run, sql = a.args
+    else:
+        p.error('give a query: rlmesh sql [RUN] "SELECT * FROM runs"')
+    from rlmesh.telemetry import reader, run as runs
+    from rlmesh.telemetry.errors import TelemetryError
+
+    try:
+        run_dir = runs.resolve_run(run)
+        if a.schema:
+            tbl = reader.tables(run_dir)
+            if a.format == "json":
+                return _write_schema_json(tbl, run_dir.name, a.out)
+        else:
+            tbl = reader.query_run_dir(run_dir, sql)
+    except (TelemetryError, PermissionError, FileNotFoundError) as exc:
+        print(f"rlmesh sql: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # SQL errors from DuckDB: show DuckDB's words
+        print(f"rlmesh sql: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if a.schema and a.format == "table":
+            _print_schema(tbl, run_dir.name)
+        else:
+            write_result(tbl, a.format, a.out, run_dir.name, title=f"run {run_dir.name}")
+    except BrokenPipeError:  # `| head`: the reader has seen enough
+        sys.stdout = open("/dev/null", "w")
+    return 0
+
+
+def _print_schema(tbl: Any, run: str) -> None:
+    import pyarrow as pa
+
+    from rlmesh.telemetry.schema import DOCUMENTED
+
+    rows = tbl.to_pylist()
+    for name in dict.fromkeys(r["table"] for r in rows):
+        part = [{k: r[k] for k in ("column", "type", "description")} for r in rows if r["table"] == name]
+        doc = DOCUMENTED[name].doc if name in DOCUMENTED else "user table (types from its first batch)"
+        print_table(pa.Table.from_pylist(part), title=f"{name}: {doc}")
+
+
+def _write_schema_json(tbl: Any, run: str, out: str | None) -> int:
+    from rlmesh.telemetry.schema import DOCUMENTED
+
+    tables: dict[str, Any] = {}
+    for r in tbl.to_pylist():
+        t = tables.setdefault(r["table"], {"doc": DOCUMENTED[r["table"]].doc if r["table"] in DOCUMENTED else "user table",
+                                           "columns": []})
+        t["columns"].append({"name": r["column"], "type": r["type"], "description": r["description"]})
+    text = json.dumps({"run": run, "tables": tables}, ensure_ascii=False)
+    if out:
+        Path(out).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+def runs_main(argv: list[str]) -> int:
+    """``rlmesh runs``: every run under ``$RLMESH_RUNS_DIR`` (default ./runs), oldest first."""
+    import pyarrow as pa
+
+    from rlmesh.telemetry import run as runs
+
+    a = _parser("rlmesh runs", schema=False).parse_args(argv)
+    rows = []
+    for r in runs.list_runs():
+        start, end = r.get("start_ts"), r.get("end_ts")
+        rows.append({
+            "id": r["id"], "status": r["status"],
+            "start": dt.datetime.fromtimestamp(start, dt.timezone.utc) if start else None,
+            "duration_s": round(end - start, 1) if start and end else None,
+            "rows": r.get("rows"), "command": " ".join(r.get("argv") or []),
+        })
+    schema = pa.schema([("id", pa.string()), ("status", pa.string()), ("start", pa.timestamp("us", tz="UTC")),
+                        ("duration_s", pa.float64()), ("rows", pa.int64()), ("command", pa.string())])
+    tbl = pa.Table.from_pylist(rows, schema=schema)
+    write_result(tbl, a.format, a.out, None, title=f"runs in {runs.runs_dir()}")
+    return 0
