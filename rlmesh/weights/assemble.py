@@ -1,0 +1,138 @@
+"""Verify a fetched version, then copy it into the caller's tensors.
+
+Why verify first: a pull must leave its target untouched when the transfer is torn
+or corrupt, so every checksum is checked against the source bytes (the shared
+segment, the received frames, the RDMA staging region) before a single target byte
+changes. The copy then goes straight from the source into the target (one pass,
+dtype cast and non-contiguous targets handled by ``Tensor.copy_``).
+
+A *source* is, per manifest entry, the list of its pieces as contiguous uint8 tensors
+(one piece for shm and CUDA IPC; one per chunk for TCP and RDMA).
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from rlmesh.weights import checksum
+from rlmesh.weights.errors import WeightSyncError
+from rlmesh.weights.layout import Manifest, TensorEntry, check_target, torch_dtype
+
+Sources = Sequence[Sequence[Any]]
+
+
+@contextmanager
+def quiet_readonly() -> Iterator[None]:
+    """Views over received (read-only) zmq frames are only ever read; silence torch's warning about them."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        warnings.filterwarnings("ignore", message=".*non-writable.*")
+        yield
+
+
+def _piece_sum(p: Any) -> int:
+    return checksum.sum64_cuda(p) if p.is_cuda else checksum.sum64(p.numpy())
+
+
+def verify(m: Manifest, sources: Sources) -> None:
+    """Raise :class:`WeightSyncError` naming the first entry whose bytes do not match its checksum."""
+    if len(sources) != len(m.entries):
+        raise WeightSyncError(f"version {m.version} of {m.name!r}: got {len(sources)} tensors, manifest lists {len(m.entries)}")
+    for e, pieces in zip(m.entries, sources):
+        got_len = sum(int(p.numel()) for p in pieces)
+        if got_len != e.nbytes:
+            raise WeightSyncError(f"version {m.version} of {m.name!r}: {e.key!r} arrived with {got_len} bytes, expected {e.nbytes}")
+        got = checksum.combine([_piece_sum(p) for p in pieces])
+        if got != e.checksum:
+            raise WeightSyncError(
+                f"version {m.version} of {m.name!r}: checksum mismatch on {e.key!r} "
+                f"(torn or corrupt transfer); the target was left untouched")
+
+
+def _joined(pieces: Sequence[Any]) -> Any:
+    import torch
+
+    if len(pieces) == 1:
+        return pieces[0]
+    if not pieces:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.cat(list(pieces))
+
+
+def _torch_view(e: TensorEntry, flat: Any) -> Any:
+    return flat.view(torch_dtype(e.dtype)).reshape(e.shape)
+
+
+def _numpy_view(e: TensorEntry, flat: Any) -> np.ndarray:
+    return flat.cpu().numpy().view(np.dtype(e.dtype)).reshape(e.shape)
+
+
+def _copy_pieces_bytewise(dst: Any, pieces: Sequence[Any]) -> bool:
+    """Copy chunked pieces straight into a contiguous same-dtype target; False if not possible."""
+    import torch
+
+    if not dst.is_contiguous() or dst.device != pieces[0].device:
+        return False
+    raw = dst.reshape(-1).view(torch.uint8)
+    pos = 0
+    for p in pieces:
+        n = int(p.numel())
+        raw[pos : pos + n].copy_(p)
+        pos += n
+    return True
+
+
+def copy_entry(e: TensorEntry, pieces: Sequence[Any], dst: Any) -> None:
+    """Copy one verified entry into ``dst`` (torch tensor or numpy array), casting if dtypes differ."""
+    import torch
+
+    if isinstance(dst, np.ndarray):
+        np.copyto(dst, _numpy_view(e, _joined(pieces)), casting="same_kind")
+        return
+    if e.kind == "numpy":
+        src = torch.from_numpy(np.ascontiguousarray(_numpy_view(e, _joined(pieces))))
+        with torch.no_grad():
+            dst.copy_(src)
+        return
+    with torch.no_grad():
+        if len(pieces) > 1 and dst.dtype == torch_dtype(e.dtype) and _copy_pieces_bytewise(dst, pieces):
+            return
+        dst.copy_(_torch_view(e, _joined(pieces)))
+
+
+def copy_into(m: Manifest, sources: Sources, target: Mapping[str, Any], dtype: Any = None) -> None:
+    """Check the target's keys and shapes, then copy every entry in place (call :func:`verify` first)."""
+    check_target(m, target, dtype)
+    for e, pieces in zip(m.entries, sources):
+        copy_entry(e, pieces, target[e.key])
+
+
+def materialize(m: Manifest, sources: Sources, dtype: Any = None, device: Any = None) -> dict[str, Any]:
+    """Fresh tensors (and numpy arrays for numpy entries); ``dtype`` casts floating-point tensors only."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for e, pieces in zip(m.entries, sources):
+        if e.kind == "numpy":
+            out[e.key] = np.array(_numpy_view(e, _joined(pieces)), copy=True)
+            continue
+        src_dt = torch_dtype(e.dtype)
+        want = dtype if (dtype is not None and src_dt.is_floating_point) else src_dt
+        dev = device if device is not None else (pieces[0].device if pieces else "cpu")
+        dst = torch.empty(e.shape, dtype=want, device=dev)
+        copy_entry(e, pieces, dst)
+        out[e.key] = dst
+    return out
+
+
+def as_state_dict(target: Any) -> Mapping[str, Any]:
+    """Accept a state_dict or a module (whose ``state_dict()`` tensors alias its parameters)."""
+    if isinstance(target, Mapping):
+        return target
+    if hasattr(target, "state_dict"):
+        return target.state_dict()
+    raise TypeError(f"pull_into needs a state_dict or an nn.Module, got {type(target).__name__}")

@@ -1,0 +1,91 @@
+"""The publisher's network endpoint: TCP data, plus RDMA and CUDA IPC connection setup.
+
+Why one ROUTER thread: it answers small JSON requests (latest version, open a
+version under a lease, read chunks, close) and replies with zero-copy frames that
+point straight into the slot memory, so the bytes on the wire are the bytes the
+publisher wrote once; zmq's I/O thread does the sending, off the GIL. A lease keeps a
+slot from being overwritten while a remote reader is still reading it.
+
+Every request must carry this job's HMAC (``rlmesh.transport.Authenticator``); the
+body is JSON, so nothing from the network is ever unpickled. Off loopback the MAC
+covers every frame, data included.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from rlmesh.transport import Authenticator, AuthError, bind_random, is_loopback_address, zmq_context
+from rlmesh.transport.sockets import tune
+
+if TYPE_CHECKING:
+    from rlmesh.weights.publisher import Publisher
+
+logger = logging.getLogger(__name__)
+
+
+class SyncServer:
+    """Serves one :class:`Publisher` to TCP, RDMA and CUDA IPC readers from a daemon thread."""
+
+    def __init__(self, pub: "Publisher", host: str | None = None):
+        self.pub = pub
+        self._sock = tune(zmq_context().socket(zmq.ROUTER))
+        self.addr = bind_random(self._sock, host)
+        self.auth = Authenticator.from_env(full=not is_loopback_address(self.addr))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"rlmesh-weights-{pub.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                if not poller.poll(100):
+                    continue
+                frames = self._sock.recv_multipart(copy=False)
+                ident, body = frames[0], frames[1:]
+                try:
+                    req = json.loads(bytes(self.auth.verify(body)[0].buffer))
+                except (AuthError, ValueError, UnicodeDecodeError) as exc:
+                    logger.warning("weights %r: dropped a request that failed authentication or decoding: %s", self.pub.name, exc)
+                    continue
+                try:
+                    reply, bufs = self._handle(req)
+                except Exception as exc:  # a bad request must not kill the server
+                    logger.debug("weights %r: request %s failed", self.pub.name, req.get("op"), exc_info=True)
+                    reply, bufs = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, []
+                reply["rid"] = req.get("rid")
+                out = self.auth.sign([json.dumps(reply).encode(), *bufs])
+                self._sock.send_multipart([ident, *out], copy=False)
+        finally:
+            self._sock.close(0)
+
+    def _handle(self, req: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+        op = req.get("op")
+        pub = self.pub
+        if op == "latest":
+            return {"ok": True, "versions": pub.versions()}, []
+        if op == "open":
+            got = pub._open_lease(int(req.get("min_version", 0)), req.get("version"), req.get("want", ()))
+            if got is None:
+                return {"ok": False, "error": "none", "versions": pub.versions()}, []
+            lease, manifest, extra = got
+            return {"ok": True, "lease": lease, "extra": extra}, [manifest]
+        if op == "read":
+            return {"ok": True}, pub._read_views(int(req["lease"]), [tuple(r) for r in req["ranges"]])
+        if op == "close":
+            pub._close_lease(int(req["lease"]))
+            return {"ok": True}, []
+        if op == "rdma_connect":
+            return {"ok": True, "qp": pub._rdma_connect(req["qp"])}, []
+        raise ValueError(f"unknown op {op!r}")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)

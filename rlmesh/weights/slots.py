@@ -1,0 +1,220 @@
+"""Versions in POSIX shared memory: one file per slot under ``/dev/shm``, plus a small ``.ctl`` index.
+
+Why slots and ``flock``: the publisher writes each version once, into host memory
+that shm readers map directly and that the TCP/RDMA servers send from. A slot is
+reused only when no reader holds it: readers take ``flock(LOCK_SH)`` while copying,
+the publisher takes ``LOCK_EX|LOCK_NB`` before overwriting and, if that fails, writes
+into another slot instead of waiting. So a slow reader finishes the version it
+started, the publisher never blocks, and locks die with their process (no stale
+pins after a crash).
+
+Names: ``rlmesh-w-<job>-<proc>-<pid>-<name>-s<idx>`` and ``...-<name>.ctl``, so the
+controller plugin can unlink everything a dead proc (or a whole job) left behind.
+Each slot file: a 64-byte header (magic, state, version, gen, manifest/data offsets),
+the JSON manifest of the version it holds, then the data at a page boundary.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import logging
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from rlmesh.weights.directory import safe
+
+logger = logging.getLogger(__name__)
+
+SHM_DIR = os.environ.get("RLMESH_SHM_DIR", "/dev/shm")
+PREFIX = "rlmesh-w-"
+MAGIC = b"RLMWv001"
+HEADER = struct.Struct("<8sQQQQQQQ")
+EMPTY, WRITING, READY = 0, 1, 2
+PAGE = mmap.PAGESIZE
+
+
+def _page_up(n: int) -> int:
+    return (n + PAGE - 1) // PAGE * PAGE
+
+
+def base_name(job: str, proc: str, pid: int, name: str) -> str:
+    return f"{PREFIX}{safe(job)}-{safe(proc)}-{pid}-{safe(name)}"
+
+
+@dataclass
+class SlotHeader:
+    state: int
+    version: int
+    gen: int
+    manifest_off: int
+    manifest_len: int
+    data_off: int
+    data_len: int
+
+    @classmethod
+    def read(cls, buf: Any) -> "SlotHeader":
+        magic, *rest = HEADER.unpack_from(buf, 0)
+        if magic != MAGIC:
+            raise ValueError("not an rlmesh weight segment (bad magic)")
+        return cls(*rest)
+
+
+class SlotFile:
+    """Publisher side of one slot: created, mapped read-write, locked exclusively while written."""
+
+    def __init__(self, path: str, idx: int, data_cap: int, manifest_cap: int):
+        self.path, self.idx = path, idx
+        self.manifest_off = HEADER.size
+        self.data_off = _page_up(HEADER.size + manifest_cap)
+        self.data_cap = data_cap
+        self.size = self.data_off + _page_up(max(data_cap, 1))
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(self.fd, self.size)
+            self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self.fd)
+            os.unlink(path)
+            raise
+        self.state, self.version, self.gen = EMPTY, -1, 0
+        self.leases: dict[int, float] = {}  # lease id -> expiry (TCP/RDMA/CUDA readers, in this process)
+        self.extra: dict[str, Any] = {}  # per-transport handles (RDMA MR, ...)
+        self.write_header()
+
+    @property
+    def manifest_cap(self) -> int:
+        return self.data_off - self.manifest_off
+
+    def data_view(self) -> Any:
+        """The data region as a writable torch uint8 tensor (no copy)."""
+        import torch
+
+        return torch.frombuffer(self.mm, dtype=torch.uint8, count=self.data_cap, offset=self.data_off)
+
+    def try_lock(self) -> bool:
+        """Exclusive lock without waiting: fails while any shm reader copies out of this slot."""
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def unlock(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def write_header(self, manifest: bytes = b"") -> None:
+        if len(manifest) > self.manifest_cap:
+            raise ValueError("manifest does not fit its slot")
+        self.mm[self.manifest_off : self.manifest_off + len(manifest)] = manifest
+        HEADER.pack_into(self.mm, 0, MAGIC, self.state, max(self.version, 0), self.gen,
+                         self.manifest_off, len(manifest), self.data_off, self.data_cap)
+
+    def close(self, unlink: bool = True) -> None:
+        if unlink:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # views still exported (zmq frames in flight); the mapping goes when they do
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def write_ctl(path: str, doc: dict[str, Any]) -> None:
+    """Replace the index atomically, so a reader sees the old or the new list, never half of one."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def read_ctl(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+class MappedSlot:
+    """Reader side of one slot: mapped read-only once (pages populated up front) and reused across pulls."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(self.fd).st_size
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self.mm = mmap.mmap(self.fd, size, flags, mmap.PROT_READ)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.size = size
+
+    def lock_shared(self) -> bool:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def unlock(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def header(self) -> SlotHeader:
+        return SlotHeader.read(self.mm)
+
+    def manifest_bytes(self, h: SlotHeader) -> bytes:
+        return self.mm[h.manifest_off : h.manifest_off + h.manifest_len]
+
+    def data_view(self, h: SlotHeader) -> Any:
+        import torch
+
+        from rlmesh.weights.assemble import quiet_readonly
+
+        with quiet_readonly():
+            return torch.frombuffer(self.mm, dtype=torch.uint8, count=h.data_len, offset=h.data_off)
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
+        os.close(self.fd)
+
+
+def cleanup_segments(job: str, proc: str | None = None, pid: int | None = None, shm_dir: str | None = None) -> list[str]:
+    """Unlink the segments of one proc (``pid=None``: every pid of it that is no longer alive), or of a whole job."""
+    shm_dir = shm_dir or SHM_DIR
+    pat = f"{PREFIX}{safe(job)}-"
+    if proc is not None:
+        pat += f"{safe(proc)}-{pid if pid is not None else '*'}-"
+    removed = []
+    for path in glob.glob(os.path.join(shm_dir, glob.escape(pat).replace(r"[*]", "*") + "*")):
+        if proc is not None and pid is None:
+            try:
+                owner = int(os.path.basename(path)[len(PREFIX):].split("-")[2])
+                os.kill(owner, 0)
+                continue  # still alive (a restarted incarnation): not ours to remove
+            except (ValueError, IndexError, ProcessLookupError):
+                pass
+            except PermissionError:
+                continue
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    if removed:
+        logger.info("removed %d weight segment(s) of job %s%s", len(removed), job, f" proc {proc}" if proc else "")
+    return removed

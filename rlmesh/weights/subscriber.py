@@ -1,0 +1,222 @@
+"""``Subscriber``: pull the version you want, verified, into your tensors.
+
+    sub = rm.weights.Subscriber("policy")
+    v = sub.pull_into(model.state_dict(), min_version=k, timeout=30)   # in place
+    sd, v = sub.pull(min_version=k, dtype=torch.bfloat16)              # fresh tensors
+    sub.latest_version()                                               # no data moved
+
+Transport selection (``transport=None``): CUDA IPC when the publisher is on this
+host, serves CUDA IPC and the target is on a GPU; shared memory when it is on this
+host; RDMA when the publisher registered a device and pyverbs finds one here; TCP
+otherwise. Each fallback that skips a faster transport is logged once, with why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Mapping
+
+from rlmesh.weights import assemble
+from rlmesh.weights.base import Fetched, ReaderTransport
+from rlmesh.weights.directory import Directory, default_directory, publisher_key, reader_id, this_host
+from rlmesh.weights.errors import StateDictMismatchError, TransportUnavailableError, WeightSyncError
+from rlmesh.weights.stats import SyncStats, Version, record_sync
+
+logger = logging.getLogger(__name__)
+
+CHOICES = ("shm", "tcp", "rdma", "cuda-ipc")
+
+
+def select_transport(record: dict[str, Any], forced: str | None, want_cuda: bool, host: str) -> tuple[str, str]:
+    """``(transport, reason)`` for reading from ``record``'s publisher; pure, so it is unit-tested."""
+    same_host = record.get("host") == host and os.path.exists(record.get("ctl") or "")
+    if forced is not None:
+        if forced not in CHOICES:
+            raise ValueError(f"transport={forced!r} is not one of {list(CHOICES)} (or None for automatic)")
+        if forced in ("shm", "cuda-ipc") and not same_host:
+            raise TransportUnavailableError(
+                f"transport={forced!r} needs the publisher on this host; it is on {record.get('host')!r} (use 'tcp')")
+        if forced == "rdma":
+            from rlmesh.weights import rdma
+
+            ok, why = rdma.available()
+            if not record.get("rdma") or not ok:
+                raise TransportUnavailableError(
+                    f"transport='rdma' unavailable: {why if not ok else 'the publisher registered no RDMA device'}; use 'tcp'")
+        if forced == "tcp" and not record.get("tcp"):
+            raise TransportUnavailableError("transport='tcp' but the publisher was created without 'tcp' in transports")
+        return forced, "forced"
+    if same_host:
+        if want_cuda and record.get("cuda_ipc"):
+            return "cuda-ipc", "same host, CUDA target"
+        return "shm", "same host"
+    if record.get("rdma"):
+        from rlmesh.weights import rdma
+
+        ok, why = rdma.available()
+        if ok:
+            return "rdma", "other host, RDMA device on both sides"
+        return "tcp", f"other host; rdma unavailable here: {why}"
+    return "tcp", "other host; the publisher has no RDMA device"
+
+
+class Subscriber:
+    """Reads versions of ``name`` published by a :class:`Publisher` anywhere in the job.
+
+    Not thread-safe: use one Subscriber per thread. ``timeout`` bounds the wait for the
+    publisher's directory record.
+    """
+
+    def __init__(self, name: str, transport: str | None = None, *, directory: Directory | None = None,
+                 timeout: float = 30.0):
+        if transport is not None and transport not in CHOICES:
+            raise ValueError(f"transport={transport!r} is not one of {list(CHOICES)} (or None for automatic)")
+        self.name, self.forced, self.timeout = name, transport, timeout
+        self.directory = directory if directory is not None else default_directory()
+        self.reader = reader_id()
+        self._record: dict[str, Any] | None = None
+        self._readers: dict[str, ReaderTransport] = {}
+        self.last_stats: SyncStats | None = None
+        self._logged: set[str] = set()
+
+    # ---- discovery ----
+    def _lookup(self, timeout: float) -> dict[str, Any]:
+        try:
+            rec = self.directory.get(publisher_key(self.name), timeout)
+        except KeyError:
+            raise WeightSyncError(f"no publisher of {self.name!r} appeared within {timeout:.0f}s; "
+                                  f"create rm.weights.Publisher({self.name!r}) in the trainer first") from None
+        if self._record is not None and (rec.get("pid"), rec.get("ctl")) != (self._record.get("pid"), self._record.get("ctl")):
+            self._drop_readers()  # the publisher was restarted: reconnect
+        self._record = rec
+        return rec
+
+    def _drop_readers(self) -> None:
+        for r in self._readers.values():
+            try:
+                r.close()
+            except Exception:
+                logger.debug("closing a %s reader failed", r.name, exc_info=True)
+        self._readers.clear()
+
+    def _transport(self, want_cuda: bool, timeout: float) -> ReaderTransport:
+        rec = self._record or self._lookup(timeout)
+        kind, why = select_transport(rec, self.forced, want_cuda, this_host())
+        if kind not in self._readers:
+            self._readers[kind] = self._make(kind, rec)
+            if kind not in self._logged:
+                self._logged.add(kind)
+                logger.info("weights %r: reading over %s (%s)", self.name, kind, why)
+        return self._readers[kind]
+
+    @staticmethod
+    def _make(kind: str, rec: dict[str, Any]) -> ReaderTransport:
+        if kind == "shm":
+            from rlmesh.weights.shm import ShmReader
+
+            return ShmReader(rec)
+        if kind == "tcp":
+            from rlmesh.weights.tcp import TcpReader
+
+            return TcpReader(rec)
+        if kind == "rdma":
+            from rlmesh.weights.rdma import RdmaReader
+
+            return RdmaReader(rec)
+        from rlmesh.weights.cuda_ipc import CudaIpcReader
+
+        return CudaIpcReader(rec)
+
+    # ---- API ----
+    def latest_version(self, timeout: float | None = None) -> int | None:
+        """Newest readable version, or ``None`` before the first publish. Moves no weight data."""
+        t = self._transport(False, self.timeout if timeout is None else timeout)
+        try:
+            vs = t.versions()
+        except WeightSyncError:
+            self._record = None
+            t = self._transport(False, self.timeout if timeout is None else timeout)
+            vs = t.versions()
+        return vs[0] if vs else None
+
+    def pull_into(self, target: Any, *, min_version: int = 0, version: int | None = None, timeout: float = 30.0,
+                  dtype: Any = None) -> Version:
+        """Copy the newest version >= ``min_version`` into ``target`` in place (a state_dict or a module).
+
+        ``version``: ask for that exact version; if it was already dropped (the publisher
+        keeps only the newest ``keep``), the newest is delivered and ``.stats.dropped`` is
+        set. ``dtype``: check that floating-point targets are in this dtype (the copy
+        casts from the published dtype). Raises :class:`StateDictMismatchError` naming the
+        first bad key, or :class:`WeightSyncError`; in both cases ``target`` is untouched.
+        """
+        sd = assemble.as_state_dict(target)
+        want_cuda = any(getattr(t, "is_cuda", False) for t in sd.values())
+        return self._pull(min_version, version, timeout, want_cuda,
+                          lambda f: assemble.copy_into(f.manifest, f.sources, sd, dtype))[1]
+
+    def pull(self, *, min_version: int = 0, version: int | None = None, timeout: float = 30.0, dtype: Any = None,
+             device: Any = None) -> tuple[dict[str, Any], Version]:
+        """Fresh tensors of the newest version >= ``min_version``; ``dtype`` casts floating-point tensors."""
+        want_cuda = device is not None and str(device).startswith("cuda")
+        return self._pull(min_version, version, timeout, want_cuda,
+                          lambda f: assemble.materialize(f.manifest, f.sources, dtype, device))
+
+    def _pull(self, min_version: int, version: int | None, timeout: float, want_cuda: bool, deliver: Any) -> Any:
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + timeout
+        if version is not None:
+            min_version = max(min_version, version)  # exact if still kept, else wait for it, else newest
+        fetched, transport = self._fetch(min_version, version, deadline, want_cuda)
+        try:
+            m = fetched.manifest
+            t1 = time.perf_counter()
+            with assemble.quiet_readonly():
+                assemble.verify(m, fetched.sources)
+                t2 = time.perf_counter()
+                out = deliver(fetched)
+        finally:
+            fetched.release()
+        t3 = time.perf_counter()
+        dropped = version is not None and m.version != version
+        if dropped:
+            logger.warning("weights %r: version %d is no longer kept; delivered the newest, %d", self.name, version,
+                           m.version)
+        stats = SyncStats(self.name, m.version, sum(e.nbytes for e in m.entries), t3 - t0, transport, self.reader,
+                          fetched.fetch_seconds, t2 - t1, t3 - t2, version if version is not None else min_version,
+                          dropped)
+        self.last_stats = stats
+        record_sync(stats)
+        v = Version(m.version, stats)
+        return (out, v) if isinstance(out, dict) else (None, v)
+
+    def _fetch(self, min_version: int, version: int | None, deadline: float, want_cuda: bool) -> tuple[Fetched, str]:
+        delay = 0.0005
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                t = self._transport(want_cuda, max(left, 0.001))
+                got = t.fetch(min_version, version, max(left, 0.001))
+            except (StateDictMismatchError, TransportUnavailableError):
+                raise
+            except WeightSyncError:
+                if left <= 0:
+                    raise
+                self._record = None  # publisher gone or restarted: look it up again
+                got = None
+            if got is not None:
+                return got, t.name
+            if time.monotonic() >= deadline:
+                raise WeightSyncError(f"no version >= {min_version} of {self.name!r} within the timeout")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+    def close(self) -> None:
+        self._drop_readers()
+
+    def __enter__(self) -> "Subscriber":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,132 @@
+"""Any-host reader: chunked zero-copy frames over pyzmq from the publisher's :class:`SyncServer`.
+
+Why chunked and pipelined: one request per chunk range keeps several MiB in flight
+(``window`` requests outstanding) so the TCP pipe never drains, the publisher sends
+frames that point into its slot (no copy on the sending side), and the reader keeps
+the received frames as the source it verifies before copying into the target. The
+same control channel carries RDMA and CUDA IPC setup (:class:`Control`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from rlmesh.transport import Authenticator, AuthError, is_loopback_address, zmq_context
+from rlmesh.transport.sockets import tune
+from rlmesh.weights.assemble import quiet_readonly
+from rlmesh.weights.base import Fetched
+from rlmesh.weights.errors import WeightSyncError
+from rlmesh.weights.layout import Manifest, plan_chunks
+
+logger = logging.getLogger(__name__)
+
+CHUNK_BYTES = 4 << 20
+WINDOW = 4
+
+
+class Control:
+    """A DEALER to one publisher: signed JSON requests, replies matched by request id."""
+
+    def __init__(self, record: dict[str, Any]):
+        self.addr = record["tcp"]
+        self.pub_name = record["name"]
+        if not self.addr:
+            raise WeightSyncError(f"publisher of {self.pub_name!r} serves no network readers (transports excludes tcp)")
+        self.auth = Authenticator.from_env(full=not is_loopback_address(self.addr))
+        self._sock = tune(zmq_context().socket(zmq.DEALER))
+        self._sock.connect(self.addr)
+        self._rid = itertools.count(1)
+
+    def send(self, req: dict[str, Any]) -> int:
+        rid = next(self._rid)
+        req = {**req, "rid": rid}
+        self._sock.send_multipart(self.auth.sign([json.dumps(req).encode()]), copy=False)
+        return rid
+
+    def recv(self, rid: int, timeout: float) -> tuple[dict[str, Any], list[Any]]:
+        """The reply to ``rid`` (stale replies to abandoned requests are dropped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
+                raise WeightSyncError(f"publisher of {self.pub_name!r} at {self.addr} did not answer within {timeout:.0f}s")
+            frames = self._sock.recv_multipart(copy=False)
+            try:
+                body = self.auth.verify(frames)
+                reply = json.loads(bytes(body[0].buffer))
+            except (AuthError, ValueError) as exc:
+                logger.warning("weights %r: dropped a reply that failed authentication: %s", self.pub_name, exc)
+                continue
+            if reply.get("rid") == rid:
+                return reply, body[1:]
+
+    def call(self, req: dict[str, Any], timeout: float) -> tuple[dict[str, Any], list[Any]]:
+        return self.recv(self.send(req), timeout)
+
+    def versions(self, timeout: float = 10.0) -> list[int]:
+        reply, _ = self.call({"op": "latest"}, timeout)
+        return [int(v) for v in reply["versions"]]
+
+    def open(self, min_version: int, version: int | None, timeout: float, want: tuple[str, ...] = ()
+             ) -> tuple[int, Manifest, dict[str, Any]] | None:
+        reply, frames = self.call({"op": "open", "min_version": min_version, "version": version, "want": list(want)},
+                                  timeout)
+        if not reply.get("ok"):
+            if reply.get("error") == "none":
+                return None
+            raise WeightSyncError(f"publisher of {self.pub_name!r} refused to open a version: {reply.get('error')}")
+        return int(reply["lease"]), Manifest.from_bytes(frames[0].buffer), reply.get("extra") or {}
+
+    def release(self, lease: int) -> None:
+        self.send({"op": "close", "lease": lease})  # reply is dropped as stale later
+
+    def close(self) -> None:
+        self._sock.close(0)
+
+
+class TcpReader(Control):
+    name = "tcp"
+
+    def __init__(self, record: dict[str, Any], chunk_bytes: int = CHUNK_BYTES, window: int = WINDOW):
+        super().__init__(record)
+        self.chunk_bytes, self.window = chunk_bytes, window
+
+    def fetch(self, min_version: int, version: int | None, timeout: float) -> Fetched | None:
+        import torch
+
+        t0 = time.perf_counter()
+        opened = self.open(min_version, version, timeout)
+        if opened is None:
+            return None
+        lease, manifest, _ = opened
+        try:
+            chunks, pieces = plan_chunks(manifest, self.chunk_bytes)
+            frames: list[Any] = [None] * len(chunks)
+            pending: dict[int, int] = {}  # rid -> chunk index
+            todo = iter(range(len(chunks)))
+            for idx in itertools.islice(todo, self.window):
+                pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[idx]]})] = idx
+            deadline = time.monotonic() + timeout
+            while pending:
+                rid = min(pending)
+                reply, bufs = self.recv(rid, max(deadline - time.monotonic(), 0.001))
+                idx = pending.pop(rid)
+                if not reply.get("ok"):
+                    raise WeightSyncError(f"reading version {manifest.version} of {self.pub_name!r} failed: {reply.get('error')}")
+                frames[idx] = bufs[0]
+                nxt = next(todo, None)
+                if nxt is not None:
+                    pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[nxt]]})] = nxt
+            with quiet_readonly():
+                views = [torch.frombuffer(f.buffer, dtype=torch.uint8) for f in frames]
+            sources = [[views[p.chunk][p.start : p.start + p.length] for p in ps] for ps in pieces]
+        except BaseException:
+            self.release(lease)
+            raise
+        return Fetched(manifest, sources, lambda: self.release(lease), time.perf_counter() - t0)
