@@ -1,0 +1,104 @@
+"""The controller-side API in one process: implicit run, read-your-writes, end of run, read-only file."""
+
+import json
+import os
+
+import duckdb
+import pytest
+
+import rlmesh.telemetry as tm
+from rlmesh.telemetry import api
+from rlmesh.telemetry import run as runs
+
+
+def test_first_record_starts_a_run_and_query_sees_it(runs_dir):
+    assert tm.current_run() is None
+    tm.record("rollouts", reward=0.5, policy_version=1, rollout_id="a")
+    tm.record("rollouts", reward=1.5, policy_version=2, rollout_id="b")
+    run_id = tm.current_run()
+    assert run_id and (runs_dir / run_id / "telemetry.duckdb").exists()
+    assert os.readlink(runs_dir / "latest") == run_id
+    rows = tm.query("SELECT policy_version, reward, mesh, rank, proc FROM rollouts ORDER BY 1").to_pylist()
+    assert rows == [
+        {"policy_version": 1, "reward": 0.5, "mesh": "controller", "rank": -1, "proc": "controller"},
+        {"policy_version": 2, "reward": 1.5, "mesh": "controller", "rank": -1, "proc": "controller"},
+    ]
+    assert tm.query("SELECT status FROM runs").to_pylist() == [{"status": "running"}]
+
+
+def test_after_end_the_file_opens_read_only_and_status_is_ok(runs_dir):
+    tm.start_run(config={"lr": 3e-4, "algo": "ppo"})
+    tm.record("train_steps", step=1, loss=0.25)
+    run_id = tm.current_run()
+    tm.end_run()
+    assert tm.current_run() is None
+    db = runs_dir / run_id / "telemetry.duckdb"
+    con = duckdb.connect(str(db), read_only=True)  # the lock is released
+    row = con.execute("SELECT status, end_ts IS NOT NULL, config FROM runs").fetchone()
+    con.close()
+    assert row[:2] == ("ok", True) and json.loads(row[2]) == {"lr": 3e-4, "algo": "ppo"}
+    assert tm.query("SELECT loss FROM train_steps", run=run_id).to_pylist() == [{"loss": 0.25}]
+    assert tm.query("SELECT loss FROM train_steps").to_pylist() == [{"loss": 0.25}]  # latest
+    assert not (runs_dir / run_id / runs.SERVICE_JSON).exists()
+    assert json.loads((runs_dir / run_id / runs.RUN_JSON).read_text())["status"] == "ok"
+
+
+def test_query_refuses_writes_live_and_after(runs_dir):
+    tm.record("mine", a=1)
+    with pytest.raises(tm.ReadOnlyQueryError, match="DROP statement was refused"):
+        tm.query("DROP TABLE mine")
+    run_id = tm.current_run()
+    tm.end_run()
+    with pytest.raises(tm.ReadOnlyQueryError, match="DELETE statement was refused"):
+        tm.query("DELETE FROM mine", run=run_id)
+    assert tm.query("SELECT a FROM mine", run=run_id).to_pylist() == [{"a": 1}]
+
+
+def test_schema_mismatch_raises_at_the_call(runs_dir):
+    tm.record("mine", loss=0.5)
+    with pytest.raises(tm.SchemaError) as ei:
+        tm.record("mine", loss="nan")
+    assert "mine" in str(ei.value) and "loss" in str(ei.value) and "DOUBLE" in str(ei.value)
+
+
+def test_tables_lists_builtin_and_user_columns_with_meaning(runs_dir):
+    tm.record("mine", a=1)
+    t = tm.tables().to_pylist()
+    by = {(r["table"], r["column"]): r for r in t}
+    assert by[("gpu_health", "temp_c")]["description"].startswith("core temperature")
+    assert by[("mine", "a")]["type"] == "BIGINT"
+    assert by[("mine", "host")]["description"]
+
+
+def test_record_batch_and_flush(runs_dir):
+    tm.record_batch("rollouts", {"reward": [1.0, 2.0, 3.0], "policy_version": [1, 2, 2]})
+    tm.flush()
+    assert tm.query("SELECT policy_version, count(*) AS n FROM rollouts GROUP BY 1 ORDER BY 1").to_pylist() == [
+        {"policy_version": 1, "n": 1}, {"policy_version": 2, "n": 2}]
+
+
+def test_host_health_rows_appear(runs_dir):
+    import time
+
+    tm.record("mine", a=1)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        rows = tm.query("SELECT cpu_pct, mem_total, mem_available, rss, load_1m FROM host_health").to_pylist()
+        if rows:
+            break
+        time.sleep(0.1)
+    assert rows, "no host_health rows within 10 s"
+    r = rows[0]
+    assert r["mem_total"] > r["mem_available"] > 0 and r["rss"] > 0 and 0 <= r["cpu_pct"] <= 100
+
+
+def test_telemetry_off(runs_dir, monkeypatch):
+    monkeypatch.setenv("RLMESH_TELEMETRY", "0")
+    tm.record("mine", a=1)
+    assert tm.current_run() is None and not runs_dir.exists()
+
+
+def test_worker_env_names_the_service(runs_dir):
+    env = api.worker_env()
+    assert env["RLMESH_RUN_ID"] == tm.current_run()
+    assert env["RLMESH_TELEMETRY_ADDR"].startswith("tcp://127.0.0.1:")

@@ -1,0 +1,83 @@
+"""`rlmesh sql` / `rlmesh runs` on a finished run, every output format."""
+
+import csv
+import io
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+import rlmesh.telemetry as tm
+from rlmesh.telemetry.cli import runs_main, sql_main
+
+
+@pytest.fixture
+def finished_run(runs_dir):
+    for i in range(3):
+        tm.record("rollouts", reward=float(i), policy_version=i, rollout_id=f"r{i}")
+    tm.record("mine", tags=["a", "b"], meta={"k": 1})
+    run_id = tm.current_run()
+    tm.end_run()
+    return run_id
+
+
+Q = "SELECT policy_version, reward, ts FROM rollouts ORDER BY 1"
+
+
+def test_table_format_is_plain_text_when_piped(finished_run, capsys):
+    assert sql_main([Q]) == 0
+    out = capsys.readouterr().out
+    assert "policy_version" in out and "(3 rows)" in out and "\x1b[" not in out
+
+
+def test_json_format_is_stable_and_ansi_free(finished_run, capsys):
+    assert sql_main([finished_run, Q, "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    assert "\x1b[" not in out
+    assert doc["run"] == finished_run and doc["row_count"] == 3
+    assert [c["name"] for c in doc["columns"]] == ["policy_version", "reward", "ts"]
+    assert doc["rows"][1]["reward"] == 1.0 and doc["rows"][1]["ts"].endswith("+00:00")
+
+
+def test_csv_format_with_nested_values(finished_run, capsys):
+    assert sql_main(["SELECT tags, meta FROM mine", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert json.loads(rows[0]["tags"]) == ["a", "b"] and json.loads(rows[0]["meta"]) == {"k": 1}
+
+
+def test_parquet_to_file(finished_run, tmp_path):
+    out = tmp_path / "r.parquet"
+    assert sql_main([Q, "--format", "parquet", "--out", str(out)]) == 0
+    assert pq.read_table(out).column("reward").to_pylist() == [0.0, 1.0, 2.0]
+
+
+def test_out_file_json(finished_run, tmp_path):
+    out = tmp_path / "r.json"
+    assert sql_main([Q, "--format", "json", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["row_count"] == 3
+
+
+def test_schema_lists_tables_with_meaning(finished_run, capsys):
+    assert sql_main([finished_run, "--schema", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    cols = {c["name"]: c for c in doc["tables"]["actors"]["columns"]}
+    assert "signal" in cols and "SIGKILL" in cols["signal"]["description"]
+    assert doc["tables"]["mine"]["doc"] == "user table"
+    assert sql_main(["--schema"]) == 0
+    assert "gpu_health" in capsys.readouterr().out
+
+
+def test_refusal_and_errors_exit_1_on_stderr(finished_run, capsys):
+    assert sql_main(["DROP TABLE rollouts"]) == 1
+    assert "read-only" in capsys.readouterr().err
+    assert sql_main(["no-such-run", "SELECT 1"]) == 1
+    assert "no telemetry run 'no-such-run'" in capsys.readouterr().err
+    assert sql_main(["SELECT * FROM nope"]) == 1
+    assert "nope" in capsys.readouterr().err
+
+
+def test_runs_lists_status(finished_run, capsys):
+    assert runs_main(["--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(r["id"], r["status"]) for r in doc["rows"]] == [(finished_run, "ok")]

@@ -1,0 +1,35 @@
+"""The worker's sender when the service is gone: keeps running, says so once."""
+
+import logging
+import time
+
+import pyarrow as pa
+
+from rlmesh.telemetry import client
+from rlmesh.transport import Authenticator
+
+
+def test_unreachable_service_warns_once_and_never_blocks(caplog, monkeypatch):
+    monkeypatch.setattr(client, "WARN_AFTER_S", 0.1)
+    sink = client.RemoteSink("tcp://127.0.0.1:9", Authenticator(b"k" * 32), "test")  # nothing listens on 9
+    batch = [("mine", pa.table({"a": [1, 2]}))]
+    with caplog.at_level(logging.WARNING, logger="rlmesh.telemetry.client"):
+        t0 = time.perf_counter()
+        for _ in range(20):
+            sink(batch)
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - t0
+    warnings = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(warnings) == 1
+    assert elapsed < 2.0
+    assert sink._backlog_rows == 40
+    sink.close(timeout=0.1)
+
+
+def test_backlog_is_bounded(monkeypatch):
+    monkeypatch.setattr(client, "MAX_BACKLOG_ROWS", 10)
+    sink = client.RemoteSink("tcp://127.0.0.1:9", Authenticator(b"k" * 32), "test")
+    for _ in range(10):
+        sink([("mine", pa.table({"a": [1, 2, 3]}))])
+    assert sink._backlog_rows <= 12 and sink.dropped_rows >= 18
+    sink.close(timeout=0.1)

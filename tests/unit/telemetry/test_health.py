@@ -1,0 +1,52 @@
+import time
+
+import pytest
+
+from rlmesh.telemetry.gpu import GpuSampler
+from rlmesh.telemetry.health import HealthSampler, host_sample
+
+
+def test_host_sample_reads_real_values():
+    import psutil
+
+    row = host_sample(psutil.Process())
+    assert row["mem_total"] > 0 and row["rss"] > 0 and row["load_1m"] is not None
+
+
+def test_one_sampler_per_host_and_takeover(tmp_path):
+    got: list[tuple[str, str]] = []
+    a = HealthSampler(lambda t, r: got.append(("a", t)), "unit-election", interval=0.05, gpus=False).start()
+    time.sleep(0.3)
+    b = HealthSampler(lambda t, r: got.append(("b", t)), "unit-election", interval=0.05, gpus=False).start()
+    try:
+        time.sleep(0.4)
+        assert a.is_sampler and not b.is_sampler
+        assert {who for who, _ in got} == {"a"}
+        a.stop()  # releases the lock: b takes over within RETRY_LOCK_S
+        deadline = time.time() + 6
+        while not b.is_sampler and time.time() < deadline:
+            time.sleep(0.05)
+        assert b.is_sampler
+    finally:
+        a.stop()
+        b.stop(unlink=True)
+
+
+def _has_gpu() -> bool:
+    return GpuSampler().available
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this host has an NVIDIA GPU")
+def test_no_gpu_means_no_rows():
+    s = GpuSampler()
+    assert not s.available and s.why_unavailable
+    assert s.sample() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs an NVIDIA GPU and driver")
+def test_gpu_rows_have_real_readings():
+    s = GpuSampler()
+    rows = s.sample()
+    s.close()
+    assert rows and rows[0]["mem_total"] > 0 and rows[0]["uuid"]

@@ -1,0 +1,81 @@
+import duckdb
+import pyarrow as pa
+import pytest
+
+from rlmesh.telemetry.columnar import TS_TYPE
+from rlmesh.telemetry.errors import ReadOnlyQueryError
+from rlmesh.telemetry.schema import SchemaError
+from rlmesh.telemetry.store import Store, check_read_only
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "t.duckdb", "run-1")
+    yield s
+    s.close()
+
+
+def _auto(n):
+    return {"run_id": ["run-1"] * n, "ts": pa.array([1_700_000_000_000_000] * n, type=TS_TYPE)}
+
+
+def test_builtin_tables_exist_empty(store):
+    tables = {r["name"] for r in store.query("SELECT table_name AS name FROM information_schema.tables").to_pylist()}
+    assert {"runs", "actors", "spans", "rollouts", "rewards", "train_steps", "weight_syncs",
+            "host_health", "gpu_health", "_rejected"} <= tables
+    assert store.query("SELECT count(*) AS n FROM gpu_health").to_pylist() == [{"n": 0}]
+
+
+def test_append_by_name_any_column_order(store):
+    store.append("rollouts", pa.table({"reward": [1.0, 2.0], **_auto(2), "policy_version": [3, 4]}))
+    assert store.query("SELECT policy_version, reward FROM rollouts ORDER BY 1").to_pylist() == [
+        {"policy_version": 3, "reward": 1.0}, {"policy_version": 4, "reward": 2.0}]
+
+
+def test_user_table_created_then_evolves_then_refuses_mismatch(store):
+    store.append("mine", pa.table({**_auto(1), "a": [1], "b": ["x"]}))
+    store.append("mine", pa.table({**_auto(1), "a": [2], "c": [0.5]}))  # added column
+    with pytest.raises(SchemaError) as ei:
+        store.append("mine", pa.table({**_auto(1), "a": ["oops"]}))
+    assert "'mine'" in str(ei.value) and "'a'" in str(ei.value)
+    assert "BIGINT" in str(ei.value) and "VARCHAR" in str(ei.value)
+    assert store.query("SELECT a, b, c FROM mine ORDER BY a").to_pylist() == [
+        {"a": 1, "b": "x", "c": None}, {"a": 2, "b": None, "c": 0.5}]
+    rej = store.query("SELECT table_name, reason, row FROM _rejected").to_pylist()
+    assert len(rej) == 1 and rej[0]["table_name"] == "mine" and '"oops"' in rej[0]["row"]
+
+
+def test_int_batch_into_double_column_is_widened(store):
+    store.append("rollouts", pa.table({**_auto(1), "reward": [3]}))
+    assert store.query("SELECT reward FROM rollouts").to_pylist() == [{"reward": 3.0}]
+
+
+def test_all_null_column_waits_for_a_typed_value(store):
+    store.append("mine2", pa.table({**_auto(1), "a": [1], "z": pa.array([None], type=pa.null())}))
+    store.append("mine2", pa.table({**_auto(1), "a": [2], "z": ["now typed"]}))
+    assert store.query("SELECT z FROM mine2 ORDER BY a").to_pylist() == [{"z": None}, {"z": "now typed"}]
+
+
+@pytest.mark.parametrize("sql", [
+    "DROP TABLE rollouts", "DELETE FROM rollouts", "INSERT INTO rollouts (reward) VALUES (1)",
+    "UPDATE runs SET status = 'x'", "CREATE TABLE x (a INT)", "COPY rollouts TO '/tmp/x.csv'",
+    "ATTACH '/tmp/other.duckdb'", "PRAGMA force_checkpoint", "SET threads = 1",
+    "SELECT 1; DROP TABLE rollouts", "ALTER TABLE runs ADD COLUMN x INT",
+])
+def test_writes_are_refused_with_a_clear_message(store, sql):
+    with pytest.raises(ReadOnlyQueryError, match="read-only"):
+        store.query(sql)
+    assert store.query("SELECT count(*) AS n FROM rollouts").num_rows == 1  # table still there
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT 1", "WITH a AS (SELECT 1 AS x) SELECT * FROM a", "DESCRIBE rollouts", "SHOW TABLES",
+    "SUMMARIZE rollouts", "EXPLAIN SELECT * FROM rollouts",
+])
+def test_reads_are_allowed(store, sql):
+    store.query(sql)
+
+
+def test_sql_errors_are_duckdb_errors():
+    with pytest.raises(duckdb.Error):
+        check_read_only("SELEC nonsense")
