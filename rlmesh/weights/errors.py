@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-
-class WeightSyncError(RuntimeError):
-    """A pull could not deliver a complete, verified version.
-
-    Raised for corrupt or torn transfers (checksum mismatch), a publisher that went
-    away, or a timeout. The pull target is left untouched whenever this is raised.
-    """
+# One class for the whole framework: ``rm.WeightSyncError`` catches every error raised here.
+from rlmesh.errors import WeightSyncError
 
 
 class StateDictMismatchError(WeightSyncError, ValueError):
@@ -24,3 +19,6 @@ class StateDictMismatchError(WeightSyncError, ValueError):
 
 class TransportUnavailableError(WeightSyncError):
     """A transport was forced (``transport="rdma"`` ...) but cannot run between these two procs."""
+
+
+__all__ = ["StateDictMismatchError", "TransportUnavailableError", "WeightSyncError"]

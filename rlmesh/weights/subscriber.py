@@ -39,7 +39,7 @@ def select_transport(record: dict[str, Any], forced: str | None, want_cuda: bool
             raise TransportUnavailableError(
                 f"transport={forced!r} needs the publisher on this host; it is on {record.get('host')!r} (use 'tcp')")
         if forced == "rdma":
-            from rlmesh.weights import rdma
+            from rlmesh.weights import rdma_plan as rdma
 
             ok, why = rdma.available()
             if not record.get("rdma") or not ok:
@@ -53,7 +53,7 @@ def select_transport(record: dict[str, Any], forced: str | None, want_cuda: bool
             return "cuda-ipc", "same host, CUDA target"
         return "shm", "same host"
     if record.get("rdma"):
-        from rlmesh.weights import rdma
+        from rlmesh.weights import rdma_plan as rdma
 
         ok, why = rdma.available()
         if ok:

@@ -1,0 +1,74 @@
+"""Directory seam and crash cleanup logic (the controller plugin's sink), without processes."""
+
+import os
+
+import pytest
+
+from rlmesh.actor.hooks import ProcEvent
+from rlmesh.weights import plugin, slots
+from rlmesh.weights.directory import FileDirectory, KVDirectory, safe
+
+
+def test_file_directory_put_get_keys_delete(tmp_path):
+    d = FileDirectory(tmp_path)
+    d.put("rlmesh/weights/policy", {"pid": 1})
+    d.put("rlmesh/weights/value", {"pid": 2})
+    d.put("other/x", 1)
+    assert d.get("rlmesh/weights/policy", 0) == {"pid": 1}
+    assert d.keys("rlmesh/weights/") == ["rlmesh/weights/policy", "rlmesh/weights/value"]
+    d.delete("rlmesh/weights/policy")
+    with pytest.raises(KeyError):
+        d.get("rlmesh/weights/policy", 0.05)
+
+
+def test_kv_directory_uses_the_runtime_store():
+    from rlmesh.actor import kv
+
+    KVDirectory().put("rlmesh/weights/t-kv", {"a": 1})
+    assert kv.get("rlmesh/weights/t-kv", 0) == {"a": 1}
+    kv.delete("rlmesh/weights/t-kv")
+
+
+def test_safe_names_have_no_separators():
+    assert safe("trainer-0/rank 1") == "trainer_0_rank_1"
+    assert "-" not in safe("a-b-c")
+
+
+def _touch(d, name):
+    p = d / name
+    p.write_bytes(b"x")
+    return p
+
+
+def test_sink_unlinks_only_the_dead_procs_segments(tmp_path, monkeypatch):
+    monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path))
+    dead = _touch(tmp_path, f"{slots.base_name('job1', 'trainer_0', 4242, 'policy')}-s0")
+    dead_ctl = _touch(tmp_path, f"{slots.base_name('job1', 'trainer_0', 4242, 'policy')}.ctl")
+    other_proc = _touch(tmp_path, f"{slots.base_name('job1', 'gen_0', 4343, 'policy')}-s0")
+    other_job = _touch(tmp_path, f"{slots.base_name('job2', 'trainer_0', 4242, 'policy')}-s0")
+    sink = plugin.make_sink("job1", "hostA")
+    ev = dict(proc_mesh="m", rank=0, proc_id="trainer_0", pid=4242, host="hostA", incarnation=0)
+    sink(ProcEvent(kind="spawned", **ev))
+    assert dead.exists()
+    sink(ProcEvent(kind="died", **{**ev, "host": "hostB"}))  # another host's /dev/shm is not ours
+    assert dead.exists()
+    sink(ProcEvent(kind="died", **ev))
+    assert not dead.exists() and not dead_ctl.exists()
+    assert other_proc.exists() and other_job.exists()
+
+
+def test_unknown_pid_spares_live_incarnations(tmp_path, monkeypatch):
+    monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path))
+    live = _touch(tmp_path, f"{slots.base_name('j', 'p', os.getpid(), 'w')}-s0")
+    gone = _touch(tmp_path, f"{slots.base_name('j', 'p', 2**22 + 12345, 'w')}-s0")
+    removed = slots.cleanup_segments("j", "p", None)
+    assert removed == [str(gone)] and live.exists()
+
+
+def test_job_sweep_removes_everything_of_the_job(tmp_path, monkeypatch):
+    monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path))
+    a = _touch(tmp_path, f"{slots.base_name('j', 'p', 1, 'w')}-s0")
+    b = _touch(tmp_path, f"{slots.base_name('j', 'q', 2, 'w')}.ctl")
+    keep = _touch(tmp_path, "unrelated")
+    assert sorted(slots.cleanup_segments("j")) == sorted([str(a), str(b)])
+    assert keep.exists()
