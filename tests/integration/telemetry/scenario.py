@@ -1,0 +1,59 @@
+"""A controller program for the telemetry integration tests (run as a real subprocess).
+
+    python scenario.py full        4 procs, rows from every actor, a failing call, a SIGKILLed
+                                   proc that restarts; prints READY <run_id> and waits for a
+                                   line on stdin before exiting cleanly.
+    python scenario.py durability  records rows forever (seq, t); the test SIGKILLs it.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import rlmesh as rm
+from telemetry_actors import Recorder
+
+
+def full() -> None:
+    with rm.this_host().spawn_procs(per_host={"procs": 4}, restart=rm.Restart(max_restarts=1)) as procs:
+        actors = procs.spawn("recorder", Recorder)
+        for step in range(5):
+            actors.step.call(step).get()
+        rm.telemetry.record("rollouts", reward=42.0, policy_version=99, rollout_id="from-controller")
+        try:
+            actors.slice(procs=2).fail.call_one("reward collapsed").get()
+        except rm.ActorError:
+            pass
+        victim = actors.slice(procs=3).pid.call_one().get()
+        time.sleep(0.6)  # let proc 3 ship its rows: a SIGKILL loses at most the last flush interval
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if actors.slice(procs=3).pid.call_one().get(timeout=5) != victim:
+                    break
+            except rm.RlmeshError:
+                time.sleep(0.2)
+        actors.step.call(100).get()
+        seen_by_worker = actors.slice(procs=0).count_rollouts.call_one().get()
+        rm.telemetry.record("scenario", seen_by_worker=seen_by_worker)
+        rm.telemetry.flush()
+        print("READY", rm.telemetry.current_run(), flush=True)
+        sys.stdin.readline()
+
+
+def durability() -> None:
+    seq = 0
+    started = False
+    while True:
+        rm.telemetry.record("ticks", seq=seq, t=time.time())
+        seq += 1
+        if not started and seq == 100:
+            print("RECORDING", rm.telemetry.current_run(), flush=True)
+            started = True
+        time.sleep(0.001)
+
+
+if __name__ == "__main__":
+    {"full": full, "durability": durability}[sys.argv[1]]()
