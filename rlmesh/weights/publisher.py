@@ -142,6 +142,10 @@ class Publisher:
     def latest_version(self) -> int | None:
         return self._latest if self._latest >= 0 else None
 
+    @staticmethod
+    def _manifest_of(slot: SlotFile) -> Manifest:
+        return Manifest.from_bytes(slot.manifest)
+
     # ---- publishing ----
     def publish(self, state_dict: Mapping[str, Any], version: int) -> PublishStats:
         """Write ``state_dict`` as ``version`` (must exceed the last one) and make it visible to readers."""
