@@ -1,0 +1,32 @@
+import pytest
+
+import rlmesh.telemetry as tm
+from rlmesh.telemetry import api
+
+pytest.importorskip("matplotlib")
+
+
+def test_plot_writes_a_png_with_curves(runs_dir, capsys):
+    from rlmesh.telemetry.plot import plot_main
+
+    for i in range(500):
+        tm.record("rollouts", reward=i / 500, policy_version=i // 50)
+        tm.record("train_steps", step=i, loss=1 / (1 + i))
+    api.recorder().record_trusted("actors", {"event": "died", "proc": "procs.1", "signal": 9})
+    run_id = tm.current_run()
+    tm.end_run()
+    assert plot_main([run_id]) == 0
+    path = capsys.readouterr().out.strip()
+    with open(path, "rb") as f:
+        head = f.read(8)
+    assert head == b"\x89PNG\r\n\x1a\n" and path.endswith(f"{run_id}/curves.png")
+
+
+def test_plot_of_an_empty_run_still_renders(runs_dir, tmp_path):
+    from rlmesh.telemetry.plot import plot_run
+
+    tm.start_run()
+    run_id = tm.current_run()
+    tm.end_run()
+    out = plot_run(run_id, tmp_path / "x.png")
+    assert out.stat().st_size > 1000
