@@ -68,9 +68,10 @@ def _record(table: str, **row: object) -> None:
         logger.debug("telemetry.record(%r) failed; the sync itself succeeded", table, exc_info=True)
 
 
-def record_sync(s: SyncStats) -> None:
-    _record("weight_syncs", version=s.version, bytes=s.bytes, seconds=s.seconds, transport=s.transport,
-            reader=s.reader, name=s.name)
+def record_sync(s: SyncStats, ok: bool = True) -> None:
+    """One ``weight_syncs`` row (columns as declared by ``rlmesh.telemetry.schema``, plus ``reader``/``seconds``)."""
+    _record("weight_syncs", name=s.name, version=s.version, transport=s.transport.replace("-", "_"), bytes=s.bytes,
+            duration_s=s.seconds, seconds=s.seconds, ok=ok, reader=s.reader)
 
 
 def record_publish(s: PublishStats) -> None:

@@ -173,7 +173,12 @@ class Subscriber:
             m = fetched.manifest
             t1 = time.perf_counter()
             with assemble.quiet_readonly():
-                assemble.verify(m, fetched.sources)
+                try:
+                    assemble.verify(m, fetched.sources)
+                except WeightSyncError:
+                    record_sync(SyncStats(self.name, m.version, sum(e.nbytes for e in m.entries),
+                                          time.perf_counter() - t0, transport, self.reader), ok=False)
+                    raise
                 t2 = time.perf_counter()
                 out = deliver(fetched)
         finally:

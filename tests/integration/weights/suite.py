@@ -203,3 +203,20 @@ class TransportSuite:
         finally:
             held.release()
         assert sub.pull()[1] == 5
+
+    def test_each_pull_records_a_weight_syncs_row(self, env, monkeypatch):
+        from rlmesh import telemetry
+
+        rows = []
+        monkeypatch.setattr(telemetry, "record", lambda table, **row: rows.append((table, row)))
+        pub, sub = env
+        pub.publish({"a": torch.ones(3, device=self.device)}, version=1)
+        sub.pull()
+        self.corrupt(pub, 1, "a")
+        with pytest.raises(WeightSyncError):
+            sub.pull()
+        assert [t for t, _ in rows] == ["weight_syncs", "weight_syncs"]
+        (_, good), (_, bad) = rows
+        assert good["ok"] is True and bad["ok"] is False
+        assert good["version"] == 1 and good["bytes"] == 12 and good["transport"] == self.transport.replace("-", "_")
+        assert good["duration_s"] > 0 and good["reader"]
