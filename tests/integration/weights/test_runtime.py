@@ -1,0 +1,60 @@
+"""Weight sync inside real actor meshes: discovery through the runtime's KV, and crash cleanup of /dev/shm."""
+
+import os
+import time
+
+import pytest
+
+import rlmesh as rm
+from weights_actors import Generator, Trainer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def wait_for(cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_trainer_publishes_generators_pull_over_shm_and_tcp():
+    with rm.this_host().spawn_procs(per_host={"procs": 3}) as procs:
+        trainer = procs.slice(procs=0).spawn("trainer", Trainer)
+        shm_gen = procs.slice(procs=1).spawn("gen_shm", Generator)
+        tcp_gen = procs.slice(procs=2).spawn("gen_tcp", Generator, transport="tcp")
+        assert trainer.publish.call_one(1).get() > 0
+        r1, r2 = shm_gen.pull.call_one(1).get(), tcp_gen.pull.call_one(1).get()
+        assert (r1["transport"], r2["transport"]) == ("shm", "tcp")
+        assert r1["reader"] == "gen_shm[0]" and r2["reader"] == "gen_tcp[0]"
+        for v in (2, 3):
+            trainer.publish.call_one(v).get()
+            for gen in (shm_gen, tcp_gen):
+                r = gen.pull.call_one(v).get()
+                assert r["version"] == v and r["consistent"] and r["latest"] == v
+
+
+def test_sigkilled_publisher_leaves_no_shm_segments():
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        trainer = procs.spawn("trainer_killed", Trainer)
+        trainer.publish.call_one(1).get()
+        trainer.publish.call_one(2).get()
+        segs = trainer.segments.call_one().get()
+        assert len(segs) >= 3 and any(s.endswith(".ctl") for s in segs)  # two slots and the index
+        trainer.die.broadcast()
+        assert wait_for(lambda: not any(os.path.exists(s) for s in segs)), \
+            f"leaked after SIGKILL: {[s for s in segs if os.path.exists(s)]}"
+
+
+def test_clean_stop_unlinks_segments():
+    procs = rm.this_host().spawn_procs(per_host={"procs": 1})
+    try:
+        trainer = procs.spawn("trainer_stopped", Trainer)
+        trainer.publish.call_one(1).get()
+        segs = trainer.segments.call_one().get()
+        assert segs
+    finally:
+        procs.stop()
+    assert wait_for(lambda: not any(os.path.exists(s) for s in segs))
