@@ -31,6 +31,13 @@ def test_addition_problems_are_correct_and_splits_disjoint():
     assert len(task.encode_prompt(train[0])) <= task.max_prompt_len
 
 
+def test_reversed_answers_are_the_sum_backwards():
+    task = AdditionTask(2, 3, reverse_answer=True)
+    for p in task.sample(50, random.Random(4)):
+        a, b = p.prompt[:-1].split("+")
+        assert p.answer == str(int(a) + int(b))[::-1]
+
+
 def test_exact_match():
     assert exact_match(" 168 ", "168") == 1.0
     assert exact_match("168", "1680") == 0.0

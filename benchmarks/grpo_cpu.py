@@ -1,0 +1,94 @@
+"""GRPO on multi-digit addition, in one CPU process: the maths of the ``grpo`` recipe.
+
+Claim: with the small KV-cache transformer, N samples per prompt scored by the
+exact-match verifier, and GRPO updates, mean held-out reward (greedy decoding, prompts
+from a disjoint split) rises well above its starting level within minutes on CPU.
+
+Warm start (stated, not hidden): a brief supervised phase on the task format
+(``--sft-steps``) stands in for a pretrained LM; RL from a random model gets no signal,
+because a group of all-zero rewards has zero advantage. The printed curve separates the
+two phases, so what GRPO adds is visible on its own.
+
+Run: ``python benchmarks/grpo_cpu.py`` (one torch thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import time
+
+import torch
+
+from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig
+from rlmesh.rl.grpo_core import evaluate_heldout, frozen_copy, generate_and_score, grpo_update, sft_warmstart
+from rlmesh.rl.models import Transformer, TransformerConfig
+from rlmesh.rl.tasks import AdditionTask
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--min-digits", type=int, default=1)
+    p.add_argument("--max-digits", type=int, default=3)
+    p.add_argument("--reverse-answer", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--sft-steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=300, help="GRPO steps")
+    p.add_argument("--prompts", type=int, default=32, help="prompts per GRPO step")
+    p.add_argument("--samples", type=int, default=16, help="completions per prompt (group size)")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--kl-coef", type=float, default=0.0)
+    p.add_argument("--eval-every", type=int, default=25)
+    p.add_argument("--heldout", type=int, default=500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+
+    print(f"python {platform.python_version()}  torch {torch.__version__}  cpus={os.cpu_count()}  "
+          f"load={os.getloadavg()}")
+    task = AdditionTask(args.min_digits, args.max_digits, reverse_answer=args.reverse_answer)
+    model = Transformer(TransformerConfig(vocab_size=task.tokenizer.vocab_size, max_seq_len=task.max_prompt_len
+                                          + task.max_answer_len, d_model=args.d_model, n_layers=args.layers,
+                                          n_heads=4))
+    print(f"task: {args.min_digits}-{args.max_digits} digit addition, reverse_answer={args.reverse_answer}; "
+          f"model {sum(p.numel() for p in model.parameters()) / 1e3:.0f}k params")
+    heldout = task.sample(args.heldout, random.Random(10_000 + args.seed), "heldout")
+    start = time.perf_counter()
+    print(f"{'phase':5s} {'step':>5s} {'heldout':>8s} {'wall s':>7s}")
+    print(f"{'init':5s} {0:5d} {evaluate_heldout(model, task, heldout):8.3f} {0.0:7.1f}")
+    sft_warmstart(model, task, args.sft_steps, seed=args.seed)
+    curve = [("sft", args.sft_steps, evaluate_heldout(model, task, heldout), time.perf_counter() - start)]
+    print(f"{'sft':5s} {args.sft_steps:5d} {curve[-1][2]:8.3f} {curve[-1][3]:7.1f}", flush=True)
+
+    gen_cfg = LLMGeneratorConfig(samples_per_prompt=args.samples, max_new_tokens=task.max_answer_len)
+    grpo_cfg = GRPOConfig(lr=args.lr, kl_coef=args.kl_coef)
+    ref = frozen_copy(model) if args.kl_coef > 0 else None
+    optimizer = torch.optim.Adam(model.parameters(), lr=grpo_cfg.lr)
+    rng, sampler = random.Random(args.seed), torch.Generator().manual_seed(args.seed)
+    tokens = rows = 0
+    gen_s = train_s = 0.0
+    for step in range(1, args.steps + 1):
+        t0 = time.perf_counter()
+        batch = generate_and_score(model, task, task.sample(args.prompts, rng, "train"), gen_cfg, sampler)
+        t1 = time.perf_counter()
+        metrics = grpo_update(model, optimizer, batch, grpo_cfg, args.samples, ref_model=ref)
+        t2 = time.perf_counter()
+        gen_s, train_s = gen_s + t1 - t0, train_s + t2 - t1
+        tokens, rows = tokens + batch.generation.num_tokens, rows + len(batch.texts)
+        if step % args.eval_every == 0 or step == args.steps:
+            r = evaluate_heldout(model, task, heldout)
+            curve.append(("grpo", step, r, time.perf_counter() - start))
+            print(f"{'grpo':5s} {step:5d} {r:8.3f} {curve[-1][3]:7.1f}   train reward {float(batch.rewards.mean()):.3f}  "
+                  f"informative {metrics['train/informative_fraction']:.2f}", flush=True)
+    print(f"\nheld-out reward: {curve[0][2]:.3f} after SFT -> {curve[-1][2]:.3f} after {args.steps} GRPO steps "
+          f"(best {max(c[2] for c in curve):.3f}); total {time.perf_counter() - start:.0f} s")
+    print(f"perf/gen_tokens_per_s {tokens / gen_s:.0f}  perf/gen_samples_per_s {rows / gen_s:.0f}  "
+          f"perf/train_samples_per_s {rows / train_s:.0f}  (samples = completions)")
+
+
+if __name__ == "__main__":
+    main()
