@@ -167,6 +167,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
 #: Not filled on purpose: rows the service could not store (type mismatch), kept so nothing is lost silently.
 REJECTED_TABLE = Table("_rejected", "rows that did not fit their table's types, kept with the reason", (
     _c("run_id", "VARCHAR", "id of the run"),
+    _c("ts", "TIMESTAMPTZ", "when the service refused the rows"),
     _c("table_name", "VARCHAR", "table the rows were meant for"),
     _c("reason", "VARCHAR", "the schema error, naming column and both types"),
     _c("row", "VARCHAR", "the row, as JSON"),

@@ -31,7 +31,7 @@ _WIDEN = {
     "FLOAT": {"DOUBLE"}, "VARCHAR": {"JSON"},
 }
 REJECTED_DDL = (f'CREATE TABLE IF NOT EXISTS "{REJECTED}" '
-                "(run_id VARCHAR, table_name VARCHAR, reason VARCHAR, row VARCHAR)")
+                "(run_id VARCHAR, ts TIMESTAMPTZ DEFAULT current_timestamp, table_name VARCHAR, reason VARCHAR, row VARCHAR)")
 
 
 def canon(sql_type: str) -> str:

@@ -188,3 +188,15 @@ def test_cli_on_finished_run_all_formats(finished, runs_dir, tmp_path):
     import pyarrow.parquet as pq
 
     assert pq.read_table(out).num_rows >= 10
+
+
+def test_doc_queries_run_on_a_real_run(finished):
+    import re
+
+    doc = (HERE.parents[2] / "docs" / "telemetry.md").read_text()
+    queries = re.findall(r"```sql\n(.*?)```", doc, flags=re.S)
+    assert len(queries) >= 10
+    for query in queries:
+        q(finished, query)  # every snippet parses and runs against real tables
+    deaths = q(finished, queries[2])
+    assert [(r["proc"], r["signal"]) for r in deaths] == [("procs.3", 9)]
