@@ -38,15 +38,18 @@ def _piece_sum(p: Any) -> int:
     return checksum.sum64_cuda(p) if p.is_cuda else checksum.sum64(p.numpy())
 
 
-def verify(m: Manifest, sources: Sources) -> None:
-    """Raise :class:`WeightSyncError` naming the first entry whose bytes do not match its checksum."""
+def verify(m: Manifest, sources: Sources, sums: Sequence[int] | None = None) -> None:
+    """Raise :class:`WeightSyncError` naming the first entry whose bytes do not match its checksum.
+
+    ``sums``: checksums of exactly these source bytes, already computed as they arrived.
+    """
     if len(sources) != len(m.entries):
         raise WeightSyncError(f"version {m.version} of {m.name!r}: got {len(sources)} tensors, manifest lists {len(m.entries)}")
-    for e, pieces in zip(m.entries, sources):
+    for i, (e, pieces) in enumerate(zip(m.entries, sources)):
         got_len = sum(int(p.numel()) for p in pieces)
         if got_len != e.nbytes:
             raise WeightSyncError(f"version {m.version} of {m.name!r}: {e.key!r} arrived with {got_len} bytes, expected {e.nbytes}")
-        got = checksum.combine([_piece_sum(p) for p in pieces])
+        got = sums[i] if sums is not None else checksum.combine([_piece_sum(p) for p in pieces])
         if got != e.checksum:
             raise WeightSyncError(
                 f"version {m.version} of {m.name!r}: checksum mismatch on {e.key!r} "
@@ -71,18 +74,26 @@ def _numpy_view(e: TensorEntry, flat: Any) -> np.ndarray:
     return flat.cpu().numpy().view(np.dtype(e.dtype)).reshape(e.shape)
 
 
+SPLIT = 8 << 20  # a copy larger than this is cut into pieces that run on two threads
+
+
 def _copy_pieces_bytewise(dst: Any, pieces: Sequence[Any]) -> bool:
-    """Copy chunked pieces straight into a contiguous same-dtype target; False if not possible."""
+    """Copy pieces straight into a contiguous same-dtype CPU target, in parallel; False if not possible."""
     import torch
 
-    if not dst.is_contiguous() or dst.device != pieces[0].device:
+    if not dst.is_contiguous() or dst.device.type != "cpu" or pieces[0].device.type != "cpu":
         return False
     raw = dst.reshape(-1).view(torch.uint8)
-    pos = 0
+    jobs, pos = [], 0
     for p in pieces:
         n = int(p.numel())
-        raw[pos : pos + n].copy_(p)
+        for off in range(0, n, SPLIT):
+            jobs.append((raw[pos + off : pos + min(n, off + SPLIT)], p[off : off + SPLIT]))
         pos += n
+    if len(jobs) == 1:
+        jobs[0][0].copy_(jobs[0][1])
+    else:
+        list(checksum.executor().map(lambda j: j[0].copy_(j[1]), jobs))
     return True
 
 
@@ -99,7 +110,8 @@ def copy_entry(e: TensorEntry, pieces: Sequence[Any], dst: Any) -> None:
             dst.copy_(src)
         return
     with torch.no_grad():
-        if len(pieces) > 1 and dst.dtype == torch_dtype(e.dtype) and _copy_pieces_bytewise(dst, pieces):
+        big = len(pieces) > 1 or e.nbytes > SPLIT
+        if big and dst.dtype == torch_dtype(e.dtype) and _copy_pieces_bytewise(dst, pieces):
             return
         dst.copy_(_torch_view(e, _joined(pieces)))
 

@@ -22,6 +22,7 @@ class Fetched:
     sources: list[list[Any]]
     release: Callable[[], None] = field(default=lambda: None)
     fetch_seconds: float = 0.0
+    sums: list[int] | None = None  # per-entry checksums of the received bytes, when computed on arrival
 
 
 class ReaderTransport(Protocol):

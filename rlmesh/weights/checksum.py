@@ -27,6 +27,15 @@ _THREADS = 2
 _pool: ThreadPoolExecutor | None = None
 
 
+def executor() -> ThreadPoolExecutor:
+    """Two worker threads shared by checksums and large copies (torch and numpy release the GIL).
+
+    Why our own threads and not OpenMP's: on a loaded host OpenMP workers spin against
+    each other and slowed torch copies tenfold here; plain threads just wait.
+    """
+    return _executor()
+
+
 def _executor() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:

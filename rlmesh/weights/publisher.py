@@ -55,12 +55,13 @@ def _write_value(dst: Any, value: Any) -> int:
     src = value.detach()
     if src.is_contiguous() and src.device.type == "cpu" and n > CHUNK:
         raw = src.reshape(-1).view(torch.uint8)
-        parts = []
-        for off in range(0, n, CHUNK):
+
+        def piece(off: int) -> int:  # copy, then sum while the bytes are still in cache
             d = dst[off : off + CHUNK]
             d.copy_(raw[off : off + CHUNK])
-            parts.append(checksum.sum64(d.numpy()))
-        return checksum.combine(parts)
+            return checksum.sum64(d.numpy())
+
+        return checksum.combine(list(checksum.executor().map(piece, range(0, n, CHUNK))))
     dst.view(src.dtype).view(src.shape).copy_(src)  # strided or CUDA source: torch handles it
     return checksum.sum64(dst.numpy())
 

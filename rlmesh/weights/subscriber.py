@@ -174,7 +174,7 @@ class Subscriber:
             t1 = time.perf_counter()
             with assemble.quiet_readonly():
                 try:
-                    assemble.verify(m, fetched.sources)
+                    assemble.verify(m, fetched.sources, fetched.sums)
                 except WeightSyncError:
                     record_sync(SyncStats(self.name, m.version, sum(e.nbytes for e in m.entries),
                                           time.perf_counter() - t0, transport, self.reader), ok=False)

@@ -15,10 +15,12 @@ import logging
 import time
 from typing import Any
 
+import numpy as np
 import zmq
 
 from rlmesh.transport import Authenticator, AuthError, is_loopback_address, zmq_context
 from rlmesh.transport.sockets import tune
+from rlmesh.weights import checksum
 from rlmesh.weights.assemble import quiet_readonly
 from rlmesh.weights.base import Fetched
 from rlmesh.weights.errors import WeightSyncError
@@ -107,6 +109,11 @@ class TcpReader(Control):
         lease, manifest, _ = opened
         try:
             chunks, pieces = plan_chunks(manifest, self.chunk_bytes)
+            by_chunk: list[list[Any]] = [[] for _ in chunks]
+            for ps in pieces:
+                for p in ps:
+                    by_chunk[p.chunk].append(p)
+            sums = [0] * len(pieces)
             frames: list[Any] = [None] * len(chunks)
             pending: dict[int, int] = {}  # rid -> chunk index
             todo = iter(range(len(chunks)))
@@ -123,10 +130,16 @@ class TcpReader(Control):
                 nxt = next(todo, None)
                 if nxt is not None:
                     pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[nxt]]})] = nxt
+                # Checksum this chunk while the next ones are still on the wire (zmq's I/O thread
+                # receives without the GIL), so verification costs nothing once the last one lands.
+                raw = np.frombuffer(bufs[0].buffer, dtype=np.uint8)
+                for p in by_chunk[idx]:
+                    sums[p.entry] += checksum.sum64(raw[p.start : p.start + p.length])
             with quiet_readonly():
                 views = [torch.frombuffer(f.buffer, dtype=torch.uint8) for f in frames]
             sources = [[views[p.chunk][p.start : p.start + p.length] for p in ps] for ps in pieces]
         except BaseException:
             self.release(lease)
             raise
-        return Fetched(manifest, sources, lambda: self.release(lease), time.perf_counter() - t0)
+        return Fetched(manifest, sources, lambda: self.release(lease), time.perf_counter() - t0,
+                       [x & checksum.MASK for x in sums])

@@ -1,0 +1,276 @@
+"""Weight sync throughput: a 1 GiB state_dict to 1 and 2 readers in other processes, per transport.
+
+Prints one table: seconds and GB/s per reader count for rlmesh shm and tcp, next to
+(a) an in-process memcpy of the same bytes with 2 threads (the floor on one host),
+(b) raw pyzmq PUSH/PULL of the same tensors as zero-copy frames (the TCP floor), and
+(c) torch.distributed gloo broadcast of the state_dict (what a user would write),
+with the ratios the weight-sync issue sets as targets, plus the stall a concurrent
+generator loop sees while a version is published. Times are the median of
+``--reps`` steady-state rounds (the first round, which maps fresh pages, is reported
+separately). Run: ``.venv/bin/python benchmarks/weight_sync.py [--gib 1] [--reps 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # no spinning OpenMP pools on a shared host: threads are explicit
+os.environ.setdefault("RLMESH_TELEMETRY", "0")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import zmq  # noqa: E402
+
+GiB = 1 << 30
+
+
+def spec(total: int) -> list[tuple[str, int]]:
+    """~300 float32 tensors: a few large (embedding-like), many medium, a tail of small ones."""
+    sizes = [32 << 20] * 20 + [4 << 20] * 60 + [1 << 20] * 100 + [16 << 10] * 119
+    scale = total / sum(sizes)
+    out = [(f"layer{i}.w", max(64, int(s * scale) // 64 * 64)) for i, s in enumerate(sizes)]
+    out.append(("tail", max(64, (total - sum(n for _, n in out)) // 64 * 64)))
+    return out
+
+
+def make_sd(total: int, fill: bool) -> dict:
+    g = torch.Generator().manual_seed(0)
+    return {k: (torch.randn(n // 4, generator=g) if fill else torch.zeros(n // 4)) for k, n in spec(total)}
+
+
+# ---------------- reader process ----------------
+def reader_main(total: int) -> None:
+    from rlmesh.weights import Subscriber
+
+    target = make_sd(total, fill=False)
+    subs: dict = {}
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        t0 = time.perf_counter()
+        if cmd["op"] == "pull":
+            sub = subs.setdefault(cmd["transport"], Subscriber("bench", cmd["transport"]))
+            v = sub.pull_into(target, min_version=cmd["version"], timeout=120)
+            res = {"seconds": v.stats.seconds, "verify": v.stats.verify_seconds, "copy": v.stats.copy_seconds,
+                   "fetch": v.stats.fetch_seconds, "version": int(v)}
+        elif cmd["op"] == "zmq":
+            s = zmq.Context.instance().socket(zmq.PULL)
+            s.connect(cmd["addr"])
+            print(json.dumps({"ready": True}), flush=True)
+            frames, got = [], 0
+            t0 = time.perf_counter()
+            while got < cmd["nbytes"]:
+                f = s.recv(copy=False)
+                frames.append(f)
+                got += len(f.buffer)
+            res = {"seconds": time.perf_counter() - t0}
+            s.close(0)
+        elif cmd["op"] == "gloo":
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo", init_method=cmd["init"], rank=cmd["rank"], world_size=cmd["world"])
+            for _ in range(cmd["reps"]):
+                dist.barrier()
+                t0 = time.perf_counter()
+                for t in target.values():
+                    dist.broadcast(t, src=0)
+                dist.barrier()
+            res = {"seconds": time.perf_counter() - t0}
+            dist.destroy_process_group()
+        else:
+            return
+        print(json.dumps(res), flush=True)
+
+
+class Reader:
+    def __init__(self, total: int, env: dict):
+        self.p = subprocess.Popen([sys.executable, __file__, "--reader", str(total)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=env)
+
+    def send(self, **cmd) -> None:
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+
+    def recv(self) -> dict:
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("reader process died")
+        return json.loads(line)
+
+
+# ---------------- measurements ----------------
+def bench_memcpy(sd: dict, reps: int) -> float:
+    dst = {k: torch.empty_like(v) for k, v in sd.items()}
+    keys = list(sd)
+    halves = [keys[0::2], keys[1::2]]
+
+    def run(ks):
+        for k in ks:
+            dst[k].copy_(sd[k])
+
+    times = []
+    for _ in range(reps + 1):
+        t0 = time.perf_counter()
+        ths = [threading.Thread(target=run, args=(h,)) for h in halves]
+        [t.start() for t in ths]
+        [t.join() for t in ths]
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def bench_zmq(sd: dict, readers: list, reps: int) -> float:
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+    times = []
+    for _ in range(reps):
+        socks = []
+        for r in readers:
+            s = zmq.Context.instance().socket(zmq.PUSH)
+            s.setsockopt(zmq.SNDHWM, 0)
+            port = s.bind_to_random_port("tcp://127.0.0.1")
+            socks.append(s)
+            r.send(op="zmq", addr=f"tcp://127.0.0.1:{port}", nbytes=nbytes)
+            r.recv()
+        time.sleep(0.2)
+        t0 = time.perf_counter()
+        for t in sd.values():
+            buf = t.numpy()
+            for s in socks:
+                s.send(buf, copy=False)
+        [r.recv() for r in readers]
+        times.append(time.perf_counter() - t0)
+        [s.close(0) for s in socks]
+    return statistics.median(times)
+
+
+def bench_gloo(sd: dict, readers: list, reps: int) -> float:
+    import torch.distributed as dist
+
+    init = f"file://{tempfile.mktemp(prefix='rlmesh-gloo-')}"
+    for i, r in enumerate(readers):
+        r.send(op="gloo", init=init, rank=i + 1, world=len(readers) + 1, reps=reps)
+    dist.init_process_group("gloo", init_method=init, rank=0, world_size=len(readers) + 1)
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for t in sd.values():
+            dist.broadcast(t, src=0)
+        dist.barrier()
+        times.append(time.perf_counter() - t0)
+    [r.recv() for r in readers]
+    dist.destroy_process_group()
+    return statistics.median(times)
+
+
+def bench_rlmesh(pub, sd: dict, transport: str, readers: list, reps: int, version: list) -> tuple[float, float, float]:
+    """Median wall time from 'go' until every reader holds the new version; first-round time; median publish."""
+    walls, pubs = [], []
+    for _ in range(reps + 1):
+        version[0] += 1
+        t0 = time.perf_counter()
+        pub.publish(sd, version=version[0])
+        pubs.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for r in readers:
+            r.send(op="pull", transport=transport, version=version[0])
+        res = [r.recv() for r in readers]
+        walls.append(time.perf_counter() - t0)
+        assert all(x["version"] == version[0] for x in res)
+    return statistics.median(walls[1:]), walls[0], statistics.median(pubs)
+
+
+def bench_stall(pub, sd: dict, version: list) -> tuple[float, float]:
+    """Longest gap between iterations of a generator-like loop in another thread while one version is published."""
+    stop, gaps = threading.Event(), []
+    a = torch.randn(64, 64)
+
+    def loop():
+        last = time.perf_counter()
+        while not stop.is_set():
+            a @ a
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    th = threading.Thread(target=loop)
+    th.start()
+    time.sleep(0.2)
+    gaps.clear()
+    version[0] += 1
+    t0 = time.perf_counter()
+    pub.publish(sd, version=version[0])
+    t_pub = time.perf_counter() - t0
+    time.sleep(0.05)
+    stop.set()
+    th.join()
+    return max(gaps), t_pub
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reader", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.reader:
+        return reader_main(args.reader)
+    from rlmesh.transport import Authenticator
+    from rlmesh.weights import Publisher
+
+    total = int(args.gib * GiB)
+    tmp = tempfile.mkdtemp(prefix="rlmesh-bench-")
+    os.environ.update(RLMESH_WEIGHTS_DIRECTORY=tmp, RLMESH_SECRET=os.environ.get("RLMESH_SECRET")
+                      or Authenticator.new_secret().hex(), RLMESH_JOB_ID=f"bench{os.getpid()}")
+    sd = make_sd(total, fill=True)
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+    readers = [Reader(total, dict(os.environ)) for _ in range(2)]
+    rows = []
+    mc = bench_memcpy(sd, args.reps)
+    rows.append(("memcpy, in-process, 2 threads", 1, mc, None))
+    for n in (1, 2):
+        rows.append(("raw pyzmq PUSH/PULL", n, bench_zmq(sd, readers[:n], args.reps), None))
+    for n in (1, 2):
+        rows.append(("torch.distributed gloo broadcast", n, bench_gloo(sd, readers[:n], args.reps), None))
+    version = [0]
+    with Publisher("bench") as pub:
+        stall, t_pub = bench_stall(pub, sd, version)
+        extra = {}
+        for tr in ("shm", "tcp"):
+            for n in (1, 2):
+                wall, first, pub_s = bench_rlmesh(pub, sd, tr, readers[:n], args.reps, version)
+                rows.append((f"rlmesh {tr}", n, wall, first))
+                extra[tr] = pub_s
+    for r in readers:
+        r.send(op="quit")
+        r.p.wait(timeout=30)
+
+    gb = nbytes / 1e9
+    print(f"\nweight sync: {nbytes / GiB:.2f} GiB in {len(sd)} tensors; median of {args.reps} rounds")
+    print(f"{'method':36s} {'readers':>7s} {'seconds':>8s} {'GB/s/reader':>12s} {'first round s':>14s}")
+    for name, n, s, first in rows:
+        print(f"{name:36s} {n:7d} {s:8.3f} {gb / s:12.2f} {'' if first is None else f'{first:14.3f}'}")
+    t = {(name, n): s for name, n, s, _ in rows}
+    print("\nratios (bandwidth per reader; targets: shm >= 0.7x memcpy, tcp >= 0.7x raw zmq, both >= 3x gloo)")
+    for n in (1, 2):
+        g = t[("torch.distributed gloo broadcast", n)]
+        print(f"  {n} reader(s): shm/memcpy {mc / t[('rlmesh shm', n)]:.2f}x   tcp/zmq "
+              f"{t[('raw pyzmq PUSH/PULL', n)] / t[('rlmesh tcp', n)]:.2f}x   shm/gloo {g / t[('rlmesh shm', n)]:.1f}x"
+              f"   tcp/gloo {g / t[('rlmesh tcp', n)]:.1f}x")
+    print(f"\npublish (one copy + checksums into shared memory): {extra['shm']:.3f}s median; "
+          f"a concurrent loop's longest stall while publishing: {stall * 1e3:.0f} ms (publish took {t_pub * 1e3:.0f} ms,"
+          f" one memcpy {mc * 1e3:.0f} ms)")
+    print(f"\nmachine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}; "
+          f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
+          f"pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}); OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+
+
+if __name__ == "__main__":
+    main()
