@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from rlmesh.rl.config import ppo_cartpole
-from rlmesh.rl.ppo_core import evaluate_greedy, train_ppo
+from rlmesh.rl.ppo_core import train_ppo
+from rlmesh.rl.rollout import evaluate_greedy
 
 TARGET = 475.0
 EVAL_EPISODES = 20

@@ -6,7 +6,8 @@ import torch
 
 from rlmesh.rl.config import GymGeneratorConfig, PPOConfig, ppo_cartpole
 from rlmesh.rl.models import ActorCritic
-from rlmesh.rl.ppo_core import RolloutCollector, evaluate_greedy, greedy_actor, rollout_advantages, train_ppo
+from rlmesh.rl.ppo_core import rollout_advantages, train_ppo
+from rlmesh.rl.rollout import RolloutCollector, evaluate_greedy, greedy_actor
 
 
 @pytest.fixture(autouse=True)
