@@ -28,8 +28,8 @@ from rlmesh.weights.layout import Manifest, plan_chunks
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 4 << 20
-WINDOW = 4
+CHUNK_BYTES = 8 << 20
+WINDOW = 8
 
 
 class Control:
