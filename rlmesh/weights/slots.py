@@ -82,6 +82,7 @@ class SlotFile:
             os.unlink(path)
             raise
         self.state, self.version, self.gen = EMPTY, -1, 0
+        self.manifest = b""  # JSON manifest of the version it holds (set when READY)
         self.leases: dict[int, float] = {}  # lease id -> expiry (TCP/RDMA/CUDA readers, in this process)
         self.extra: dict[str, Any] = {}  # per-transport handles (RDMA MR, ...)
         self.write_header()

@@ -14,7 +14,6 @@ otherwise. Each fallback that skips a faster transport is logged once, with why.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, Mapping
 
@@ -22,45 +21,12 @@ from rlmesh.weights import assemble
 from rlmesh.weights.base import Fetched, ReaderTransport
 from rlmesh.weights.directory import Directory, default_directory, publisher_key, reader_id, this_host
 from rlmesh.weights.errors import StateDictMismatchError, TransportUnavailableError, WeightSyncError
+from rlmesh.weights.selection import CHOICES, select_transport
 from rlmesh.weights.stats import SyncStats, Version, record_sync
 
+__all__ = ["Subscriber", "select_transport"]
+
 logger = logging.getLogger(__name__)
-
-CHOICES = ("shm", "tcp", "rdma", "cuda-ipc")
-
-
-def select_transport(record: dict[str, Any], forced: str | None, want_cuda: bool, host: str) -> tuple[str, str]:
-    """``(transport, reason)`` for reading from ``record``'s publisher; pure, so it is unit-tested."""
-    same_host = record.get("host") == host and os.path.exists(record.get("ctl") or "")
-    if forced is not None:
-        if forced not in CHOICES:
-            raise ValueError(f"transport={forced!r} is not one of {list(CHOICES)} (or None for automatic)")
-        if forced in ("shm", "cuda-ipc") and not same_host:
-            raise TransportUnavailableError(
-                f"transport={forced!r} needs the publisher on this host; it is on {record.get('host')!r} (use 'tcp')")
-        if forced == "rdma":
-            from rlmesh.weights import rdma_plan as rdma
-
-            ok, why = rdma.available()
-            if not record.get("rdma") or not ok:
-                raise TransportUnavailableError(
-                    f"transport='rdma' unavailable: {why if not ok else 'the publisher registered no RDMA device'}; use 'tcp'")
-        if forced == "tcp" and not record.get("tcp"):
-            raise TransportUnavailableError("transport='tcp' but the publisher was created without 'tcp' in transports")
-        return forced, "forced"
-    if same_host:
-        if want_cuda and record.get("cuda_ipc"):
-            return "cuda-ipc", "same host, CUDA target"
-        return "shm", "same host"
-    if record.get("rdma"):
-        from rlmesh.weights import rdma_plan as rdma
-
-        ok, why = rdma.available()
-        if ok:
-            return "rdma", "other host, RDMA device on both sides"
-        return "tcp", f"other host; rdma unavailable here: {why}"
-    return "tcp", "other host; the publisher has no RDMA device"
-
 
 class Subscriber:
     """Reads versions of ``name`` published by a :class:`Publisher` anywhere in the job.
@@ -103,6 +69,8 @@ class Subscriber:
 
     def _transport(self, want_cuda: bool, timeout: float) -> ReaderTransport:
         rec = self._record or self._lookup(timeout)
+        if want_cuda and not rec.get("cuda_ipc") and self.forced is None and rec.get("host") == this_host():
+            rec = self._lookup(timeout)  # the publisher advertises CUDA IPC once it has published GPU tensors
         kind, why = select_transport(rec, self.forced, want_cuda, this_host())
         if kind not in self._readers:
             self._readers[kind] = self._make(kind, rec)

@@ -44,15 +44,27 @@ class Control:
         self._sock = tune(zmq_context().socket(zmq.DEALER))
         self._sock.connect(self.addr)
         self._rid = itertools.count(1)
+        self._waiting: set[int] = set()  # requests whose replies someone will ask for
+        self._early: dict[int, tuple[dict[str, Any], list[Any]]] = {}  # replies that came before their turn
 
-    def send(self, req: dict[str, Any]) -> int:
+    def send(self, req: dict[str, Any], reply: bool = True) -> int:
         rid = next(self._rid)
         req = {**req, "rid": rid}
         self._sock.send_multipart(self.auth.sign([json.dumps(req).encode()]), copy=False)
+        if reply:
+            self._waiting.add(rid)
         return rid
 
+    def forget(self) -> None:
+        """Abandon every outstanding request (after an error): their replies will be dropped."""
+        self._waiting.clear()
+        self._early.clear()
+
     def recv(self, rid: int, timeout: float) -> tuple[dict[str, Any], list[Any]]:
-        """The reply to ``rid`` (stale replies to abandoned requests are dropped)."""
+        """The reply to ``rid``; replies to other outstanding requests are kept, stale ones dropped."""
+        if rid in self._early:
+            self._waiting.discard(rid)
+            return self._early.pop(rid)
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -65,8 +77,12 @@ class Control:
             except (AuthError, ValueError) as exc:
                 logger.warning("weights %r: dropped a reply that failed authentication: %s", self.pub_name, exc)
                 continue
-            if reply.get("rid") == rid:
+            got = reply.get("rid")
+            if got == rid:
+                self._waiting.discard(rid)
                 return reply, body[1:]
+            if got in self._waiting:
+                self._early[got] = (reply, body[1:])
 
     def call(self, req: dict[str, Any], timeout: float) -> tuple[dict[str, Any], list[Any]]:
         return self.recv(self.send(req), timeout)
@@ -86,7 +102,7 @@ class Control:
         return int(reply["lease"]), Manifest.from_bytes(frames[0].buffer), reply.get("extra") or {}
 
     def release(self, lease: int) -> None:
-        self.send({"op": "close", "lease": lease})  # reply is dropped as stale later
+        self.send({"op": "close", "lease": lease}, reply=False)  # its reply is dropped as stale
 
     def close(self) -> None:
         self._sock.close(0)
@@ -139,6 +155,7 @@ class TcpReader(Control):
                 views = [torch.frombuffer(f.buffer, dtype=torch.uint8) for f in frames]
             sources = [[views[p.chunk][p.start : p.start + p.length] for p in ps] for ps in pieces]
         except BaseException:
+            self.forget()
             self.release(lease)
             raise
         return Fetched(manifest, sources, lambda: self.release(lease), time.perf_counter() - t0,

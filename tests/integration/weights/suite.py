@@ -69,7 +69,7 @@ class TransportSuite:
         pub.close()
 
     def corrupt(self, pub: Publisher, version: int, key: str) -> None:
-        slot = next(s for s in pub._slots if s.version == version)
+        slot = next(s for s in pub.pool.slots if s.version == version)
         e = next(e for e in pub._manifest_of(slot).entries if e.key == key)
         if self.device != "cpu":
             slot.extra["cuda"]["buf"][e.offset + 1] += 1
@@ -86,7 +86,7 @@ class TransportSuite:
             assert same(out[k], sd[k]), k
         assert isinstance(out["np.f32"], np.ndarray)
         assert v.stats.transport == self.transport and v.stats.version == 1
-        assert v.stats.bytes == sum(e.nbytes for e in pub._manifest_of(pub._slots[0]).entries)
+        assert v.stats.bytes == sum(e.nbytes for e in pub._manifest_of(pub.pool.slots[0]).entries)
 
     def test_pull_into_copies_in_place_without_reallocating(self, env):
         pub, sub = env

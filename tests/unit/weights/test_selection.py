@@ -6,7 +6,7 @@ import pytest
 
 from rlmesh.weights import rdma_plan
 from rlmesh.weights.errors import TransportUnavailableError
-from rlmesh.weights.subscriber import select_transport
+from rlmesh.weights.selection import select_transport
 
 
 @pytest.fixture
