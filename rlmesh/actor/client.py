@@ -1,12 +1,14 @@
 """The caller side of the data plane: one IO thread per process sends calls and completes futures.
 
-Why one thread: zmq sockets are not thread-safe, and callers live on many threads
-(the user's script, asyncio loops, actor threads). Callers pickle their own
-arguments (so an unpicklable argument fails right there, naming its type), queue
-the frames and poke an eventfd; the IO thread owns one DEALER per destination
-proc, sends, receives replies and completes futures. Calls go straight to the
-proc hosting the actor: a handle passed to another actor is used from that
-actor's proc, never relayed through the controller.
+Why this shape: zmq sockets are not thread-safe and callers live on many
+threads (the user's script, asyncio loops, actor threads), yet a thread handoff
+costs tens of microseconds. So each calling thread pickles its own arguments (an
+unpicklable argument fails right there, naming its type) and sends on its own
+DEALER per destination proc, with no handoff. Replies do not come back on those
+sockets: they go to this process's *inbox*, a ROUTER owned by one IO thread that
+completes the futures (and fires timeouts). Calls go straight to the proc
+hosting the actor: a handle passed to another actor is used from that actor's
+proc, never relayed through the controller.
 
 Death handling: the runtime tells the client when a proc incarnation dies
 (:meth:`Client.proc_down`); every pending call to it fails with ``ActorDied`` at
@@ -34,7 +36,7 @@ from rlmesh.actor.future import Future
 from rlmesh.errors import ActorDied, ActorError, CallTimeout
 from rlmesh.transport.auth import AuthError, Authenticator, is_loopback_address
 from rlmesh.transport.serialization import dumps, loads
-from rlmesh.transport.sockets import tune, zmq_context
+from rlmesh.transport.sockets import bind_random, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,35 @@ def error_from_payload(frames: list[Any], mesh: str, rank: int, endpoint: str) -
     )
 
 
+class ThreadSockets:
+    """One thread's DEALER sockets, one per destination; closed when the thread ends (its locals die)."""
+
+    def __init__(self, lock: threading.Lock, registry: list):
+        self.socks: dict[str, zmq.Socket] = {}
+        self._lock = lock
+        self._registry = registry
+
+    def get(self, addr: str) -> zmq.Socket:
+        s = self.socks.get(addr)
+        if s is None:
+            s = self.socks[addr] = tune(zmq_context().socket(zmq.DEALER))
+            s.connect(addr)
+            with self._lock:
+                self._registry.append(s)
+        return s
+
+    def __del__(self) -> None:
+        try:
+            with self._lock:
+                for s in self.socks.values():
+                    if s in self._registry:
+                        self._registry.remove(s)
+            for s in self.socks.values():
+                s.close(0)
+        except Exception:
+            pass
+
+
 class Client:
     """Per-process caller: directory of procs, pending calls, and the IO thread."""
 
@@ -104,12 +135,15 @@ class Client:
         self._pending: dict[int, _Call] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._outq: deque = deque()
+        self._new_timeouts: deque = deque()
         self._timeouts: list[tuple[float, int]] = []
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._socks: dict[str, zmq.Socket] = {}
-        self._addr_of: dict[zmq.Socket, str] = {}
+        self._tls = threading.local()
+        self._all_send_socks: list[zmq.Socket] = []
         self._auth_full: dict[str, Authenticator] = {}
+        self._inbox = tune(zmq_context().socket(zmq.ROUTER))
+        self.inbox_addr = bind_random(self._inbox)
+        self._inbox_auth = auth if is_loopback_address(self.inbox_addr) else Authenticator(auth._key, full=True)
         self.bytes_sent = 0
         self.bytes_received = 0
         self.calls_sent = 0
@@ -181,10 +215,33 @@ class Client:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 self._pending[call_id] = _Call(fut, proc_id, entry.incarnation, mesh, rank, endpoint,
                                                actor_id, deadline, timeout)
-            meta = (P.CALL if want_reply else P.CAST, call_id, actor_id, endpoint, self.identity)
-            self._outq.append((entry.addr, meta, payload, call_id, timeout))
-        os.eventfd_write(self._efd, 1)
+            addr = entry.addr
+        meta = (P.CALL if want_reply else P.CAST, call_id, actor_id, endpoint, self.identity,
+                self.inbox_addr if want_reply else "")
+        frames = P.encode(self._auth_for(addr), meta, payload)
+        try:
+            self._send_sock(addr).send_multipart(frames, copy=False)
+        except zmq.ZMQError as exc:
+            self._fail(call_id, ActorError(f"send to {addr} failed: {exc}", mesh=mesh, rank=rank,
+                                           endpoint=endpoint))
+            return fut
+        size = sum(memoryview(getattr(f, "buffer", f)).nbytes for f in frames)
+        with self._lock:
+            self.calls_sent += 1
+            self.bytes_sent += size
+        if timeout is not None and want_reply:
+            self._new_timeouts.append((time.monotonic() + timeout, call_id))
+            os.eventfd_write(self._efd, 1)
         return fut
+
+    def _send_sock(self, addr: str) -> zmq.Socket:
+        """This thread's DEALER to ``addr`` (sockets are never shared between threads)."""
+        bag = getattr(self._tls, "bag", None)
+        if bag is None:
+            bag = self._tls.bag = ThreadSockets(self._lock, self._all_send_socks)
+        if self._closed:
+            raise zmq.ZMQError(msg="the rlmesh client is closed")
+        return bag.get(addr)
 
     def pending_count(self) -> int:
         with self._lock:
@@ -202,19 +259,10 @@ class Client:
             self._auth_full[addr] = a
         return a
 
-    def _sock(self, addr: str, poller: zmq.Poller) -> zmq.Socket:
-        s = self._socks.get(addr)
-        if s is None:
-            s = tune(zmq_context().socket(zmq.DEALER))
-            s.connect(addr)
-            self._socks[addr] = s
-            self._addr_of[s] = addr
-            poller.register(s, zmq.POLLIN)
-        return s
-
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._efd, zmq.POLLIN)
+        poller.register(self._inbox, zmq.POLLIN)
         while not self._closed:
             timeout_ms = 200
             if self._timeouts:
@@ -232,40 +280,25 @@ class Client:
                     except BlockingIOError:
                         pass
                 else:
-                    self._drain(sock)
-            self._flush(poller)
+                    self._drain()
+            while self._new_timeouts:
+                heapq.heappush(self._timeouts, self._new_timeouts.popleft())
             if self._timeouts:
                 self._expire()
 
-    def _flush(self, poller: zmq.Poller) -> None:
+    def _drain(self) -> None:
         while True:
             try:
-                addr, meta, payload, call_id, timeout = self._outq.popleft()
-            except IndexError:
-                return
-            frames = P.encode(self._auth_for(addr), meta, payload)
-            try:
-                self._sock(addr, poller).send_multipart(frames, copy=False)
-            except zmq.ZMQError as exc:
-                self._fail(call_id, ActorError(f"send to {addr} failed: {exc}"))
-                continue
-            self.calls_sent += 1
-            self.bytes_sent += sum(memoryview(getattr(f, "buffer", f)).nbytes for f in frames)
-            if timeout is not None:
-                heapq.heappush(self._timeouts, (time.monotonic() + timeout, call_id))
-
-    def _drain(self, sock: zmq.Socket) -> None:
-        addr = self._addr_of.get(sock, "")
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = self._inbox.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            self.bytes_received += sum(len(f) for f in frames)
+            body = frames[1:]
+            size = sum(len(f) for f in body)
+            self.bytes_received += size
             try:
-                (call_id, status), payload = P.decode_meta(self._auth_for(addr), frames)
-            except (AuthError, Exception) as exc:
-                logger.warning("dropped a reply from %s: %s", addr, exc)
+                (call_id, status), payload = P.decode_meta(self._inbox_auth, body)
+            except Exception as exc:
+                logger.warning("dropped a reply: %s", exc)
                 continue
             with self._lock:
                 c = self._pending.pop(call_id, None)
@@ -304,12 +337,13 @@ class Client:
         self._closed = True
         os.eventfd_write(self._efd, 1)
         self._thread.join(timeout=2)
-        for s in self._socks.values():
-            s.close(0)
-        self._socks.clear()
         with self._lock:
+            socks, self._all_send_socks = self._all_send_socks, []
             calls = list(self._pending.values())
             self._pending.clear()
+        for s in socks:
+            s.close(0)
+        self._inbox.close(0)
         for c in calls:
             c.fut._set_exception(ActorError("the runtime shut down before a reply came", mesh=c.mesh,
                                             rank=c.rank, endpoint=c.endpoint))

@@ -2,7 +2,9 @@
 
 Async endpoints run as tasks on the loop; ``__init__``, ``on_restart`` and sync
 endpoints run on the actor's own single thread (in arrival order), so the loop
-keeps answering while an actor computes. Every call, failed or not, can be
+keeps answering while an actor computes. Replies go to the caller's inbox
+address (carried in each call) from whichever thread finished the call, on that
+thread's own socket: a sync endpoint's reply never hops back through the loop. Every call, failed or not, can be
 reported to a span sink (telemetry) without this module knowing about it.
 """
 
@@ -13,6 +15,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -22,7 +25,7 @@ import zmq
 
 from rlmesh.actor import hooks
 from rlmesh.actor import protocol as P
-from rlmesh.actor.client import error_payload
+from rlmesh.actor.client import ThreadSockets, error_payload
 from rlmesh.actor.context import Context, ProcInfo, _current
 from rlmesh.transport.auth import AuthError, Authenticator, is_loopback_address
 from rlmesh.transport.serialization import SerializationError, dumps, loads, nbytes
@@ -53,6 +56,10 @@ class ActorServer:
             self.auth = Authenticator(auth._key, full=True)
         self.calls_served = 0
         self.bytes_received = 0
+        self._reply_tls = threading.local()
+        self._reply_lock = threading.Lock()
+        self._reply_registry: list = []
+        self._auth_full = Authenticator(auth._key, full=True)
         loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)
 
     # ------------------------------------------------------------------ actors
@@ -119,89 +126,89 @@ class ActorServer:
             self._dispatch(ident, meta, payload, nbytes(payload))
 
     def _dispatch(self, ident: Any, meta: tuple, payload: list[Any], size_in: int) -> None:
-        kind, call_id, actor_id, endpoint, caller = meta
-        want_reply = kind == P.CALL
-        t0 = time.time()
+        kind, call_id, actor_id, endpoint, caller, reply_to = meta
+        call = _Served(call_id, reply_to if kind == P.CALL else "", actor_id, endpoint, caller, time.time(), size_in)
         hosted = self.actors.get(actor_id)
         if hosted is None or endpoint not in hosted.endpoints:
             what = f"no actor {actor_id!r} in this proc" if hosted is None else f"no endpoint {endpoint!r}"
-            self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
-                         exc=LookupError(what), tb=None)
+            self._finish(call, hosted, exc=LookupError(what))
             return
         try:
             args, kwargs = loads(payload)
         except Exception as exc:
-            self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
-                         exc=exc, tb=traceback.format_exc())
+            self._finish(call, hosted, exc=exc, tb=traceback.format_exc())
             return
         fn = hosted.endpoints[endpoint]
         if inspect.iscoroutinefunction(fn):
             token = _current.set(hosted.ctx)
             try:
-                task = self.loop.create_task(fn(*args, **kwargs))
+                self.loop.create_task(self._serve_async(call, hosted, fn, args, kwargs))
             finally:
                 _current.reset(token)
         else:
-            task = self._run_in_actor(hosted, _call_and_encode, fn, args, kwargs)
-        task.add_done_callback(
-            lambda t: self._on_done(t, ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0,
-                                    size_in, encoded=not inspect.iscoroutinefunction(fn)))
+            ctx = contextvars.copy_context()
+            ctx.run(_current.set, hosted.ctx)
+            hosted.executor.submit(ctx.run, self._serve_sync, call, hosted, fn, args, kwargs)
 
-    def _on_done(self, task: asyncio.Future, ident: Any, call_id: int, want_reply: bool, hosted: HostedActor,
-                 actor_id: str, endpoint: str, caller: str, t0: float, size_in: int, encoded: bool) -> None:
-        if task.cancelled():
-            self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
-                         exc=asyncio.CancelledError("the endpoint was cancelled"), tb=None)
+    async def _serve_async(self, call: "_Served", hosted: HostedActor, fn: Any, args: tuple, kwargs: dict) -> None:
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
+            self._finish(call, hosted, exc=exc, tb="".join(traceback.format_exception(exc)))
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
             return
-        exc = task.exception()
-        if exc is not None:
-            tb = "".join(traceback.format_exception(exc))
-            self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
-                         exc=exc, tb=tb)
-            return
-        result = task.result()
-        if encoded:  # sync endpoints return (ok, frames) from the actor thread
-            ok, frames = result
-            if not ok:
-                self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
-                             exc=frames[0], tb=frames[1])
-                return
-        else:
-            try:
-                frames = dumps(result) if want_reply else []
-            except SerializationError as exc:
-                self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in,
-                             exc=SerializationError(f"the result of {endpoint} {exc}"), tb=None)
-                return
-        self._finish(ident, call_id, want_reply, hosted, actor_id, endpoint, caller, t0, size_in, frames=frames)
+        self._reply_result(call, hosted, result)
 
-    def _finish(self, ident: Any, call_id: int, want_reply: bool, hosted: HostedActor | None, actor_id: str,
-                endpoint: str, caller: str, t0: float, size_in: int, frames: list[Any] | None = None,
+    def _serve_sync(self, call: "_Served", hosted: HostedActor, fn: Any, args: tuple, kwargs: dict) -> None:
+        """Runs on the actor's thread: call, pickle the result and reply from here."""
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001
+            self._finish(call, hosted, exc=exc, tb="".join(traceback.format_exception(exc)))
+            return
+        self._reply_result(call, hosted, result)
+
+    def _reply_result(self, call: "_Served", hosted: HostedActor, result: Any) -> None:
+        try:
+            frames = dumps(result) if call.reply_to else []
+        except SerializationError as exc:
+            self._finish(call, hosted, exc=SerializationError(f"the result of {call.endpoint} {exc}"))
+            return
+        self._finish(call, hosted, frames=frames)
+
+    def _reply_sock(self, addr: str) -> Any:
+        bag = getattr(self._reply_tls, "bag", None)
+        if bag is None:
+            bag = self._reply_tls.bag = ThreadSockets(self._reply_lock, self._reply_registry)
+        return bag.get(addr)
+
+    def _finish(self, call: "_Served", hosted: HostedActor | None, frames: list[Any] | None = None,
                 exc: BaseException | None = None, tb: str | None = None) -> None:
+        """Send the reply (if one is wanted) and report the span. Safe on any thread."""
         self.calls_served += 1
         out = 0
         if exc is not None:
-            if not want_reply:
-                logger.error("broadcast %s.%s failed:\n%s", actor_id, endpoint,
+            if not call.reply_to:
+                logger.error("broadcast %s.%s failed:\n%s", call.actor_id, call.endpoint,
                              tb or f"{type(exc).__name__}: {exc}")
             frames = error_payload(exc, tb)
-        if want_reply:
-            msg = P.encode(self.auth, (call_id, P.OK if exc is None else P.ERR), frames)
+        if call.reply_to:
+            auth = self.auth if is_loopback_address(call.reply_to) else self._auth_full
+            msg = P.encode(auth, (call.call_id, P.OK if exc is None else P.ERR), frames)
             out = nbytes(msg)
             try:
-                self.sock.send_multipart([ident, *msg], copy=False)
+                self._reply_sock(call.reply_to).send_multipart(msg, copy=False)
             except zmq.ZMQError as err:
-                logger.warning("could not reply to %s: %s", caller, err)
-            # zmq's FD is edge-triggered: a send can swallow the readable edge of a waiting message.
-            self.loop.call_soon(self._drain)
+                logger.warning("could not reply to %s: %s", call.caller, err)
         sink = hooks.span_sink()
         if sink is not None:
             ctx = hosted.ctx if hosted is not None else None
             try:
                 sink(hooks.Span(
-                    mesh=ctx.mesh_name if ctx else "", actor_id=actor_id, rank=ctx.rank if ctx else -1,
-                    endpoint=endpoint, caller=caller, start_ts=t0, duration_s=time.time() - t0,
-                    outcome="ok" if exc is None else "error", bytes_in=size_in, bytes_out=out,
+                    mesh=ctx.mesh_name if ctx else "", actor_id=call.actor_id, rank=ctx.rank if ctx else -1,
+                    endpoint=call.endpoint, caller=call.caller, start_ts=call.t0, duration_s=time.time() - call.t0,
+                    outcome="ok" if exc is None else "error", bytes_in=call.size_in, bytes_out=out,
                     error="" if exc is None else f"{type(exc).__name__}: {exc}"))
             except Exception:
                 logger.exception("span sink failed")
@@ -212,15 +219,20 @@ class ActorServer:
         except Exception:
             pass
         self.sock.close(0)
+        with self._reply_lock:
+            socks = list(self._reply_registry)
+        for s in socks:
+            s.close(0)
 
 
-def _call_and_encode(fn: Any, args: tuple, kwargs: dict) -> tuple[bool, Any]:
-    """Run a sync endpoint on the actor thread and pickle its result there (off the loop)."""
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
-        return False, (exc, "".join(traceback.format_exception(exc)))
-    try:
-        return True, dumps(result)
-    except SerializationError as exc:
-        return False, (SerializationError(f"the result of {getattr(fn, '__name__', 'endpoint')} {exc}"), None)
+@dataclass(frozen=True)
+class _Served:
+    """One call being served: where to reply, and what to report in its span."""
+
+    call_id: int
+    reply_to: str  # the caller's inbox; "" for broadcasts
+    actor_id: str
+    endpoint: str
+    caller: str
+    t0: float
+    size_in: int
