@@ -38,6 +38,8 @@ def pub(n: int) -> None:
 def read(transport: str, last: int) -> None:
     sub = Subscriber(NAME, transport)
     target = state(0)
+    assert sub.latest_version(timeout=30) is None  # connected, and nothing published yet
+    print("ready", flush=True)
     seen, bad, v = [], [], 0
     while v < last:
         v = int(sub.pull_into(target, min_version=v + 1 if v < 1 else v, timeout=30))

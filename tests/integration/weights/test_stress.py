@@ -25,6 +25,7 @@ def test_200_versions_while_readers_pull(tmp_path):
     try:
         assert pub.stdout.readline().strip() == "ready"
         readers = [run("read", "shm", "200"), run("read", "tcp", "200")]
+        assert [r.stdout.readline().strip() for r in readers] == ["ready", "ready"]
         pub.stdin.write("go\n")
         pub.stdin.flush()
         results = [json.loads(r.communicate(timeout=150)[0]) for r in readers]
