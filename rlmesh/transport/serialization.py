@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import pickle
 import sys
+import types
 import warnings
 from typing import Any
 
@@ -59,8 +60,19 @@ def _rebuild_tensor(buf: Any, dtype: Any, shape: tuple, device: str, requires_gr
     return t
 
 
+def _code_reduce_keep_filename(code: types.CodeType) -> Any:
+    """cloudpickle blanks ``co_filename`` of by-value code; keep it so remote tracebacks show source lines."""
+    reduce = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
+    if reduce is None:
+        return NotImplemented
+    fn, args = reduce(code)
+    return fn, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+
 class _Pickler(cloudpickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.CodeType:
+            return _code_reduce_keep_filename(obj)
         torch = _torch()
         if torch is not None and type(obj) is torch.Tensor or (
             torch is not None and isinstance(obj, torch.nn.Parameter)
