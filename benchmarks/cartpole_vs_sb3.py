@@ -7,7 +7,9 @@ Protocol, identical for both: one torch thread; evaluate every ``--eval-every`` 
 steps with :func:`rlmesh.rl.ppo_core.evaluate_greedy` (20 greedy episodes on a fresh
 vector env, the same seed); stop at the first evaluation >= 475. Wall-clock is measured
 from the start of training; "train s" excludes evaluation time, "total s" includes it.
-Env steps count real transitions. SB3 is a benchmark-only dependency::
+Env steps count real transitions. ``rlmesh`` steps gymnasium's native vectorised
+CartPole (what ``GymGenerator`` picks by default); ``rlmesh-sync`` steps 8 separate envs in
+a loop like SB3's ``DummyVecEnv``, to show how much of the gap is the env. SB3 is a benchmark-only dependency::
 
     pip install stable-baselines3 --no-deps   # keeps torch==2.13.0+cpu
 
@@ -26,21 +28,28 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlmesh.rl.config import ppo_cartpole
+from rlmesh.rl.recipe_config import ppo_cartpole
 from rlmesh.rl.ppo_core import train_ppo
 from rlmesh.rl.rollout import evaluate_greedy
 
 TARGET = 475.0
 EVAL_EPISODES = 20
 
-def run_rlmesh(seed: int, eval_every: int, budget: int) -> dict:
+def run_rlmesh(seed: int, eval_every: int, budget: int, vectorization: str = "auto") -> dict:
     recipe = ppo_cartpole()  # the tuned preset; see its docstring
-    recipe.ppo.total_steps = budget
+    recipe.trainer.total_steps = budget
     recipe.generator.seed = seed
-    result = train_ppo(recipe.generator, recipe.ppo, seed=seed, eval_every=eval_every,
+    recipe.generator.vectorization = vectorization
+    result = train_ppo(recipe.generator, recipe.trainer, seed=seed, eval_every=eval_every,
                        eval_episodes=EVAL_EPISODES, target_return=TARGET)
     return {"steps": result.solved_steps, "train_s": result.solved_seconds, "total_s": result.solved_seconds_total,
             "last_eval": result.evals[-1][2] if result.evals else float("nan")}
+
+
+def run_rlmesh_sync(seed: int, eval_every: int, budget: int) -> dict:
+    """The same, stepping 8 separate CartPole envs in a Python loop (as SB3's DummyVecEnv
+    does) instead of gymnasium's native vectorised CartPole: isolates the env's share."""
+    return run_rlmesh(seed, eval_every, budget, vectorization="sync")
 
 
 def run_sb3(seed: int, eval_every: int, budget: int) -> dict:
@@ -108,14 +117,14 @@ def main() -> None:
           f"sb3 {stable_baselines3.__version__}  numpy {np.__version__}")
     print(f"machine {platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()}  load={os.getloadavg()}")
     print(f"target mean greedy return >= {TARGET} over {EVAL_EPISODES} episodes, eval every {args.eval_every} steps\n")
-    rows: dict[str, list[dict]] = {"rlmesh": [], "sb3": []}
+    rows: dict[str, list[dict]] = {"rlmesh": [], "rlmesh-sync": [], "sb3": []}
     for seed in args.seeds:
-        for name, fn in (("rlmesh", run_rlmesh), ("sb3", run_sb3)):
+        for name, fn in (("rlmesh", run_rlmesh), ("rlmesh-sync", run_rlmesh_sync), ("sb3", run_sb3)):
             if name == "sb3" and args.skip_sb3:
                 continue
             r = fn(seed, args.eval_every, args.budget)
             rows[name].append(r)
-            print(f"{name:7s} seed {seed}: steps {fmt(r['steps'], '>6d')}  train s {fmt(r['train_s'], '6.2f')}  "
+            print(f"{name:11s} seed {seed}: steps {fmt(r['steps'], '>6d')}  train s {fmt(r['train_s'], '6.2f')}  "
                   f"total s {fmt(r['total_s'], '6.2f')}  last eval {r['last_eval']:.1f}", flush=True)
 
     def median(name: str, key: str) -> float | None:
@@ -125,12 +134,12 @@ def main() -> None:
     print()
     for name in rows:
         if rows[name]:
-            print(f"{name:7s} median: steps {median(name, 'steps'):.0f}  train s {median(name, 'train_s'):.2f}  "
+            print(f"{name:11s} median: steps {median(name, 'steps'):.0f}  train s {median(name, 'train_s'):.2f}  "
                   f"total s {median(name, 'total_s'):.2f}")
     if rows["sb3"]:
-        for key in ("train_s", "total_s", "steps"):
-            ratio = median("rlmesh", key) / median("sb3", key)
-            print(f"ratio rlmesh/sb3 ({key}): {ratio:.3f}")
+        for name in ("rlmesh", "rlmesh-sync"):
+            for key in ("total_s", "train_s", "steps"):
+                print(f"ratio {name}/sb3 median {key}: {median(name, key) / median('sb3', key):.3f}")
 
 
 if __name__ == "__main__":

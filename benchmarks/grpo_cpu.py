@@ -39,6 +39,9 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=16, help="completions per prompt (group size)")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--kl-coef", type=float, default=0.0)
+    p.add_argument("--reward", choices=["exact", "digits"], default="exact",
+                   help="training reward: exact match, or per-digit partial credit (eval is always exact)")
+    p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--heldout", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
@@ -64,7 +67,8 @@ def main() -> None:
     curve = [("sft", args.sft_steps, evaluate_heldout(model, task, heldout), time.perf_counter() - start)]
     print(f"{'sft':5s} {args.sft_steps:5d} {curve[-1][2]:8.3f} {curve[-1][3]:7.1f}", flush=True)
 
-    gen_cfg = LLMGeneratorConfig(samples_per_prompt=args.samples, max_new_tokens=task.max_answer_len)
+    gen_cfg = LLMGeneratorConfig(samples_per_prompt=args.samples, max_new_tokens=task.max_answer_len,
+                                 temperature=args.temperature)
     grpo_cfg = GRPOConfig(lr=args.lr, kl_coef=args.kl_coef)
     ref = frozen_copy(model) if args.kl_coef > 0 else None
     optimizer = torch.optim.Adam(model.parameters(), lr=grpo_cfg.lr)
@@ -73,9 +77,10 @@ def main() -> None:
     gen_s = train_s = 0.0
     for step in range(1, args.steps + 1):
         t0 = time.perf_counter()
-        batch = generate_and_score(model, task, task.sample(args.prompts, rng, "train"), gen_cfg, sampler)
+        batch = generate_and_score(model, task, task.sample(args.prompts, rng, "train"), gen_cfg, sampler,
+                                   partial_credit=args.reward == "digits")
         t1 = time.perf_counter()
-        metrics = grpo_update(model, optimizer, batch, grpo_cfg, args.samples, ref_model=ref)
+        metrics = grpo_update(model, optimizer, batch, grpo_cfg, args.samples, args.temperature, ref_model=ref)
         t2 = time.perf_counter()
         gen_s, train_s = gen_s + t1 - t0, train_s + t2 - t1
         tokens, rows = tokens + batch.generation.num_tokens, rows + len(batch.texts)

@@ -2,20 +2,34 @@
 
 They import nothing from the runtime, so Hydra can register them in a ConfigStore and a
 bad value fails in ``__post_init__`` (with the key and the fix in the message) before
-any process starts. Every numeric check here is one a user has hit in practice.
+any process starts: ``OmegaConf.to_object(cfg)`` builds the dataclasses, which runs the
+checks on the final, overridden values. Choices are typed ``str`` and checked by hand
+because OmegaConf rejects ``typing.Literal`` annotations.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+
+
+__all__ = [
+    "BufferConfig",
+    "ConfigError",
+    "GRPOConfig",
+    "GymGeneratorConfig",
+    "LLMGeneratorConfig",
+    "PPOConfig",
+    "RewardConfig",
+    "TrainerConfig",
+]
 
 
 class ConfigError(ValueError):
     """A config value is invalid; the message names the key and how to fix it."""
 
 
-def _check(ok: bool, key: str, value: object, fix: str) -> None:
+def check(ok: bool, key: str, value: object, fix: str) -> None:
+    """Raise :class:`ConfigError` naming ``key``, its ``value`` and the ``fix`` unless ``ok``."""
     if not ok:
         raise ConfigError(f"{key}={value!r} is invalid: {fix}")
 
@@ -34,18 +48,23 @@ class GymGeneratorConfig:
     """Generator actors; each has its own envs and seed offset."""
     seed: int = 0
     """Base seed; replica ``i`` seeds its envs with ``seed + 1000 * i``."""
+    vectorization: str = "auto"
+    """``auto``: the env's native vectorised implementation when gymnasium has one (CartPole
+    does), else ``sync`` (one process, envs stepped in a loop); ``async``: a subprocess per env."""
 
     def __post_init__(self) -> None:
-        _check(self.num_envs >= 1, "generator.num_envs", self.num_envs, "set generator.num_envs to 1 or more")
-        _check(self.num_steps >= 1, "generator.num_steps", self.num_steps, "set generator.num_steps to 1 or more")
-        _check(self.replicas >= 1, "generator.replicas", self.replicas, "set generator.replicas to 1 or more")
+        check(self.vectorization in ("auto", "sync", "async"), "generator.vectorization", self.vectorization,
+               "use 'auto', 'sync' or 'async'")
+        check(self.num_envs >= 1, "generator.num_envs", self.num_envs, "set generator.num_envs to 1 or more")
+        check(self.num_steps >= 1, "generator.num_steps", self.num_steps, "set generator.num_steps to 1 or more")
+        check(self.replicas >= 1, "generator.replicas", self.replicas, "set generator.replicas to 1 or more")
 
 
 @dataclass
 class LLMGeneratorConfig:
     """How an ``LLMGenerator`` samples completions."""
 
-    backend: Literal["torch", "vllm"] = "torch"
+    backend: str = "torch"
     """``torch``: the built-in small transformer with KV cache (CPU); ``vllm``: vLLM's engine."""
     samples_per_prompt: int = 8
     """N completions per prompt (GRPO's group size)."""
@@ -59,18 +78,36 @@ class LLMGeneratorConfig:
     """Generator actors."""
 
     def __post_init__(self) -> None:
-        _check(self.backend in ("torch", "vllm"), "generator.backend", self.backend, "use 'torch' or 'vllm'")
-        _check(self.samples_per_prompt >= 1, "generator.samples_per_prompt", self.samples_per_prompt,
+        check(self.backend in ("torch", "vllm"), "generator.backend", self.backend, "use 'torch' or 'vllm'")
+        check(self.samples_per_prompt >= 1, "generator.samples_per_prompt", self.samples_per_prompt,
                "set it to 1 or more (GRPO needs >= 2 for a non-zero advantage)")
-        _check(self.max_new_tokens >= 1, "generator.max_new_tokens", self.max_new_tokens, "set it to 1 or more")
-        _check(self.temperature > 0, "generator.temperature", self.temperature,
+        check(self.max_new_tokens >= 1, "generator.max_new_tokens", self.max_new_tokens, "set it to 1 or more")
+        check(self.temperature > 0, "generator.temperature", self.temperature,
                "use a temperature > 0 (greedy decoding is top_p close to 0, not temperature 0)")
-        _check(0 < self.top_p <= 1, "generator.top_p", self.top_p, "use a value in (0, 1]")
-        _check(self.replicas >= 1, "generator.replicas", self.replicas, "set generator.replicas to 1 or more")
+        check(0 < self.top_p <= 1, "generator.top_p", self.top_p, "use a value in (0, 1]")
+        check(self.replicas >= 1, "generator.replicas", self.replicas, "set generator.replicas to 1 or more")
 
 
 @dataclass
-class PPOConfig:
+class TrainerConfig:
+    """What every ``Trainer`` needs besides its algorithm's hyperparameters; the algorithm
+    configs below extend it, so a recipe has one ``trainer`` group (``trainer.lr=...``,
+    ``trainer.checkpoint_every=...``)."""
+
+    checkpoint_dir: str | None = None
+    """Where checkpoints go; ``None`` disables them (a restarted trainer then starts over)."""
+    checkpoint_every: int = 0
+    """Save every this many train steps; 0 = only at the end."""
+    publish_every: int = 1
+    """Publish weights to generators every this many train steps."""
+
+    def __post_init__(self) -> None:
+        check(self.checkpoint_every >= 0, "trainer.checkpoint_every", self.checkpoint_every, "use 0 or more")
+        check(self.publish_every >= 1, "trainer.publish_every", self.publish_every, "use 1 or more")
+
+
+@dataclass
+class PPOConfig(TrainerConfig):
     """PPO hyperparameters (the maths in :mod:`rlmesh.rl.losses.ppo` and :mod:`rlmesh.rl.ppo_core`)."""
 
     total_steps: int = 1_000_000
@@ -107,22 +144,23 @@ class PPOConfig:
     """Adam epsilon."""
 
     def __post_init__(self) -> None:
-        _check(self.total_steps > 0, "trainer.total_steps", self.total_steps, "set a positive step budget")
-        _check(self.lr > 0, "trainer.lr", self.lr, "use a positive learning rate, e.g. trainer.lr=3e-4")
-        _check(0 < self.gamma <= 1, "trainer.gamma", self.gamma, "use a discount in (0, 1]")
-        _check(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", self.gae_lambda, "use a lambda in [0, 1]")
-        _check(self.update_epochs >= 1, "trainer.update_epochs", self.update_epochs, "set 1 or more epochs")
-        _check(self.num_minibatches >= 1, "trainer.num_minibatches", self.num_minibatches, "set 1 or more")
-        _check(self.clip_coef > 0, "trainer.clip_coef", self.clip_coef, "use a positive clip, e.g. 0.2")
-        _check(self.value_clip_coef is None or self.value_clip_coef > 0, "trainer.value_clip_coef",
+        super().__post_init__()
+        check(self.total_steps > 0, "trainer.total_steps", self.total_steps, "set a positive step budget")
+        check(self.lr > 0, "trainer.lr", self.lr, "use a positive learning rate, e.g. trainer.lr=3e-4")
+        check(0 < self.gamma <= 1, "trainer.gamma", self.gamma, "use a discount in (0, 1]")
+        check(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", self.gae_lambda, "use a lambda in [0, 1]")
+        check(self.update_epochs >= 1, "trainer.update_epochs", self.update_epochs, "set 1 or more epochs")
+        check(self.num_minibatches >= 1, "trainer.num_minibatches", self.num_minibatches, "set 1 or more")
+        check(self.clip_coef > 0, "trainer.clip_coef", self.clip_coef, "use a positive clip, e.g. 0.2")
+        check(self.value_clip_coef is None or self.value_clip_coef > 0, "trainer.value_clip_coef",
                self.value_clip_coef, "use a positive value or null to disable value clipping")
-        _check(self.max_grad_norm > 0, "trainer.max_grad_norm", self.max_grad_norm, "use a positive norm")
-        _check(self.target_kl is None or self.target_kl > 0, "trainer.target_kl", self.target_kl,
+        check(self.max_grad_norm > 0, "trainer.max_grad_norm", self.max_grad_norm, "use a positive norm")
+        check(self.target_kl is None or self.target_kl > 0, "trainer.target_kl", self.target_kl,
                "use a positive KL or null to disable early stopping")
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(TrainerConfig):
     """GRPO hyperparameters (the maths in :mod:`rlmesh.rl.losses.grpo`)."""
 
     lr: float = 1e-4
@@ -135,7 +173,7 @@ class GRPOConfig:
     """Weight of the k3 KL penalty to the reference policy; 0 skips the reference model."""
     normalize_std: bool = True
     """Divide group-centred rewards by the group's std (``False``: Dr. GRPO)."""
-    aggregation: Literal["token_mean", "sequence_mean"] = "token_mean"
+    aggregation: str = "token_mean"
     """How token losses are averaged."""
     update_epochs: int = 1
     """Passes over each batch of completions (1 = on-policy, ratio is 1 at the first step)."""
@@ -143,38 +181,23 @@ class GRPOConfig:
     """Global gradient-norm clip."""
 
     def __post_init__(self) -> None:
-        _check(self.lr > 0, "trainer.lr", self.lr, "use a positive learning rate")
-        _check(self.clip_coef > 0, "trainer.clip_coef", self.clip_coef, "use a positive clip, e.g. 0.2")
-        _check(self.clip_coef_high is None or self.clip_coef_high >= self.clip_coef, "trainer.clip_coef_high",
+        super().__post_init__()
+        check(self.lr > 0, "trainer.lr", self.lr, "use a positive learning rate")
+        check(self.clip_coef > 0, "trainer.clip_coef", self.clip_coef, "use a positive clip, e.g. 0.2")
+        check(self.clip_coef_high is None or self.clip_coef_high >= self.clip_coef, "trainer.clip_coef_high",
                self.clip_coef_high, f"use null or a value >= trainer.clip_coef ({self.clip_coef})")
-        _check(self.kl_coef >= 0, "trainer.kl_coef", self.kl_coef, "use 0 (no reference model) or a positive weight")
-        _check(self.aggregation in ("token_mean", "sequence_mean"), "trainer.aggregation", self.aggregation,
+        check(self.kl_coef >= 0, "trainer.kl_coef", self.kl_coef, "use 0 (no reference model) or a positive weight")
+        check(self.aggregation in ("token_mean", "sequence_mean"), "trainer.aggregation", self.aggregation,
                "use 'token_mean' or 'sequence_mean'")
-        _check(self.update_epochs >= 1, "trainer.update_epochs", self.update_epochs, "set 1 or more epochs")
-        _check(self.max_grad_norm > 0, "trainer.max_grad_norm", self.max_grad_norm, "use a positive norm")
-
-
-@dataclass
-class TrainerConfig:
-    """What every ``Trainer`` needs besides its algorithm's hyperparameters."""
-
-    checkpoint_dir: str | None = None
-    """Where checkpoints go; ``None`` disables them (a restarted trainer then starts over)."""
-    checkpoint_every: int = 0
-    """Save every this many train steps; 0 = only at the end."""
-    publish_every: int = 1
-    """Publish weights to generators every this many train steps."""
-
-    def __post_init__(self) -> None:
-        _check(self.checkpoint_every >= 0, "trainer.checkpoint_every", self.checkpoint_every, "use 0 or more")
-        _check(self.publish_every >= 1, "trainer.publish_every", self.publish_every, "use 1 or more")
+        check(self.update_epochs >= 1, "trainer.update_epochs", self.update_epochs, "set 1 or more epochs")
+        check(self.max_grad_norm > 0, "trainer.max_grad_norm", self.max_grad_norm, "use a positive norm")
 
 
 @dataclass
 class RewardConfig:
     """Which reward a ``RewardActor`` computes."""
 
-    kind: Literal["env", "exact_match", "numeric"] = "env"
+    kind: str = "env"
     """``env``: pass the environment's return through; ``exact_match`` / ``numeric``: verifiers
     from :mod:`rlmesh.rl.tasks.verifiers`."""
     replicas: int = 1
@@ -183,10 +206,10 @@ class RewardConfig:
     """Partial credit for a well-formed but wrong answer (verifiers only)."""
 
     def __post_init__(self) -> None:
-        _check(self.kind in ("env", "exact_match", "numeric"), "reward.kind", self.kind,
+        check(self.kind in ("env", "exact_match", "numeric"), "reward.kind", self.kind,
                "use 'env', 'exact_match' or 'numeric'")
-        _check(self.replicas >= 1, "reward.replicas", self.replicas, "set reward.replicas to 1 or more")
-        _check(0 <= self.format_reward < 1, "reward.format_reward", self.format_reward,
+        check(self.replicas >= 1, "reward.replicas", self.replicas, "set reward.replicas to 1 or more")
+        check(0 <= self.format_reward < 1, "reward.format_reward", self.format_reward,
                "use a value in [0, 1): it must stay below a correct answer's reward of 1")
 
 
@@ -200,33 +223,6 @@ class BufferConfig:
     """How many versions behind the trainer a sampled rollout may be; 0 = strictly on-policy."""
 
     def __post_init__(self) -> None:
-        _check(self.capacity >= 1, "buffer.capacity", self.capacity, "set buffer.capacity to 1 or more")
-        _check(self.max_policy_lag >= 0, "buffer.max_policy_lag", self.max_policy_lag,
+        check(self.capacity >= 1, "buffer.capacity", self.capacity, "set buffer.capacity to 1 or more")
+        check(self.max_policy_lag >= 0, "buffer.max_policy_lag", self.max_policy_lag,
                "use 0 (on-policy) or a positive number of versions")
-
-
-@dataclass
-class PPORecipeConfig:
-    """A complete PPO experiment: generator, trainer, buffer."""
-
-    generator: GymGeneratorConfig = field(default_factory=GymGeneratorConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    buffer: BufferConfig = field(default_factory=BufferConfig)
-
-    def __post_init__(self) -> None:
-        batch = self.generator.num_envs * self.generator.num_steps * self.generator.replicas
-        _check(batch >= self.ppo.num_minibatches, "ppo.num_minibatches", self.ppo.num_minibatches,
-               f"a rollout batch of {batch} transitions cannot be split into more minibatches than that")
-
-
-def ppo_cartpole() -> PPORecipeConfig:
-    """The tuned CartPole-v1 preset (``recipe=ppo_cartpole``), measured by
-    ``benchmarks/cartpole_vs_sb3.py``: rl-zoo's gamma/lambda and linear lr+clip decay, but
-    rollouts of 8 envs x 64 steps cut into 4 minibatches for 10 epochs at lr 2e-3
-    (40 gradient steps per 512 transitions, on 128-sample minibatches)."""
-    return PPORecipeConfig(
-        generator=GymGeneratorConfig(env_id="CartPole-v1", num_envs=8, num_steps=64),
-        ppo=PPOConfig(total_steps=100_000, lr=2e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8, update_epochs=10,
-                      num_minibatches=4, clip_coef=0.2, anneal_clip=True, entropy_coef=0.0),
-    )

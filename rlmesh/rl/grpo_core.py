@@ -46,16 +46,17 @@ class ScoredBatch:
 @torch.no_grad()
 def generate_and_score(
     model: nn.Module, task: AdditionTask, problems: list[Problem], config: LLMGeneratorConfig,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | None = None, partial_credit: bool = False,
 ) -> ScoredBatch:
-    """Sample ``config.samples_per_prompt`` completions per problem and verify each."""
+    """Sample ``config.samples_per_prompt`` completions per problem and verify each
+    (exact match, or per-digit credit with ``partial_credit``)."""
     tok = task.tokenizer
     n = config.samples_per_prompt
     gen = generate(model, [task.encode_prompt(p) for p in problems], n=n, max_new_tokens=config.max_new_tokens,
                    temperature=config.temperature, top_p=config.top_p, eos_id=tok.eos_id, pad_id=tok.pad_id,
                    generator=generator)
     texts = [tok.decode(row) for row in gen.completion_ids.tolist()]
-    rewards = torch.tensor([task.score(t, problems[i // n]) for i, t in enumerate(texts)])
+    rewards = torch.tensor([task.score(t, problems[i // n], partial_credit) for i, t in enumerate(texts)])
     return ScoredBatch(problems, gen, rewards, texts)
 
 

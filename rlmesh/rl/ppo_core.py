@@ -142,7 +142,8 @@ def train_ppo(
         if collector.total_steps >= next_eval:
             next_eval += eval_every
             t0 = time.perf_counter()
-            mean_return, _ = evaluate_greedy(greedy_actor(policy, collector.envs.single_action_space), generator.env_id, eval_episodes, seed + 10_000)
+            act = greedy_actor(policy, collector.envs.single_action_space)
+            mean_return, _ = evaluate_greedy(act, generator.env_id, eval_episodes, seed + 10_000)
             eval_seconds += time.perf_counter() - t0
             train_seconds = time.perf_counter() - start - eval_seconds
             evals.append((collector.total_steps, train_seconds, mean_return))

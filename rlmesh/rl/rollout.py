@@ -25,9 +25,11 @@ from rlmesh.rl.config import GymGeneratorConfig
 from rlmesh.rl.models.mlp import ActorCritic
 
 
-def make_vec_env(env_id: str, num_envs: int, seed: int | None = None) -> tuple[gym.vector.VectorEnv, np.ndarray]:
-    """A gymnasium vector env (native vectorisation when the env has one) and its first obs."""
-    envs = gym.make_vec(env_id, num_envs=num_envs)
+def make_vec_env(
+    env_id: str, num_envs: int, seed: int | None = None, vectorization: str = "auto"
+) -> tuple[gym.vector.VectorEnv, np.ndarray]:
+    """A gymnasium vector env and its first observation (see ``GymGeneratorConfig.vectorization``)."""
+    envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=None if vectorization == "auto" else vectorization)
     mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
     if mode != gym.vector.AutoresetMode.NEXT_STEP:
         raise ValueError(f"{env_id}: autoreset_mode {mode} is not supported yet; use NEXT_STEP (the default)")
@@ -66,7 +68,8 @@ class RolloutCollector:
     def __init__(self, config: GymGeneratorConfig, policy: ActorCritic, seed: int | None = None) -> None:
         self.config = config
         self.policy = policy
-        self.envs, obs = make_vec_env(config.env_id, config.num_envs, config.seed if seed is None else seed)
+        self.envs, obs = make_vec_env(config.env_id, config.num_envs, config.seed if seed is None else seed,
+                                      config.vectorization)
         self._obs = torch.as_tensor(obs, dtype=torch.float32)
         self._prev_done = np.zeros(config.num_envs, dtype=bool)
         self._ep_return = np.zeros(config.num_envs)

@@ -11,7 +11,7 @@ import zlib
 from dataclasses import dataclass
 
 from rlmesh.rl.tasks.tokenizer import CharTokenizer
-from rlmesh.rl.tasks.verifiers import exact_match
+from rlmesh.rl.tasks.verifiers import digit_match, exact_match
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class AdditionTask:
     def encode_prompt(self, problem: Problem) -> list[int]:
         return self.tokenizer.encode(problem.prompt, bos=True)
 
-    def score(self, completion: str, problem: Problem) -> float:
-        """The verifier: exact match of the decoded completion with the sum."""
-        return exact_match(completion, problem.answer)
+    def score(self, completion: str, problem: Problem, partial: bool = False) -> float:
+        """The verifier: exact match of the decoded completion with the sum, or with
+        ``partial=True`` the per-digit credit of :func:`digit_match` (for training only)."""
+        return digit_match(completion, problem.answer) if partial else exact_match(completion, problem.answer)

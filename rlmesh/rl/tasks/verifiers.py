@@ -44,3 +44,18 @@ def numeric_match(completion: str, answer: str | float, tol: float = 1e-6, forma
         return 0.0
     want = float(answer)
     return 1.0 if abs(got - want) <= tol * max(1.0, abs(want)) else format_reward
+
+
+def digit_match(completion: str, answer: str) -> float:
+    """Partial credit: the fraction of answer positions the completion gets right,
+    over the longer of the two strings (so extra or missing characters cost credit).
+
+    1.0 exactly when :func:`exact_match` is 1. A denser signal for training on
+    arithmetic: a completion with one wrong digit is better than one with three. Evaluate
+    with :func:`exact_match` regardless, so the metric cannot be satisfied by near misses.
+    """
+    completion, answer = completion.strip(), answer.strip()
+    width = max(len(completion), len(answer))
+    if width == 0:
+        return 1.0
+    return sum(a == b for a, b in zip(completion, answer)) / width

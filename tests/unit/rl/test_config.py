@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from rlmesh.rl import config as C
+from rlmesh.rl import recipe_config as R
 
 
 @pytest.mark.parametrize(
@@ -34,8 +35,13 @@ def test_invalid_values_name_the_key(factory, kwargs, key):
 
 
 def test_impossible_combination_is_caught():
-    with pytest.raises(C.ConfigError, match="ppo.num_minibatches"):
-        C.PPORecipeConfig(generator=C.GymGeneratorConfig(num_envs=1, num_steps=2), ppo=C.PPOConfig(num_minibatches=4))
+    with pytest.raises(C.ConfigError, match=r"trainer\.num_minibatches"):
+        R.PPORecipeConfig(generator=C.GymGeneratorConfig(num_envs=1, num_steps=2),
+                          trainer=C.PPOConfig(num_minibatches=4))
+    with pytest.raises(C.ConfigError, match=r"generator\.samples_per_prompt"):
+        R.GRPORecipeConfig(generator=C.LLMGeneratorConfig(samples_per_prompt=1))
+    with pytest.raises(C.ConfigError, match=r"reward\.kind"):
+        R.GRPORecipeConfig(reward=C.RewardConfig(kind="env"))
 
 
 def test_defaults_are_valid_and_every_field_is_documented():
@@ -44,9 +50,23 @@ def test_defaults_are_valid_and_every_field_is_documented():
     for cls in (C.GymGeneratorConfig, C.LLMGeneratorConfig, C.PPOConfig, C.GRPOConfig, C.TrainerConfig,
                 C.RewardConfig, C.BufferConfig):
         cls()
-        source = inspect.getsource(cls)
         for f in dataclasses.fields(cls):
-            after = source.split(f"    {f.name}:", 1)[1].split("\n", 2)[1].strip()
+            owner = next(k for k in cls.__mro__ if f.name in vars(k).get("__annotations__", {}))
+            after = inspect.getsource(owner).split(f"    {f.name}:", 1)[1].split("\n", 2)[1].strip()
             assert after.startswith('"""'), f"{cls.__name__}.{f.name} has no docstring"
-    preset = C.ppo_cartpole()
-    assert preset.generator.env_id == "CartPole-v1" and preset.ppo.gamma == 0.98
+    preset = R.ppo_cartpole()
+    assert preset.generator.env_id == "CartPole-v1" and preset.trainer.gamma == 0.98
+    assert C.PPOConfig().publish_every == 1  # algorithm configs extend TrainerConfig
+
+
+def test_configs_are_hydra_structured_configs_and_overrides_are_validated():
+    from omegaconf import OmegaConf
+
+    for cls in (C.GymGeneratorConfig, C.LLMGeneratorConfig, C.PPOConfig, C.GRPOConfig, C.TrainerConfig,
+                C.RewardConfig, C.BufferConfig, R.PPORecipeConfig, R.GRPORecipeConfig):
+        assert isinstance(OmegaConf.to_object(OmegaConf.structured(cls)), cls)
+    cfg = OmegaConf.merge(OmegaConf.structured(R.PPORecipeConfig), OmegaConf.from_dotlist(["trainer.lr=0.001"]))
+    assert OmegaConf.to_object(cfg).trainer.lr == 0.001
+    bad = OmegaConf.merge(OmegaConf.structured(R.PPORecipeConfig), OmegaConf.from_dotlist(["trainer.gamma=2.0"]))
+    with pytest.raises(C.ConfigError, match=r"trainer\.gamma"):
+        OmegaConf.to_object(bad)

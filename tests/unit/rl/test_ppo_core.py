@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlmesh.rl.config import GymGeneratorConfig, PPOConfig, ppo_cartpole
+from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
+from rlmesh.rl.recipe_config import ppo_cartpole
 from rlmesh.rl.models import ActorCritic
 from rlmesh.rl.ppo_core import rollout_advantages, train_ppo
 from rlmesh.rl.rollout import RolloutCollector, evaluate_greedy, greedy_actor
@@ -73,8 +74,8 @@ def test_ppo_learns_cartpole_quickly():
     untrained, _ = evaluate_greedy(greedy_actor(_collector().policy), "CartPole-v1", 10)
     assert untrained < 100
     recipe = ppo_cartpole()
-    recipe.ppo.total_steps = 30_000
-    result = train_ppo(recipe.generator, recipe.ppo, seed=1, eval_every=2048, eval_episodes=10, target_return=450)
+    recipe.trainer.total_steps = 30_000
+    result = train_ppo(recipe.generator, recipe.trainer, seed=1, eval_every=2048, eval_episodes=10, target_return=450)
     assert result.solved_steps is not None and result.solved_steps <= 30_000, result.evals
     assert result.evals[-1][2] >= 450 and result.solved_seconds <= result.solved_seconds_total
     assert greedy_actor(result.policy)(np.zeros((3, 4), dtype=np.float32)).shape == (3,)

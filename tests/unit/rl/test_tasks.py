@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from rlmesh.rl.tasks import AdditionTask, CharTokenizer, exact_match, extract_number, numeric_match
+from rlmesh.rl.tasks import AdditionTask, CharTokenizer, digit_match, exact_match, extract_number, numeric_match
 
 
 def test_tokenizer_round_trip_and_specials():
@@ -57,3 +57,13 @@ def test_numeric_match_with_format_credit():
     assert numeric_match("x = 0.30000000000000004", 0.3) == 1.0
     assert numeric_match("I think 41", "42", format_reward=0.1) == 0.1
     assert numeric_match("no idea", "42", format_reward=0.1) == 0.0
+
+
+def test_digit_match_partial_credit():
+    assert digit_match("168", "168") == 1.0
+    assert digit_match("169", "168") == pytest.approx(2 / 3)
+    assert digit_match("16", "168") == pytest.approx(2 / 3)  # a missing digit costs
+    assert digit_match("1680", "168") == pytest.approx(3 / 4)  # so does an extra one
+    assert digit_match("", "168") == 0.0
+    problem = AdditionTask().sample(1, random.Random(0))[0]
+    assert AdditionTask().score(problem.answer, problem, partial=True) == 1.0
