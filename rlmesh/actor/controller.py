@@ -74,12 +74,19 @@ class LaunchRequest:
 
 
 class ProcHandle(Protocol):
+    """A launched proc as its launcher sees it (a child process, a pod...)."""
+
     pid: int | None
 
-    def poll(self) -> tuple[int | None, int | None] | None:
-        """``None`` while running, else ``(exit_code, signal)``."""
+    def poll(self) -> tuple[int | None, int | None] | tuple[int | None, int | None, str] | None:
+        """``None`` while running, else ``(exit_code, signal)`` or ``(exit_code, signal, reason)``.
 
-    def kill(self) -> None: ...
+        Called on the supervisor thread every tick (50 ms): it must not block; a
+        launcher that learns about exits asynchronously (a pod watch) caches them.
+        """
+
+    def kill(self) -> None:
+        """Make sure the proc is gone (SIGKILL, pod deletion). Must not block."""
 
 
 class Launcher(Protocol):
@@ -408,7 +415,8 @@ class Controller:
             if rec.state in ("starting", "rejoining", "alive", "stopping") and rec.handle is not None:
                 status = rec.handle.poll()
                 if status is not None:
-                    self._on_exit(rec, *status, reason="stopped" if rec.state == "stopping" else "")
+                    code, sig, why = (tuple(status) + ("",))[:3]
+                    self._on_exit(rec, code, sig, reason="stopped" if rec.state == "stopping" else why)
                     continue
                 if rec.state == "stopping" and now > rec.stop_deadline:
                     rec.handle.kill()
