@@ -435,6 +435,8 @@ class Controller:
         stopping = rec.state == "stopping"
         rec.state = "stopped" if stopping else "dead"
         why = reason or ("clean exit" if exit_code == 0 else "")
+        # The event goes out first, so a caller woken by ActorDied already finds the death recorded.
+        self._emit("stopped" if stopping else "died", rec, exit_code=exit_code, signal=sig, reason=why)
         self.client.proc_down(rec.proc_id, rec.incarnation, exit_code, sig, why)
         self._broadcast(rec, P.PROC_DOWN, proc_id=rec.proc_id, incarnation=rec.incarnation,
                         exit_code=exit_code, signal=sig, reason=why)
@@ -445,7 +447,6 @@ class Controller:
                 fut.set_exception(Client._died(spec["mesh"], spec["rank"], "__init__", exit_code, sig, why))
         if not rec.ready.done():
             rec.ready.set_exception(Client._died(rec.proc_mesh, rec.rank, "(start)", exit_code, sig, why))
-        self._emit("stopped" if stopping else "died", rec, exit_code=exit_code, signal=sig, reason=why)
         if stopping:
             return
         if rec.policy.allows(rec.restarts_used):
