@@ -76,7 +76,16 @@ class SlotFile:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.ftruncate(self.fd, self.size)
-            self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            try:
+                # Reserve the pages now: a full /dev/shm then fails here, cleanly, instead of
+                # SIGBUS-ing the trainer mid-copy; and the copy no longer takes page faults.
+                os.posix_fallocate(self.fd, 0, self.size)
+            except OSError as exc:
+                raise OSError(exc.errno, f"cannot reserve {self.size} bytes in {os.path.dirname(path)} for weight "
+                              f"slot {os.path.basename(path)}: {exc.strerror}; enlarge it (e.g. docker --shm-size, "
+                              f"or a bigger emptyDir medium: Memory in Kubernetes)") from None
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self.mm = mmap.mmap(self.fd, self.size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self.fd)
             os.unlink(path)

@@ -21,7 +21,6 @@ import zmq
 from rlmesh.transport import Authenticator, AuthError, is_loopback_address, zmq_context
 from rlmesh.transport.sockets import tune
 from rlmesh.weights import checksum
-from rlmesh.weights.assemble import quiet_readonly
 from rlmesh.weights.base import Fetched
 from rlmesh.weights.errors import WeightSyncError
 from rlmesh.weights.layout import Manifest, plan_chunks
@@ -109,15 +108,64 @@ class Control:
 
 
 class TcpReader(Control):
+    """Pulls a version in chunks straight into one reusable staging buffer (``recv_into``).
+
+    Why a staging buffer rather than keeping zmq frames: a fresh 1 GiB of frames per
+    pull is fresh memory, and faulting it in cost more than the copy out of libzmq's
+    buffer; the staging pages stay mapped from one version to the next.
+    """
+
     name = "tcp"
 
     def __init__(self, record: dict[str, Any], chunk_bytes: int = CHUNK_BYTES, window: int = WINDOW):
         super().__init__(record)
         self.chunk_bytes, self.window = chunk_bytes, window
+        self._staging: Any = None
 
-    def fetch(self, min_version: int, version: int | None, timeout: float) -> Fetched | None:
+    def _stage(self, nbytes: int) -> Any:
         import torch
 
+        if self._staging is None or self._staging.numel() < nbytes:
+            self._staging = None
+            self._staging = torch.empty(nbytes, dtype=torch.uint8)
+        return self._staging
+
+    def _recv_chunk(self, pending: dict[int, int], chunks: list[tuple[int, int]], staging: np.ndarray,
+                    deadline: float) -> tuple[int, dict[str, Any]]:
+        """Receive one reply; a data frame for a pending read lands in its place in ``staging``."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
+                raise WeightSyncError(f"publisher of {self.pub_name!r} at {self.addr} stopped sending chunks")
+            mac = self._sock.recv()
+            if not self._sock.getsockopt(zmq.RCVMORE):
+                continue
+            head = self._sock.recv()
+            try:
+                reply = json.loads(head)  # JSON only, never pickle; authenticated below before use
+            except ValueError:
+                reply = {}
+            rid = reply.get("rid")
+            parts: list[Any] = [head]
+            while self._sock.getsockopt(zmq.RCVMORE):
+                if rid in pending and len(parts) == 1:
+                    off, n = chunks[pending[rid]]
+                    dst = memoryview(staging[off : off + n])
+                    got = self._sock.recv_into(dst)
+                    if got != n:
+                        raise WeightSyncError(f"chunk {off}+{n} of {self.pub_name!r} arrived with {got} bytes")
+                    parts.append(dst)
+                else:
+                    self._sock.recv_into(bytearray())  # not ours (stale): discard
+            if rid not in pending:
+                continue
+            try:
+                self.auth.verify([mac, *parts])
+            except AuthError as exc:
+                raise WeightSyncError(f"a chunk from {self.addr} failed authentication: {exc}") from None
+            return rid, reply
+
+    def fetch(self, min_version: int, version: int | None, timeout: float) -> Fetched | None:
         t0 = time.perf_counter()
         opened = self.open(min_version, version, timeout)
         if opened is None:
@@ -129,31 +177,28 @@ class TcpReader(Control):
             for ps in pieces:
                 for p in ps:
                     by_chunk[p.chunk].append(p)
+            staging = self._stage(manifest.total)
+            raw = staging.numpy()
             sums = [0] * len(pieces)
-            frames: list[Any] = [None] * len(chunks)
             pending: dict[int, int] = {}  # rid -> chunk index
             todo = iter(range(len(chunks)))
             for idx in itertools.islice(todo, self.window):
-                pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[idx]]})] = idx
+                pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[idx]]}, reply=False)] = idx
             deadline = time.monotonic() + timeout
             while pending:
-                rid = min(pending)
-                reply, bufs = self.recv(rid, max(deadline - time.monotonic(), 0.001))
+                rid, reply = self._recv_chunk(pending, chunks, raw, deadline)
                 idx = pending.pop(rid)
                 if not reply.get("ok"):
                     raise WeightSyncError(f"reading version {manifest.version} of {self.pub_name!r} failed: {reply.get('error')}")
-                frames[idx] = bufs[0]
                 nxt = next(todo, None)
                 if nxt is not None:
-                    pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[nxt]]})] = nxt
-                # Checksum this chunk while the next ones are still on the wire (zmq's I/O thread
-                # receives without the GIL), so verification costs nothing once the last one lands.
-                raw = np.frombuffer(bufs[0].buffer, dtype=np.uint8)
+                    pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[nxt]]}, reply=False)] = nxt
+                # Checksum this chunk while it is in cache and the next ones are on the wire.
+                base = chunks[idx][0]
                 for p in by_chunk[idx]:
-                    sums[p.entry] += checksum.sum64(raw[p.start : p.start + p.length])
-            with quiet_readonly():
-                views = [torch.frombuffer(f.buffer, dtype=torch.uint8) for f in frames]
-            sources = [[views[p.chunk][p.start : p.start + p.length] for p in ps] for ps in pieces]
+                    sums[p.entry] += checksum.sum64(raw[base + p.start : base + p.start + p.length])
+            sources = [[staging[chunks[p.chunk][0] + p.start : chunks[p.chunk][0] + p.start + p.length] for p in ps]
+                       for ps in pieces]
         except BaseException:
             self.forget()
             self.release(lease)
