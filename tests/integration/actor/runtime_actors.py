@@ -53,8 +53,10 @@ class Counter(rm.Actor):
         return x
 
     @rm.endpoint
-    def freeze(self) -> None:
-        os.kill(os.getpid(), signal.SIGSTOP)  # stops every thread: the heartbeat goes silent
+    def freeze_soon(self, delay: float) -> int:
+        """SIGSTOP this proc after ``delay`` s: every thread stops, so the heartbeat goes silent."""
+        threading.Timer(delay, os.kill, args=(os.getpid(), signal.SIGSTOP)).start()
+        return os.getpid()
 
     @rm.endpoint
     def was_restarted(self) -> bool:

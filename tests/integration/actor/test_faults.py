@@ -92,10 +92,13 @@ def test_peer_calls_fail_when_their_target_dies():
 def test_hung_proc_is_declared_dead_by_heartbeat(events):
     with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
         c = procs.spawn("frozen", Counter)
+        pid = c.freeze_soon.call_one(0.2).get(timeout=10)
+        pending = c.sleep.call_one(30)
         t0 = time.monotonic()
         with pytest.raises(rm.ActorDied, match="heartbeat"):
-            c.freeze.call_one().get(timeout=15)
+            pending.get(timeout=15)
         assert time.monotonic() - t0 < 4.0
+        assert pid == procs.pids[0]
         assert any(e.kind == "died" and "heartbeat" in e.reason for e in events if e.proc_mesh == procs.name)
 
 
