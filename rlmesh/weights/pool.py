@@ -14,7 +14,7 @@ import os
 import secrets
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from rlmesh.weights.layout import Manifest
 from rlmesh.weights.slots import EMPTY, READY, WRITING, SlotFile, write_ctl

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping
+from typing import Any
 
 from rlmesh.weights import assemble
 from rlmesh.weights.base import Fetched, ReaderTransport

@@ -60,7 +60,12 @@ class TransportSuite:
     device: str = "cpu"
 
     @pytest.fixture
-    def env(self):
+    def transport_setup(self):
+        """Subclasses override this to prepare their transport (e.g. install emulated verbs)."""
+        yield
+
+    @pytest.fixture
+    def env(self, transport_setup):
         d = LocalKV()
         pub = Publisher(f"w-{self.transport}", directory=d)
         sub = Subscriber(f"w-{self.transport}", self.transport, directory=d)
