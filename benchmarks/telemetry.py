@@ -36,6 +36,9 @@ QUICK = "--quick" in sys.argv
 ROWS_PER_ACTOR = 50_000 if QUICK else 200_000
 GROUPBY_ROWS = 2_000_000 if QUICK else 10_000_000
 ENV_NAMES = ["cartpole", "pendulum", "gsm8k", "math"]
+# Workers exit after 10 s without a control message, and the controller sends none while
+# calls go peer to peer (runtime issue, reported); phases here can be longer than that.
+KEEPALIVE = {"RLMESH_CONTROLLER_TIMEOUT_S": "600"}
 
 
 def machine() -> str:
@@ -72,24 +75,41 @@ def full_rollouts_table(n: int) -> pa.Table:
     return pa.table({**auto, **cols})
 
 
-def bench_floor(n: int) -> tuple[float, float]:
-    """DuckDB alone, same rows, same file kind: Arrow-scan INSERT in 100 k batches, and executemany."""
+def bench_floor(n: int) -> dict[str, float]:
+    """DuckDB alone, same rows, same kind of file; the best of two tries each.
+
+    ``file_one``: one n-row Arrow-scan INSERT; ``file_100k``: 100 k-row INSERTs (each a commit);
+    ``memory``: one INSERT into an in-memory database (no disk; for scale only);
+    ``executemany``: row-by-row parameters (for scale only).
+    """
     tbl = full_rollouts_table(n)
-    with tempfile.TemporaryDirectory() as d:
-        con = duckdb.connect(os.path.join(d, "floor.duckdb"))
+    out: dict[str, float] = {}
+
+    def timed(key: str, path: str, batch: int) -> None:
+        con = duckdb.connect(path)
         con.execute(schema.builtin_ddl(schema.BUILTIN["rollouts"]))
         t0 = time.perf_counter()
-        for off in range(0, n, 100_000):
-            batch = tbl.slice(off, 100_000)  # noqa: F841  (read by DuckDB's replacement scan)
-            con.execute("INSERT INTO rollouts SELECT * FROM batch")
-        arrow_rate = n / (time.perf_counter() - t0)
-        rows = tbl.slice(0, 2000).to_pylist()
-        params = [list(r.values()) for r in rows]
+        for off in range(0, n, batch):
+            part = tbl.slice(off, batch)
+            con.register("part", part)
+            con.execute("INSERT INTO rollouts SELECT * FROM part")
+            con.unregister("part")
+        out[key] = max(out.get(key, 0.0), n / (time.perf_counter() - t0))
+        con.close()
+
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(2):
+            timed("file_one", os.path.join(d, f"one{i}.duckdb"), n)
+            timed("file_100k", os.path.join(d, f"batched{i}.duckdb"), 100_000)
+            timed("memory", ":memory:", n)
+        con = duckdb.connect(os.path.join(d, "many.duckdb"))
+        con.execute(schema.builtin_ddl(schema.BUILTIN["rollouts"]))
+        params = [list(r.values()) for r in tbl.slice(0, 2000).to_pylist()]
         t0 = time.perf_counter()
         con.executemany(f"INSERT INTO rollouts VALUES ({', '.join('?' * len(tbl.column_names))})", params)
-        many_rate = len(params) / (time.perf_counter() - t0)
+        out["executemany"] = len(params) / (time.perf_counter() - t0)
         con.close()
-    return arrow_rate, many_rate
+    return out
 
 
 class Producer(rm.Actor):
@@ -201,24 +221,26 @@ def bench_groupby(n: int) -> tuple[float, float, int]:
 
 def main() -> None:
     print(f"# rlmesh telemetry benchmark{' (--quick)' if QUICK else ''}\n{machine()}\n")
-    floor, many = bench_floor(1_000_000 if not QUICK else 300_000)
-    print(f"DuckDB floor (Arrow-scan INSERT, 100k-row batches): {floor:12,.0f} rows/s")
-    print(f"DuckDB executemany (for scale):                     {many:12,.0f} rows/s   ({floor / many:,.0f}x slower)")
+    fl = bench_floor(1_000_000 if not QUICK else 300_000)
+    floor = max(fl["file_one"], fl["file_100k"])
+    print(f"DuckDB floor, file, one Arrow-scan INSERT:          {fl['file_one']:12,.0f} rows/s")
+    print(f"DuckDB floor, file, 100k-row INSERTs:               {fl['file_100k']:12,.0f} rows/s")
+    print(f"  (for scale: in-memory DB {fl['memory']:,.0f} rows/s; executemany {fl['executemany']:,.0f} rows/s)")
 
     cost = bench_record_cost()
     print(f"record() in the caller:                             {cost:12.2f} µs/call  (target <= 5)")
 
-    with rm.this_host().spawn_procs(per_host={"procs": 4}, name="producers") as procs:
+    with rm.this_host().spawn_procs(per_host={"procs": 4}, name="producers", env=KEEPALIVE) as procs:
         actors = procs.spawn("producer", Producer)
         actors.busy.call(0.0).get()
         rate_rows = bench_ingest(actors, "rows", ROWS_PER_ACTOR, 0)
         rate_batch = bench_ingest(actors, "batches", ROWS_PER_ACTOR * 5, 4 * ROWS_PER_ACTOR)
     print(f"rlmesh ingest, 4 actors, record() per row:          {rate_rows:12,.0f} rows/s   "
-          f"({rate_rows / floor:.2f}x floor)")
+          f"({rate_rows / floor:.2f}x floor = best file-backed rate above)")
     print(f"rlmesh ingest, 4 actors, record_batch (50k rows):   {rate_batch:12,.0f} rows/s   "
           f"({rate_batch / floor:.2f}x floor; target >= 0.5x)")
 
-    with rm.this_host().spawn_procs(per_host={"procs": 1}, name="spans") as p:
+    with rm.this_host().spawn_procs(per_host={"procs": 1}, name="spans", env=KEEPALIVE) as p:
         with_s, without_s = bench_spans(p.spawn("busy", Producer))
     print(f"1 ms endpoint loop, spans on / off:                 {with_s:8.3f} / {without_s:.3f} ms per call  "
           f"({(with_s / without_s - 1) * 100:+.1f} %; target <= +5 %)")

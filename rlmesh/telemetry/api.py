@@ -182,7 +182,7 @@ def flush(timeout: float = 10.0) -> None:
     rec.flush()
     svc = service()
     if svc is not None:
-        svc.sync(timeout)
+        svc.sync(timeout, ticket=getattr(rec, "last_ticket", 0))
 
 
 def current_run() -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import time
 from typing import Any
 
@@ -20,12 +21,43 @@ import zmq
 
 from rlmesh.telemetry import wire
 from rlmesh.telemetry.errors import ReadOnlyQueryError, ServiceUnavailableError, TelemetryError
-from rlmesh.transport import Authenticator, is_loopback_address, zmq_context
+from rlmesh.transport import Authenticator, is_loopback_address
 
 logger = logging.getLogger(__name__)
 
 MAX_BACKLOG_ROWS = 1_000_000
 WARN_AFTER_S = 3.0
+MAX_ROWS_PER_MESSAGE = 131_072  # big batches go as several messages: bounded memory spikes on both ends
+
+_ctx: zmq.Context | None = None
+_ctx_pid = -1
+
+
+def telemetry_context() -> zmq.Context:
+    """A zmq context (own I/O thread) for telemetry only, so bulk rows never queue behind,
+    or delay, the runtime's control-plane messages on the shared context."""
+    global _ctx, _ctx_pid
+    if _ctx is None or _ctx_pid != os.getpid():
+        _ctx, _ctx_pid = zmq.Context(io_threads=1), os.getpid()
+    return _ctx
+
+
+def split_messages(batches: list[tuple[str, pa.Table]]) -> list[list[tuple[str, pa.Table]]]:
+    """Group batches into messages of at most MAX_ROWS_PER_MESSAGE rows (slices are zero-copy)."""
+    out: list[list[tuple[str, pa.Table]]] = []
+    cur: list[tuple[str, pa.Table]] = []
+    rows = 0
+    for table, tbl in batches:
+        for off in range(0, max(tbl.num_rows, 1), MAX_ROWS_PER_MESSAGE):
+            part = tbl.slice(off, MAX_ROWS_PER_MESSAGE)
+            if cur and rows + part.num_rows > MAX_ROWS_PER_MESSAGE:
+                out.append(cur)
+                cur, rows = [], 0
+            cur.append((table, part))
+            rows += part.num_rows
+    if cur:
+        out.append(cur)
+    return out
 
 
 class RemoteSink:
@@ -47,7 +79,7 @@ class RemoteSink:
 
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
-            s = zmq_context().socket(zmq.PUSH)
+            s = telemetry_context().socket(zmq.PUSH)
             s.setsockopt(zmq.LINGER, 2000)  # give the last batches a moment at exit
             s.setsockopt(zmq.SNDHWM, 256)
             s.setsockopt(zmq.IMMEDIATE, 1)
@@ -58,9 +90,9 @@ class RemoteSink:
     def __call__(self, batches: list[tuple[str, pa.Table]]) -> None:
         if not batches and not self._backlog:
             return
-        if batches:
-            self._backlog.append(batches)
-            self._backlog_rows += sum(t.num_rows for _, t in batches)
+        for msg in split_messages(batches):
+            self._backlog.append(msg)
+            self._backlog_rows += sum(t.num_rows for _, t in msg)
         sock = self._socket()
         while self._backlog:
             head = self._backlog[0]
@@ -108,7 +140,7 @@ class RemoteSink:
 
 def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0, kind: str = "query") -> pa.Table:
     """Ask a live service; raises the service's error (read-only refusal, SQL error) here."""
-    sock = zmq_context().socket(zmq.DEALER)
+    sock = telemetry_context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(addr)

@@ -36,6 +36,7 @@ _FAST_TYPES: dict[str, frozenset[type]] = {
 }
 _NONE_T = type(None)
 _EMPTY: frozenset[type] = frozenset()
+EARLY_FLUSH_ROWS = 50_000
 
 Sink = Callable[[list[tuple[str, Any]]], None]
 
@@ -59,6 +60,7 @@ class Recorder:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.rows_recorded = 0
+        self.last_ticket = 0  # the local sink's receipt for the newest batch (see TelemetryService.sync)
         self._proc_meta: tuple[str, int, str, str] | None = None
         self._thread = threading.Thread(target=self._loop, name="rlmesh-telemetry-flush", daemon=True)
         self._thread.start()
@@ -72,7 +74,10 @@ class Recorder:
         for k, v in row.items():
             if type(v) not in fast.get(k, _EMPTY) and v is not None:
                 self._check_slow(table, k, v)
-        self._q.append((table, time.time(), current_context(), row))
+        q = self._q
+        q.append((table, time.time(), current_context(), row))
+        if len(q) > EARLY_FLUSH_ROWS:  # a hot loop: convert in bigger-than-tick chunks, bound memory
+            self._wake.set()
 
     def record_trusted(self, table: str, row: dict[str, Any], ts: float | None = None) -> None:
         """Queue a framework row (span, health sample, lifecycle event) without type checks."""
@@ -85,6 +90,7 @@ class Recorder:
         tbl = data if isinstance(data, pa.Table) else pa.table(data)
         self._learn_table(table)
         self._q.append((None, time.time(), current_context(), (table, tbl)))
+        self._wake.set()  # a batch is already columnar: ship it now rather than at the next tick
 
     def _learn_table(self, table: str) -> dict[str, frozenset[type]]:
         decl = schema.BUILTIN.get(table)
@@ -132,7 +138,7 @@ class Recorder:
             items = [self._q.popleft() for _ in range(n)]
             batches = self._convert(items)
             self.rows_recorded += sum(t.num_rows for _, t in batches)
-            self._sink(batches)
+            self.last_ticket = self._sink(batches) or self.last_ticket
             return n
 
     def _convert(self, items: Iterable[tuple[Any, ...]]) -> list[tuple[str, Any]]:

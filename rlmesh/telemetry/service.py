@@ -3,7 +3,7 @@
 Why in the controller: it is the one process that lives as long as the run, and an
 in-process service lets the controller's own rows skip the network. Three threads:
 
-- *writer*: drains the ingest queue every <= 0.1 s, concatenates batches per table
+- *writer*: drains the ingest queue within 0.1 s, concatenates batches per table
   and appends them (each append commits, so rows reach the WAL on disk well within
   the one-second durability promise, and survive a SIGKILL of the controller);
 - *receiver*: a PULL socket for batches from worker procs (MAC checked first);
@@ -31,12 +31,19 @@ from rlmesh.telemetry import run as runs
 from rlmesh.telemetry import wire
 from rlmesh.telemetry.schema import SchemaError
 from rlmesh.telemetry.store import Store
-from rlmesh.transport import AuthError, Authenticator, bind_random, is_loopback_address, zmq_context
+from rlmesh.telemetry.client import telemetry_context
+from rlmesh.transport import AuthError, Authenticator, bind_random, is_loopback_address
 from rlmesh.transport.sockets import tune
 
 logger = logging.getLogger(__name__)
 
 Batches = list[tuple[str, pa.Table]]
+COALESCE_S = 0.1
+COALESCE_ROWS = 1_000_000
+
+
+def _rows(item: Any) -> int:
+    return sum(t.num_rows for _, t in item[1]) if item else 0
 
 
 class TelemetryService:
@@ -48,8 +55,9 @@ class TelemetryService:
         self.auth = auth
         self.store = Store(self.run_dir / runs.DB_NAME, run_id)
         self.started = time.time()
-        self._q: queue.SimpleQueue[Batches | None] = queue.SimpleQueue()
-        self._pending = 0
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()  # (ticket, batches) | [] | None
+        self._submitted = 0  # ingest tickets handed out
+        self._written = 0  # highest ticket in the file
         self._cv = threading.Condition()
         self._stop = threading.Event()
         self.errors: list[str] = []
@@ -59,7 +67,7 @@ class TelemetryService:
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> "TelemetryService":
-        ctx = zmq_context()
+        ctx = telemetry_context()
         self._pull = tune(ctx.socket(zmq.PULL))
         self._router = tune(ctx.socket(zmq.ROUTER))
         self.ingest_addr = bind_random(self._pull)
@@ -116,19 +124,28 @@ class TelemetryService:
         })
 
     # ---- ingest ----------------------------------------------------------------------
-    def ingest(self, batches: Batches) -> None:
-        """Queue batches for the writer; never blocks on disk (the local sink of the controller)."""
+    def ingest(self, batches: Batches) -> int:
+        """Queue batches for the writer; never blocks on disk. Returns a ticket for :meth:`sync`."""
         if not batches:
-            return
+            return 0
         with self._cv:
-            self._pending += 1
-        self._q.put(batches)
+            self._submitted += 1
+            ticket = self._submitted
+            self._q.put((ticket, batches))
+        return ticket
 
-    def sync(self, timeout: float = 10.0) -> bool:
-        """Wait until everything ingested so far is in the file (read-your-writes for the controller)."""
+    def sync(self, timeout: float = 10.0, ticket: int | None = None) -> bool:
+        """Wait until ingest ``ticket`` (default: everything so far) is in the file.
+
+        This is the controller's read-your-writes; a ticket already written returns at
+        once, so polling queries do not break the writer's coalescing.
+        """
         deadline = time.monotonic() + timeout
         with self._cv:
-            while self._pending:
+            target = self._submitted if ticket is None else ticket
+            if self._written < target:
+                self._q.put([])  # cut the writer's coalescing window short
+            while self._written < target:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -137,21 +154,29 @@ class TelemetryService:
 
     def _write_loop(self) -> None:
         while True:
-            item = self._q.get()
-            items = [item]
-            time.sleep(0.02)  # let a burst of flushes coalesce into fewer, larger appends
-            while True:
+            items = [self._q.get()]
+            # Coalesce for up to COALESCE_S (or COALESCE_ROWS): DuckDB appends one 1 M-row batch
+            # ~1.7x faster than ten 100 k-row ones (each append is a commit), and rows still reach
+            # the WAL well within the one-second durability promise.
+            deadline = time.monotonic() + COALESCE_S
+            rows = _rows(items[0])
+            while rows < COALESCE_ROWS and items[-1]:  # [] = sync() wants it now; None = stop
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
                 try:
-                    items.append(self._q.get_nowait())
+                    items.append(self._q.get(timeout=left))
                 except queue.Empty:
                     break
-            done = sum(1 for it in items if it is not None)
+                rows += _rows(items[-1])
+            work = [it for it in items if it]
             try:
-                self._write(it for it in items if it is not None)
+                self._write(batches for _, batches in work)
             except Exception:
                 logger.exception("telemetry writer failed on a batch")
             with self._cv:
-                self._pending -= done
+                if work:
+                    self._written = max(self._written, work[-1][0])
                 self._cv.notify_all()
             if None in items:
                 return

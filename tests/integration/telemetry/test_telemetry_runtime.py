@@ -88,7 +88,8 @@ def test_live_query_from_another_process_goes_through_the_service(live, runs_dir
 def test_live_query_from_inside_an_actor(live, runs_dir):
     _, run_dir = live
     seen = sql(run_dir.name, "SELECT seen_by_worker AS n FROM scenario", runs_dir)["rows"][0]["n"]
-    assert seen >= 4 * 6
+    # steps 0-4 of every actor were shipped > 0.6 s before; step 100 of the others may still be in flight
+    assert 4 * 5 <= seen <= 4 * 6 + 1
 
 
 def test_live_refusal_of_writes(live, runs_dir):

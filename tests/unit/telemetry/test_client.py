@@ -33,3 +33,12 @@ def test_backlog_is_bounded(monkeypatch):
         sink([("mine", pa.table({"a": [1, 2, 3]}))])
     assert sink._backlog_rows <= 12 and sink.dropped_rows >= 18
     sink.close(timeout=0.1)
+
+
+def test_big_batches_are_split_into_bounded_messages(monkeypatch):
+    monkeypatch.setattr(client, "MAX_ROWS_PER_MESSAGE", 100)
+    msgs = client.split_messages([("a", pa.table({"x": list(range(250))})), ("b", pa.table({"y": [1] * 30}))])
+    sizes = [sum(t.num_rows for _, t in m) for m in msgs]
+    assert sizes == [100, 100, 80] and all(s <= 100 for s in sizes)
+    assert [n for n, _ in msgs[-1]] == ["a", "b"]
+    assert sum(t.column(0).to_pylist() == list(range(200, 250)) for m in msgs for n, t in m if n == "a") == 1
