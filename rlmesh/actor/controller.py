@@ -5,7 +5,9 @@ One :class:`Controller` per controller process, created by the first
 dial in (``HELLO``), heartbeat, answer spawn requests and use the KV table.
 Every tick it checks each proc: a launcher-reported exit (exit code / signal)
 or a heartbeat older than ``RLMESH_HEARTBEAT_TIMEOUT_S`` (default 1.5 s) makes
-the proc dead. Then every future waiting on it fails with ``ActorDied``, the
+the proc dead (while an actor's ``__init__`` runs, the allowance is
+``RLMESH_INIT_HEARTBEAT_TIMEOUT_S``, default 30 s: first imports of torch or a
+model load can hold the GIL for seconds). Then every future waiting on it fails with ``ActorDied``, the
 other procs are told (so their own pending calls fail too), an event goes to
 the sinks, and the :class:`Restart` policy decides on a replacement, which gets
 its actors re-created from their original constructor arguments.
@@ -38,6 +40,7 @@ from rlmesh.transport.sockets import bind_random, tune, zmq_context
 logger = logging.getLogger(__name__)
 
 HB_TIMEOUT_ENV = "RLMESH_HEARTBEAT_TIMEOUT_S"
+INIT_HB_TIMEOUT_ENV = "RLMESH_INIT_HEARTBEAT_TIMEOUT_S"
 START_TIMEOUT_ENV = "RLMESH_START_TIMEOUT_S"
 
 
@@ -115,6 +118,7 @@ class ProcRecord:
     actors: list[tuple[dict, list[Any]]] = field(default_factory=list)
     ready: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     rejoin_pending: int = 0
+    spawns_pending: int = 0  # actor __init__ calls in flight: heartbeats may pause (imports hold the GIL)
 
     @property
     def ident(self) -> bytes:
@@ -152,6 +156,7 @@ class Controller:
         if not is_loopback_address(self.addr):
             self.auth = Authenticator(self.auth._key, full=True)
         self.hb_timeout = float(os.environ.get(HB_TIMEOUT_ENV, "1.5"))
+        self.init_hb_timeout = max(self.hb_timeout, float(os.environ.get(INIT_HB_TIMEOUT_ENV, "30")))
         self.start_timeout = float(os.environ.get(START_TIMEOUT_ENV, "60"))
         self.procs: dict[str, ProcRecord] = {}
         self.by_ident: dict[bytes, ProcRecord] = {}
@@ -251,6 +256,7 @@ class Controller:
                     fut: concurrent.futures.Future) -> None:
         req = next(self._req_ids)
         self._spawn_waits[req] = (rec, fut)
+        rec.spawns_pending += 1
         fut._rlmesh_specs = specs  # type: ignore[attr-defined]  # for error messages
         self._send(rec, P.SPAWN, req=req, specs=specs, cls=cls_payload, restarted=restarted)
 
@@ -356,6 +362,7 @@ class Controller:
             if entry is None:
                 return
             _, fut = entry
+            rec.spawns_pending -= 1
             if msg["ok"]:
                 fut.set_result(True)
             else:
@@ -420,9 +427,11 @@ class Controller:
                     continue
                 if rec.state == "stopping" and now > rec.stop_deadline:
                     rec.handle.kill()
-                elif rec.state in ("alive", "rejoining") and now - rec.last_hb > self.hb_timeout:
+                elif rec.state in ("alive", "rejoining") and now - rec.last_hb > (
+                        self.init_hb_timeout if rec.spawns_pending else self.hb_timeout):
                     rec.handle.kill()
-                    self._on_exit(rec, None, None, reason=f"heartbeat timeout ({self.hb_timeout}s without one)")
+                    limit = self.init_hb_timeout if rec.spawns_pending else self.hb_timeout
+                    self._on_exit(rec, None, None, reason=f"heartbeat timeout ({limit}s without one)")
                 elif rec.state == "starting" and now - rec.started_at > self.start_timeout:
                     rec.handle.kill()
                     self._on_exit(rec, None, None, reason=f"did not join within {self.start_timeout}s")
@@ -443,6 +452,7 @@ class Controller:
         for req, (r, fut) in list(self._spawn_waits.items()):
             if r is rec:
                 del self._spawn_waits[req]
+                rec.spawns_pending = 0
                 spec = fut._rlmesh_specs[0]
                 fut.set_exception(Client._died(spec["mesh"], spec["rank"], "__init__", exit_code, sig, why))
         if not rec.ready.done():
