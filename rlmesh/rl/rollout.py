@@ -62,6 +62,28 @@ class Rollout:
         return int(self.valid.sum())
 
 
+def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """Join rollouts from several generator replicas along the env axis (one train batch).
+
+    They must have the same ``num_steps`` and policy version (the buffer's
+    ``max_policy_lag=0`` guarantees the latter for on-policy PPO); the result's version is
+    the oldest, so the trainer's reported lag is never understated.
+    """
+    if not rollouts:
+        raise ValueError("concat_rollouts: need at least one rollout")
+    steps = {r.obs.shape[0] for r in rollouts}
+    if len(steps) != 1:
+        raise ValueError(f"concat_rollouts: rollouts have different num_steps {sorted(steps)}; use one generator.num_steps")
+    cat = lambda name: torch.cat([getattr(r, name) for r in rollouts], dim=1)  # noqa: E731
+    return Rollout(
+        *(cat(k) for k in ("obs", "actions", "logprobs", "values", "rewards", "terminated", "dones", "valid")),
+        last_value=torch.cat([r.last_value for r in rollouts]),
+        policy_version=min(r.policy_version for r in rollouts),
+        episode_returns=[x for r in rollouts for x in r.episode_returns],
+        episode_lengths=[x for r in rollouts for x in r.episode_lengths],
+    )
+
+
 class RolloutCollector:
     """Steps a vector env with a policy; keeps env state (and open episodes) across calls."""
 

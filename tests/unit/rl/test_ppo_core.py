@@ -8,7 +8,7 @@ from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
 from rlmesh.rl.recipe_config import ppo_cartpole
 from rlmesh.rl.models import ActorCritic
 from rlmesh.rl.ppo_core import rollout_advantages, train_ppo
-from rlmesh.rl.rollout import RolloutCollector, evaluate_greedy, greedy_actor
+from rlmesh.rl.rollout import RolloutCollector, concat_rollouts, evaluate_greedy, greedy_actor
 
 
 @pytest.fixture(autouse=True)
@@ -95,3 +95,16 @@ def test_continuous_actions_collect_and_update():
     metrics = ppo_update(policy, make_optimizer(policy, PPOConfig()), r, PPOConfig(update_epochs=2))
     assert metrics["train/minibatch_updates"] == 8 and np.isfinite(metrics["losses/loss"])
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+
+
+def test_rollouts_from_replicas_concatenate_along_the_env_axis():
+    a, b = _collector(num_envs=2, num_steps=50), _collector(num_envs=3, num_steps=50)
+    ra, rb = a.collect(policy_version=4), b.collect(policy_version=3)
+    joined = concat_rollouts([ra, rb])
+    assert joined.obs.shape == (50, 5, 4) and joined.last_value.shape == (5,)
+    assert joined.num_steps == ra.num_steps + rb.num_steps and joined.policy_version == 3
+    assert len(joined.episode_returns) == len(ra.episode_returns) + len(rb.episode_returns)
+    adv, _ = rollout_advantages(joined, 0.99, 0.95)
+    torch.testing.assert_close(adv[:, :2], rollout_advantages(ra, 0.99, 0.95)[0])
+    with pytest.raises(ValueError, match="different num_steps"):
+        concat_rollouts([ra, _collector(num_envs=1, num_steps=10).collect()])
