@@ -25,8 +25,15 @@ __all__ = [
     "start_run", "tables",
 ]
 
-_rec: Any = None
-_pid = -1
+_rec: Any = None  # this process's recorder, cached for record(); reset at fork and at end_run()
+
+
+def _forget_after_fork() -> None:
+    global _rec
+    _rec = None  # a forked child re-decides (its parent's threads did not survive the fork)
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def record(table: str, /, **row: Any) -> None:
@@ -36,12 +43,13 @@ def record(table: str, /, **row: Any) -> None:
     columns (``run_id``, ``ts``, ``mesh``, ``rank``, ``proc``, ``host``) are added. A
     value whose type differs from the column's raises :class:`SchemaError` here.
     """
-    global _rec, _pid
-    if _pid != os.getpid() or _rec is None:
+    global _rec
+    rec = _rec
+    if rec is None:
         from rlmesh.telemetry import api
 
-        _rec, _pid = api.recorder(), os.getpid()
-    _rec.record(table, row)
+        rec = _rec = api.recorder()
+    rec.record(table, row)
 
 
 def record_batch(table: str, data: Any) -> None:

@@ -46,3 +46,25 @@ def test_service_gone_the_proc_keeps_running_and_says_so_once(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "still running after" in out.stdout
     assert out.stderr.count("unreachable for") == 1, out.stderr
+
+
+@pytest.mark.timeout(60)
+def test_forked_child_of_the_controller_records_into_the_same_run(tmp_path):
+    code = (
+        "import os, time, rlmesh.telemetry as tm\n"
+        "from rlmesh.telemetry import api\n"
+        "tm.record('x', who='parent')\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    tm.record('x', who='child'); api.end_run(); os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "for _ in range(50):\n"
+        "    got = sorted(r['who'] for r in tm.query('SELECT who FROM x').to_pylist())\n"
+        "    if len(got) == 2: break\n"
+        "    time.sleep(0.1)\n"
+        "print(got)\n"
+    )
+    env = {"RLMESH_RUNS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "RLMESH_HEALTH_INTERVAL": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['child', 'parent']", out.stdout + out.stderr
