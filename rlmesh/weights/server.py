@@ -1,8 +1,8 @@
 """The publisher's network endpoint: TCP data, plus RDMA and CUDA IPC connection setup.
 
 Why one ROUTER thread: it answers small JSON requests (latest version, open a
-version under a lease, read chunks, close) and replies with zero-copy frames that
-point straight into the slot memory, so the bytes on the wire are the bytes the
+version under a lease, read a group of chunks, close) and streams one reply per chunk
+as a zero-copy frame that points straight into the slot memory, so the bytes on the wire are the bytes the
 publisher wrote once; zmq's I/O thread does the sending, off the GIL. A lease keeps a
 slot from being overwritten while a remote reader is still reading it.
 
@@ -56,15 +56,31 @@ class SyncServer:
                     logger.warning("weights %r: dropped a request that failed authentication or decoding: %s", self.pub.name, exc)
                     continue
                 try:
+                    if req.get("op") == "read":
+                        self._stream(ident, req)
+                        continue
                     reply, bufs = self._handle(req)
                 except Exception as exc:  # a bad request must not kill the server
                     logger.debug("weights %r: request %s failed", self.pub.name, req.get("op"), exc_info=True)
                     reply, bufs = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, []
-                reply["rid"] = req.get("rid")
-                out = self.auth.sign([json.dumps(reply).encode(), *bufs])
-                self._sock.send_multipart([ident, *out], copy=False)
+                self._reply(ident, {**reply, "rid": req.get("rid")}, bufs)
         finally:
             self._sock.close(0)
+
+    def _reply(self, ident: Any, reply: dict[str, Any], bufs: list[Any]) -> None:
+        out = self.auth.sign([json.dumps(reply).encode(), *bufs])
+        self._sock.send_multipart([ident, *out], copy=False)
+
+    def _stream(self, ident: Any, req: dict[str, Any]) -> None:
+        """One reply per requested range, each a frame into the slot: no round trip between chunks."""
+        rid = req.get("rid")
+        try:
+            views = self.pub._read_views(int(req["lease"]), [tuple(r) for r in req["ranges"]])
+        except Exception as exc:
+            self._reply(ident, {"ok": False, "rid": rid, "i": 0, "error": f"{type(exc).__name__}: {exc}"}, [])
+            return
+        for i, view in enumerate(views):
+            self._reply(ident, {"ok": True, "rid": rid, "i": i}, [view])
 
     def _handle(self, req: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
         op = req.get("op")
@@ -77,8 +93,6 @@ class SyncServer:
                 return {"ok": False, "error": "none", "versions": pub.versions()}, []
             lease, manifest, extra = got
             return {"ok": True, "lease": lease, "extra": extra}, [manifest]
-        if op == "read":
-            return {"ok": True}, pub._read_views(int(req["lease"]), [tuple(r) for r in req["ranges"]])
         if op == "close":
             pub._close_lease(int(req["lease"]))
             return {"ok": True}, []

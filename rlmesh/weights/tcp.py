@@ -28,7 +28,8 @@ from rlmesh.weights.layout import Manifest, plan_chunks
 logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 8 << 20
-WINDOW = 8
+GROUP = 8  # chunks per read request: the server streams them back without a round trip between
+WINDOW = 2  # read requests in flight
 
 
 class Control:
@@ -130,8 +131,8 @@ class TcpReader(Control):
             self._staging = torch.empty(nbytes, dtype=torch.uint8)
         return self._staging
 
-    def _recv_chunk(self, pending: dict[int, int], chunks: list[tuple[int, int]], staging: np.ndarray,
-                    deadline: float) -> tuple[int, dict[str, Any]]:
+    def _recv_chunk(self, pending: dict[tuple[int, int], int], chunks: list[tuple[int, int]], staging: np.ndarray,
+                    deadline: float) -> tuple[tuple[int, int], dict[str, Any]]:
         """Receive one reply; a data frame for a pending read lands in its place in ``staging``."""
         while True:
             left = deadline - time.monotonic()
@@ -145,7 +146,7 @@ class TcpReader(Control):
                 reply = json.loads(head)  # JSON only, never pickle; authenticated below before use
             except ValueError:
                 reply = {}
-            rid = reply.get("rid")
+            rid = (reply.get("rid"), reply.get("i"))
             parts: list[Any] = [head]
             while self._sock.getsockopt(zmq.RCVMORE):
                 if rid in pending and len(parts) == 1:
@@ -180,19 +181,24 @@ class TcpReader(Control):
             staging = self._stage(manifest.total)
             raw = staging.numpy()
             sums = [0] * len(pieces)
-            pending: dict[int, int] = {}  # rid -> chunk index
-            todo = iter(range(len(chunks)))
-            for idx in itertools.islice(todo, self.window):
-                pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[idx]]}, reply=False)] = idx
+            pending: dict[tuple[int, int], int] = {}  # (request id, position in it) -> chunk index
+            groups = iter([list(range(i, min(i + GROUP, len(chunks)))) for i in range(0, len(chunks), GROUP)])
+
+            def request(group: list[int] | None) -> None:
+                if group:
+                    rid = self.send({"op": "read", "lease": lease, "ranges": [chunks[i] for i in group]}, reply=False)
+                    pending.update({(rid, k): idx for k, idx in enumerate(group)})
+
+            for _ in range(self.window):
+                request(next(groups, None))
             deadline = time.monotonic() + timeout
             while pending:
-                rid, reply = self._recv_chunk(pending, chunks, raw, deadline)
-                idx = pending.pop(rid)
+                key, reply = self._recv_chunk(pending, chunks, raw, deadline)
                 if not reply.get("ok"):
                     raise WeightSyncError(f"reading version {manifest.version} of {self.pub_name!r} failed: {reply.get('error')}")
-                nxt = next(todo, None)
-                if nxt is not None:
-                    pending[self.send({"op": "read", "lease": lease, "ranges": [chunks[nxt]]}, reply=False)] = nxt
+                idx = pending.pop(key)
+                if not any(k[0] == key[0] for k in pending):  # that request is complete: ask for the next group
+                    request(next(groups, None))
                 # Checksum this chunk while it is in cache and the next ones are on the wire.
                 base = chunks[idx][0]
                 for p in by_chunk[idx]:
