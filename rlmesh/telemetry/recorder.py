@@ -48,10 +48,12 @@ class Recorder:
     it must not block for long (the remote sink queues, the local one enqueues).
     """
 
-    def __init__(self, run_id: str, sink: Sink, flush_interval: float = 0.2):
+    def __init__(self, run_id: str, sink: Sink, flush_interval: float | None = None):
+        from rlmesh.telemetry.config import flush_interval_from_env
+
         self.run_id = run_id
         self._sink = sink
-        self.flush_interval = flush_interval
+        self.flush_interval = flush_interval_from_env() if flush_interval is None else flush_interval
         self._q: collections.deque[tuple[Any, ...]] = collections.deque()
         self._sql: dict[str, dict[str, str]] = {}  # table -> column -> SQL type, as this proc knows it
         self._fast: dict[str, dict[str, frozenset[type]]] = {}

@@ -1,0 +1,81 @@
+"""``TelemetryConfig``: the typed settings of the telemetry layer (for Hydra presets and code).
+
+Why environment variables underneath: workers are other processes, started by the
+runtime, and inherit the controller's environment. :meth:`TelemetryConfig.apply` sets
+them in the controller before the first ``spawn_procs`` so that every proc follows the
+same settings; each variable can also be set by hand (see ``docs/telemetry.md``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from rlmesh.telemetry.errors import TelemetryError
+
+FLUSH_ENV = "RLMESH_TELEMETRY_FLUSH_S"
+
+
+class TelemetryConfigError(TelemetryError, ValueError):
+    """A telemetry setting is out of range; the message names the setting and the fix."""
+
+
+@dataclass
+class TelemetryConfig:
+    enabled: bool = True
+    """Record at all. False makes ``record()`` a no-op and starts no run (``RLMESH_TELEMETRY=0``)."""
+
+    runs_dir: str = "runs"
+    """Where runs are written, relative to the working directory (``RLMESH_RUNS_DIR``)."""
+
+    flush_interval_s: float = 0.2
+    """How often each proc ships its buffered rows. Must stay under 0.9 s: rows reach the
+    file within about flush + 0.1 s, and the durability promise is one second."""
+
+    health_interval_s: float = 1.0
+    """Seconds between ``host_health``/``gpu_health`` samples (one sampler per host); 0 = off."""
+
+    spans: bool = True
+    """Record a ``spans`` row per endpoint call (``RLMESH_SPANS``)."""
+
+    spans_max_per_s: float = 1000.0
+    """Span rows per second per (actor, endpoint) in each proc; calls beyond it are counted
+    in the next row's ``weight`` instead of getting their own row."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.flush_interval_s <= 0.9:
+            raise TelemetryConfigError(
+                f"telemetry.flush_interval_s={self.flush_interval_s} must be in (0, 0.9] seconds, "
+                "or rows could take longer than the promised 1 s to reach disk")
+        if self.health_interval_s < 0:
+            raise TelemetryConfigError(
+                f"telemetry.health_interval_s={self.health_interval_s} must be >= 0 (0 turns sampling off)")
+        if self.spans_max_per_s <= 0:
+            raise TelemetryConfigError(
+                f"telemetry.spans_max_per_s={self.spans_max_per_s} must be > 0; set telemetry.spans=false "
+                "to record no spans")
+        if not self.runs_dir:
+            raise TelemetryConfigError("telemetry.runs_dir is empty; use 'runs' or a path")
+
+    def env(self) -> dict[str, str]:
+        """The environment variables this config stands for."""
+        return {
+            "RLMESH_TELEMETRY": "1" if self.enabled else "0",
+            "RLMESH_RUNS_DIR": self.runs_dir,
+            FLUSH_ENV: repr(self.flush_interval_s),
+            "RLMESH_HEALTH_INTERVAL": repr(self.health_interval_s),
+            "RLMESH_SPANS": "1" if self.spans else "0",
+            "RLMESH_SPANS_MAX_PER_S": repr(self.spans_max_per_s),
+        }
+
+    def apply(self) -> None:
+        """Set the variables in this process (call before the first record or spawn_procs)."""
+        os.environ.update(self.env())
+
+
+def flush_interval_from_env(default: float = 0.2) -> float:
+    try:
+        value = float(os.environ.get(FLUSH_ENV, default))
+    except ValueError:
+        return default
+    return value if 0 < value <= 0.9 else default
