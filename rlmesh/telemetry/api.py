@@ -165,6 +165,15 @@ def end_run(status: str | None = None) -> None:
 
 
 def _at_exit() -> None:
+    """Interpreter exit: stop the runtime's procs first (if any are still up), so that their last
+    rows and their ``stopped`` events reach the run, then finish the run."""
+    ctl_mod = sys.modules.get("rlmesh.actor.controller")
+    ctl = ctl_mod.Controller.current() if ctl_mod is not None else None
+    if ctl is not None and _svc is not None and not getattr(ctl, "_closed", True):
+        try:
+            ctl.shutdown()  # idempotent; the runtime's own atexit call then does nothing
+        except Exception:
+            logger.exception("telemetry: stopping the procs before finishing the run failed")
     try:
         end_run()
     except Exception:

@@ -134,8 +134,21 @@ class RemoteSink:
             logger.warning("telemetry: %d rows not shipped at exit (service %s unreachable)",
                            self._backlog_rows, self.addr)
         if self._sock is not None:
-            self._sock.close()
+            self._sock.close(linger=int(max(0.1, deadline - time.monotonic()) * 1000))
             self._sock = None
+        close_context()  # waits (up to the linger) until queued batches are on the wire
+
+
+def close_context() -> None:
+    """Terminate the telemetry context: blocks until sent messages left the process or their linger ran out.
+
+    Without it, a proc that exits right after its last flush can lose that batch: zmq sends
+    from a background I/O thread that dies with the process.
+    """
+    global _ctx
+    if _ctx is not None and _ctx_pid == os.getpid():
+        _ctx.term()
+    _ctx = None
 
 
 def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0, kind: str = "query") -> pa.Table:

@@ -63,6 +63,7 @@ class TelemetryService:
         self.errors: list[str] = []
         self._threads: list[threading.Thread] = []
         self.ingest_addr = self.query_addr = ""
+        self._last_recv = 0.0
         self._insert_run_row(config)
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -89,6 +90,9 @@ class TelemetryService:
         """Drain, mark the run finished, checkpoint and close. Idempotent."""
         if self._stop.is_set():
             return
+        quiet_since = time.monotonic() + 1.0
+        while time.monotonic() - self._last_recv < 0.15 and time.monotonic() < quiet_since:
+            time.sleep(0.02)  # procs that just exited may still have their last batches in flight
         self.sync(timeout=10)
         self._stop.set()
         self._q.put(None)
@@ -204,6 +208,7 @@ class TelemetryService:
             if not poller.poll(100):
                 continue
             frames = self._pull.recv_multipart(copy=False)
+            self._last_recv = time.monotonic()
             try:
                 header, tables = wire.decode(self.auth, frames)
             except AuthError:

@@ -3,6 +3,7 @@
     python scenario.py full        4 procs, rows from every actor, a failing call, a SIGKILLed
                                    proc that restarts; prints READY <run_id> and waits for a
                                    line on stdin before exiting cleanly.
+    python scenario.py no_with     3 procs record 1000 rows each; the program just ends.
     python scenario.py durability  records rows forever (seq, t); the test SIGKILLs it.
 """
 
@@ -43,6 +44,13 @@ def full() -> None:
         sys.stdin.readline()
 
 
+def no_with() -> None:
+    """Exit with procs still up (no `with`, no stop): the runtime is stopped at exit, rows kept."""
+    procs = rm.this_host().spawn_procs(per_host={"procs": 3})
+    procs.spawn("recorder", Recorder).burst.call(1000).get()
+    print("EXITING", rm.telemetry.current_run(), flush=True)
+
+
 def durability() -> None:
     seq = 0
     started = False
@@ -56,4 +64,4 @@ def durability() -> None:
 
 
 if __name__ == "__main__":
-    {"full": full, "durability": durability}[sys.argv[1]]()
+    {"full": full, "durability": durability, "no_with": no_with}[sys.argv[1]]()

@@ -14,6 +14,12 @@ class Recorder(rm.Actor):
         return c.rank
 
     @rm.endpoint
+    def burst(self, n: int) -> int:
+        for i in range(n):
+            rm.telemetry.record("burst", i=i)
+        return n
+
+    @rm.endpoint
     async def fail(self, msg: str) -> None:
         raise RuntimeError(msg)
 

@@ -36,3 +36,20 @@ def test_sigkill_of_the_controller_loses_at_most_the_last_second(tmp_path):
     out = subprocess.run([sys.executable, "-m", "rlmesh.cli", "runs", "--format", "json"], env=env,
                          capture_output=True, text=True, timeout=30)
     assert '"status": "crashed"' in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.timeout(60)
+def test_program_that_just_ends_keeps_the_procs_last_rows(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLMESH_TELEMETRY", "RLMESH_RUN_ID"))}
+    env.update(RLMESH_RUNS_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, str(HERE / "scenario.py"), "no_with"], env=env, capture_output=True,
+                         text=True, timeout=50)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_id = out.stdout.split()[1]
+    con = duckdb.connect(str(tmp_path / run_id / "telemetry.duckdb"), read_only=True)
+    rows = con.execute("SELECT proc, count(*) FROM burst GROUP BY 1 ORDER BY 1").fetchall()
+    stopped = con.execute("SELECT count(*) FROM actors WHERE event = 'stopped'").fetchone()[0]
+    status = con.execute("SELECT status FROM runs").fetchone()[0]
+    con.close()
+    assert rows == [(f"procs.{i}", 1000) for i in range(3)]
+    assert stopped == 3 and status == "ok"
