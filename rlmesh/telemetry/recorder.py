@@ -95,6 +95,8 @@ class Recorder:
         self._wake.set()  # a batch is already columnar: ship it now rather than at the next tick
 
     def _learn_table(self, table: str) -> dict[str, frozenset[type]]:
+        if table not in self._fast:
+            schema.check_table_name(table)
         decl = schema.BUILTIN.get(table)
         sql = {c.name: c.type for c in schema.AUTO}
         if decl:

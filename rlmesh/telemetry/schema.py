@@ -244,11 +244,26 @@ def fits(sql_type: str, kind: str) -> bool:
     return kind in allowed
 
 
+def qident(name: str) -> str:
+    """A SQL identifier, quoted so that any table or column name (``rollout/reward``, quotes) is safe."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def check_table_name(table: object) -> str:
+    """Table names are non-empty strings without NUL, at most 120 characters; anything else is refused here."""
+    if not isinstance(table, str) or not table or "\x00" in table or len(table) > 120:
+        raise ValueError(f"telemetry table name {table!r} is not usable: give a short non-empty string, "
+                         "e.g. record('rollouts', ...) or record('eval/gsm8k', ...)")
+    if table.startswith("_"):
+        raise ValueError(f"telemetry table name {table!r}: names starting with '_' are reserved for rlmesh")
+    return table
+
+
 def builtin_ddl(table: Table) -> str:
     """``CREATE TABLE`` for a built-in table: the automatic columns, then its own."""
     cols = [c for c in AUTO if table.column(c.name) is None] + list(table.columns)
-    body = ", ".join(f'"{c.name}" {c.type}' for c in cols)
-    return f'CREATE TABLE IF NOT EXISTS "{table.name}" ({body})'
+    body = ", ".join(f"{qident(c.name)} {c.type}" for c in cols)
+    return f"CREATE TABLE IF NOT EXISTS {qident(table.name)} ({body})"
 
 
 def describe_column(table: str, column: str) -> str:

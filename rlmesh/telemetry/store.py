@@ -17,6 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from rlmesh.telemetry import schema
+from rlmesh.telemetry.schema import qident
 from rlmesh.telemetry.columnar import REJECTED, rejected_batch
 from rlmesh.telemetry.errors import ReadOnlyQueryError
 
@@ -116,7 +117,7 @@ class Store:
                 except schema.SchemaError as exc:
                     self._reject(table, str(exc), batch)
                     raise
-                self.con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM __rlmesh_batch')
+                self.con.execute(f"INSERT INTO {qident(table)} BY NAME SELECT * FROM __rlmesh_batch")
             finally:
                 self.con.unregister("__rlmesh_batch")
         self.rows_written += batch.num_rows
@@ -125,15 +126,15 @@ class Store:
     def _ensure_schema(self, table: str, types: dict[str, str]) -> None:
         known = self._cols.get(table)
         if known is None:
-            cols = ", ".join(f'"{c}" {t}' for c, t in types.items())
-            self.con.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({cols})')
+            cols = ", ".join(f"{qident(c)} {t}" for c, t in types.items())
+            self.con.execute(f"CREATE TABLE IF NOT EXISTS {qident(table)} ({cols})")
             self._cols[table] = dict(types)
             logger.info("telemetry: created table %s (%s)", table, cols)
             return
         for col, typ in types.items():
             have = known.get(col)
             if have is None:
-                self.con.execute(f'ALTER TABLE "{table}" ADD COLUMN "{col}" {typ}')
+                self.con.execute(f"ALTER TABLE {qident(table)} ADD COLUMN {qident(col)} {typ}")
                 known[col] = typ
             elif have != typ and have not in _WIDEN.get(typ, ()):
                 raise schema.SchemaError(table, col, have, typ)

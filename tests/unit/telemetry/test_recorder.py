@@ -125,3 +125,10 @@ def test_record_is_cheap_in_the_caller(rec):
         per_call.append((time.perf_counter() - t0) / n * 1e6)
         r._q.clear()
     assert statistics.median(per_call) < 15, per_call
+
+
+@pytest.mark.parametrize("name", ["", None, "_private", "x" * 200])
+def test_bad_table_names_are_refused_in_the_caller(rec, name):
+    r, _ = rec
+    with pytest.raises(ValueError, match="table name"):
+        r.record(name, {"a": 1})

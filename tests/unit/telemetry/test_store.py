@@ -79,3 +79,11 @@ def test_reads_are_allowed(store, sql):
 def test_sql_errors_are_duckdb_errors():
     with pytest.raises(duckdb.Error):
         check_read_only("SELEC nonsense")
+
+
+def test_odd_names_are_quoted_not_injected(store):
+    evil = 'x"; DROP TABLE runs; --'
+    store.append(evil, pa.table({**_auto(1), "rollout/reward": [1.0], 'q"uote': [2]}))
+    got = store.query('SELECT "rollout/reward" AS r, "q""uote" AS q FROM "x""; DROP TABLE runs; --"').to_pylist()
+    assert got == [{"r": 1.0, "q": 2}]
+    assert store.query("SELECT count(*) AS n FROM runs").num_rows == 1
