@@ -28,7 +28,7 @@ from rlmesh.weights.layout import Manifest, plan_chunks
 logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 8 << 20
-GROUP = 8  # chunks per read request: the server streams them back without a round trip between
+GROUP = 32  # chunks per read request: the server streams them back without a round trip between
 WINDOW = 2  # read requests in flight
 
 
