@@ -91,18 +91,19 @@ def current_run() -> str | None:
     return api.current_run()
 
 
-def start_run(config: Any = None, *, run_id: str | None = None, runs_dir: str | None = None) -> str:
-    """Start the run explicitly (normally implicit), e.g. to store its config; returns the run id."""
+def start_run(config: Any = None, *, run_id: str | None = None, runs_dir: str | None = None) -> str | None:
+    """Start the run explicitly (normally implicit), e.g. to store its config; returns the run id
+    (``None`` when telemetry is off)."""
     from rlmesh.telemetry import api
 
-    return api.start_run(config, run_id=run_id, runs_dir=runs_dir)
+    return api.start_run(_jsonable(config), run_id=run_id, runs_dir=runs_dir)
 
 
 def set_config(config: Any) -> None:
     """Store the run's config (a dict, dataclass or anything JSON-able) in ``runs.config``."""
     from rlmesh.telemetry import api
 
-    api.start_run(_jsonable(config))
+    api.start_run(_jsonable(config))  # a no-op when telemetry is off
 
 
 def end_run(status: str | None = None) -> None:

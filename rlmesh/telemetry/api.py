@@ -32,6 +32,14 @@ RUN_ID_ENV = "RLMESH_RUN_ID"
 ENABLE_ENV = "RLMESH_TELEMETRY"
 
 _lock = threading.RLock()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.RLock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _rec: Any = None
 _pid = -1
 _svc: Any = None  # TelemetryService, controller only
@@ -68,13 +76,18 @@ def recorder() -> Any:
         if _rec is not None:  # forked: the parent's threads are gone here
             _adopt_after_fork()
         if _rec is None:
-            if os.environ.get(ENABLE_ENV, "1").lower() in ("0", "false", "off", "no"):
+            if not enabled():
                 _set(_Off())
             elif os.environ.get(ADDR_ENV) and os.environ.get(RUN_ID_ENV):
                 _start_worker(os.environ[ADDR_ENV], os.environ[RUN_ID_ENV])
             else:
                 start_run()
         return _rec
+
+
+def enabled() -> bool:
+    """False when ``RLMESH_TELEMETRY`` is 0/false/off/no."""
+    return os.environ.get(ENABLE_ENV, "1").lower() not in ("0", "false", "off", "no")
 
 
 def _set(rec: Any) -> None:
@@ -109,13 +122,17 @@ def _start_worker(addr: str, run_id: str) -> None:
     _set(Recorder(run_id, RemoteSink(addr, _auth(), origin)))
 
 
-def start_run(config: Any = None, *, run_id: str | None = None, runs_dir: str | os.PathLike[str] | None = None) -> str:
-    """Start this controller's run now (normally implicit); returns its id.
+def start_run(config: Any = None, *, run_id: str | None = None,
+              runs_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """Start this controller's run now (normally implicit); returns its id (``None`` when telemetry is off).
 
     Call it explicitly to attach a config (``runs.config``) or choose where the run goes;
     if a run is already going, ``config`` is stored on it and its id returned.
     """
     global _svc, _health, _hooked
+    if not enabled():
+        _set(_Off())
+        return None
     with _lock:
         if _svc is not None and _pid == os.getpid():
             if config is not None:

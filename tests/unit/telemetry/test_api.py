@@ -95,7 +95,21 @@ def test_host_health_rows_appear(runs_dir):
 def test_telemetry_off(runs_dir, monkeypatch):
     monkeypatch.setenv("RLMESH_TELEMETRY", "0")
     tm.record("mine", a=1)
+    tm.set_config({"lr": 1})
+    assert tm.start_run() is None
     assert tm.current_run() is None and not runs_dir.exists()
+
+
+def test_dataclass_config_is_stored_as_json(runs_dir):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        lr: float = 3e-4
+        algo: str = "grpo"
+
+    tm.start_run(config=Cfg())
+    assert json.loads(tm.query("SELECT config FROM runs").column("config")[0].as_py()) == {"lr": 3e-4, "algo": "grpo"}
 
 
 def test_worker_env_names_the_service(runs_dir):
