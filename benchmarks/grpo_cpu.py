@@ -37,6 +37,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300, help="GRPO steps")
     p.add_argument("--prompts", type=int, default=32, help="prompts per GRPO step")
     p.add_argument("--samples", type=int, default=16, help="completions per prompt (group size)")
+    p.add_argument("--max-groups", type=int, default=None,
+                   help="train on at most this many informative groups per step (dynamic sampling: "
+                        "set --prompts higher to oversample)")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--kl-coef", type=float, default=0.0)
     p.add_argument("--reward", choices=["exact", "digits"], default="exact",
@@ -73,17 +76,19 @@ def main() -> None:
     ref = frozen_copy(model) if args.kl_coef > 0 else None
     optimizer = torch.optim.Adam(model.parameters(), lr=grpo_cfg.lr)
     rng, sampler = random.Random(args.seed), torch.Generator().manual_seed(args.seed)
-    tokens = rows = 0
+    tokens = rows = trained = 0
     gen_s = train_s = 0.0
     for step in range(1, args.steps + 1):
         t0 = time.perf_counter()
         batch = generate_and_score(model, task, task.sample(args.prompts, rng, "train"), gen_cfg, sampler,
                                    partial_credit=args.reward == "digits")
         t1 = time.perf_counter()
-        metrics = grpo_update(model, optimizer, batch, grpo_cfg, args.samples, args.temperature, ref_model=ref)
+        metrics = grpo_update(model, optimizer, batch, grpo_cfg, args.samples, args.temperature, ref_model=ref,
+                              max_groups=args.max_groups)
         t2 = time.perf_counter()
         gen_s, train_s = gen_s + t1 - t0, train_s + t2 - t1
         tokens, rows = tokens + batch.generation.num_tokens, rows + len(batch.texts)
+        trained += int(metrics.get("train/groups", 0)) * args.samples
         if step % args.eval_every == 0 or step == args.steps:
             r = evaluate_heldout(model, task, heldout)
             curve.append(("grpo", step, r, time.perf_counter() - start))
@@ -92,7 +97,8 @@ def main() -> None:
     print(f"\nheld-out reward: {curve[0][2]:.3f} after SFT -> {curve[-1][2]:.3f} after {args.steps} GRPO steps "
           f"(best {max(c[2] for c in curve):.3f}); total {time.perf_counter() - start:.0f} s")
     print(f"perf/gen_tokens_per_s {tokens / gen_s:.0f}  perf/gen_samples_per_s {rows / gen_s:.0f}  "
-          f"perf/train_samples_per_s {rows / train_s:.0f}  (samples = completions)")
+          f"perf/train_samples_per_s {trained / train_s:.0f}  (samples = completions; trained = informative "
+          f"groups only; generation {gen_s:.0f} s, training {train_s:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -62,9 +62,15 @@ def generate_and_score(
 
 def grpo_update(
     model: nn.Module, optimizer: torch.optim.Optimizer, batch: ScoredBatch, config: GRPOConfig,
-    group_size: int, temperature: float = 1.0, ref_model: nn.Module | None = None,
+    group_size: int, temperature: float = 1.0, ref_model: nn.Module | None = None, max_groups: int | None = None,
 ) -> dict[str, float]:
-    """One GRPO train step on a scored batch; returns ``losses/*`` and ``train/*`` metrics."""
+    """One GRPO train step on a scored batch; returns ``losses/*`` and ``train/*`` metrics.
+
+    Groups whose rewards are all equal have zero advantage and are skipped. With
+    ``max_groups``, at most that many informative groups are trained on: oversample
+    prompts at generation time and keep a full batch of signal (DAPO's dynamic sampling,
+    Yu et al. 2025) once most groups become unanimous.
+    """
     gen = batch.generation
     advantages = grpo_advantages(batch.rewards, group_size, normalize_std=config.normalize_std)
     mask = gen.completion_mask.float()
@@ -75,11 +81,13 @@ def grpo_update(
         with torch.no_grad():
             ref_logprobs = sequence_logprobs(ref_model, gen.input_ids, gen.attention_mask, gen.prompt_len, temperature)
     # Groups with identical rewards carry no signal; skipping them saves compute, not bias.
-    informative = (advantages.view(-1, group_size).abs().sum(1) > 0).repeat_interleave(group_size)
-    metrics: dict[str, float] = {"train/informative_fraction": float(informative.float().mean())}
-    if not informative.any():
+    informative_groups = advantages.view(-1, group_size).abs().sum(1) > 0
+    metrics: dict[str, float] = {"train/informative_fraction": float(informative_groups.float().mean())}
+    groups = informative_groups.nonzero().squeeze(1)[:max_groups]
+    if groups.numel() == 0:
         return metrics
-    rows = informative.nonzero().squeeze(1)
+    rows = (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)
+    metrics["train/groups"] = float(groups.numel())
     out = None
     for _ in range(config.update_epochs):
         logprobs = sequence_logprobs(model, gen.input_ids[rows], gen.attention_mask[rows], gen.prompt_len, temperature)

@@ -77,3 +77,13 @@ def test_heldout_eval_is_greedy_and_deterministic(setup):
     task, model = setup
     held = task.sample(20, random.Random(3), "heldout")
     assert evaluate_heldout(model, task, held) == evaluate_heldout(model, task, held)
+
+
+def test_max_groups_trains_on_the_first_informative_groups_only(setup):
+    task, model = setup
+    batch = generate_and_score(model, task, task.sample(4, random.Random(4)),
+                               LLMGeneratorConfig(samples_per_prompt=2, max_new_tokens=3))
+    batch.rewards = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # groups 1 and 3 informative
+    opt = torch.optim.Adam(model.parameters())
+    metrics = grpo_update(model, opt, batch, GRPOConfig(), 2, max_groups=1)
+    assert metrics["train/informative_fraction"] == 0.5 and metrics["train/groups"] == 1.0
