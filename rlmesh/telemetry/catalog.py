@@ -1,0 +1,155 @@
+"""The built-in tables: every column's name, DuckDB type and meaning, in one place.
+
+This is the contract between the framework (which fills the tables) and the user
+(who queries them): ``docs/telemetry.md`` is checked against it by a test, and
+``rlmesh sql RUN --schema`` prints it. Later layers (``rl/``, ``weights/``) fill the
+tables declared here rather than inventing their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # DuckDB type
+    doc: str
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    filled_by: str = "the framework"
+
+    def column(self, name: str) -> Column | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        return None
+
+
+def _c(name: str, type_: str, doc: str) -> Column:
+    return Column(name, type_, doc)
+
+
+#: Added to every row of every table. ``mesh``/``rank``/``proc``/``host`` come from
+#: ``rm.context()`` inside an actor; in the controller they are ``controller``, ``-1``,
+#: ``controller`` and the controller's host name. A row may set them itself (the
+#: ``actors`` table does, so that its rows name the proc they describe).
+AUTO: tuple[Column, ...] = (
+    _c("run_id", "VARCHAR", "id of the run (directory name under runs/)"),
+    _c("ts", "TIMESTAMPTZ", "when the row was recorded (UTC, microseconds)"),
+    _c("mesh", "VARCHAR", "mesh name of the recording actor; 'controller' in the controller"),
+    _c("rank", "BIGINT", "rank of the recording actor in its mesh; -1 in the controller"),
+    _c("proc", "VARCHAR", "proc id (stable across restarts); 'controller' in the controller"),
+    _c("host", "VARCHAR", "host name of the recording process"),
+)
+AUTO_NAMES = frozenset(c.name for c in AUTO)
+
+_T = Table
+BUILTIN: dict[str, Table] = {t.name: t for t in [
+    _T("runs", "one row per run: what ran, with which config, and how it ended", (
+        _c("id", "VARCHAR", "run id"),
+        _c("config", "JSON", "the run's config (rm.telemetry.set_config), as JSON"),
+        _c("start_ts", "TIMESTAMPTZ", "when the run started"),
+        _c("end_ts", "TIMESTAMPTZ", "when it ended; NULL while running or if the controller was killed"),
+        _c("status", "VARCHAR", "running | ok | failed (an exception ended the controller)"),
+        _c("argv", "VARCHAR", "the controller's command line"),
+        _c("pid", "BIGINT", "controller pid"),
+        _c("host", "VARCHAR", "controller host"),
+    ), "the telemetry service"),
+    _T("actors", "proc lifecycle events from the runtime's supervisor; mesh/rank/proc/host name the proc", (
+        _c("event", "VARCHAR", "spawned | died | restarted | stopped | gave_up"),
+        _c("pid", "BIGINT", "OS pid of the process (NULL when unknown)"),
+        _c("incarnation", "BIGINT", "0 for the first process of a proc, +1 per restart"),
+        _c("exit_code", "BIGINT", "exit status of a dead proc (NULL if killed by a signal)"),
+        _c("signal", "BIGINT", "signal that killed it (9 = SIGKILL), else NULL"),
+        _c("reason", "VARCHAR", "why, in words (e.g. 'heartbeat timeout')"),
+        _c("actors", "VARCHAR", "comma-separated ids of the actors hosted by the proc"),
+    ), "the runtime's event sink (controller)"),
+    _T("spans", "one row per endpoint call, as seen by the proc that served it", (
+        _c("actor_id", "VARCHAR", "id of the serving actor"),
+        _c("endpoint", "VARCHAR", "endpoint name"),
+        _c("caller", "VARCHAR", "who called: 'controller' or the calling actor's id"),
+        _c("start_ts", "TIMESTAMPTZ", "when the call started"),
+        _c("duration_s", "DOUBLE", "wall time spent serving it"),
+        _c("outcome", "VARCHAR", "ok | error"),
+        _c("error", "VARCHAR", "exception type and message when outcome = 'error'"),
+        _c("bytes_in", "BIGINT", "argument payload size"),
+        _c("bytes_out", "BIGINT", "result payload size"),
+        _c("weight", "BIGINT", "calls this row stands for (>1 when hot calls are sampled); use sum(weight) to count"),
+    ), "the worker's span sink"),
+    _T("rollouts", "one row per rollout (episode or completion) from a generator", (
+        _c("rollout_id", "VARCHAR", "unique id of the rollout"),
+        _c("policy_version", "BIGINT", "weight version that produced it"),
+        _c("reward", "DOUBLE", "total reward"),
+        _c("length", "BIGINT", "steps (env) or tokens (LLM)"),
+        _c("env", "VARCHAR", "environment or task name"),
+        _c("duration_s", "DOUBLE", "time to produce it"),
+    ), "rlmesh.rl generators"),
+    _T("rewards", "one row per scored rollout from a reward actor", (
+        _c("rollout_id", "VARCHAR", "rollout scored"),
+        _c("reward", "DOUBLE", "score"),
+        _c("scorer", "VARCHAR", "reward function or model"),
+        _c("duration_s", "DOUBLE", "time to score it"),
+    ), "rlmesh.rl reward actors"),
+    _T("train_steps", "one row per optimiser step", (
+        _c("step", "BIGINT", "optimiser step"),
+        _c("policy_version", "BIGINT", "weight version after the step"),
+        _c("loss", "DOUBLE", "total loss"),
+        _c("lr", "DOUBLE", "learning rate"),
+        _c("grad_norm", "DOUBLE", "gradient norm before clipping"),
+        _c("samples", "BIGINT", "samples in the batch"),
+        _c("duration_s", "DOUBLE", "wall time of the step"),
+        _c("metrics", "JSON", "other namespaced metrics, e.g. {\"losses/approx_kl\": 0.01}"),
+    ), "rlmesh.rl trainers"),
+    _T("weight_syncs", "one row per weight transfer to one subscriber", (
+        _c("name", "VARCHAR", "published weights name, e.g. 'policy'"),
+        _c("version", "BIGINT", "version transferred"),
+        _c("transport", "VARCHAR", "shm | cuda_ipc | rdma | tcp"),
+        _c("bytes", "BIGINT", "bytes moved"),
+        _c("duration_s", "DOUBLE", "transfer time"),
+        _c("ok", "BOOLEAN", "false when a checksum failed and the version was rejected"),
+    ), "rlmesh.weights"),
+    _T("host_health", "per host, every second: CPU, memory and load (psutil)", (
+        _c("cpu_pct", "DOUBLE", "whole-host CPU utilisation, 0-100"),
+        _c("mem_total", "BIGINT", "physical memory, bytes"),
+        _c("mem_available", "BIGINT", "memory available to new work, bytes"),
+        _c("mem_used_pct", "DOUBLE", "percent of memory in use"),
+        _c("swap_used", "BIGINT", "swap in use, bytes"),
+        _c("rss", "BIGINT", "resident memory of this job's processes on the host (sampler and its children), bytes"),
+        _c("load_1m", "DOUBLE", "1-minute load average"),
+        _c("load_5m", "DOUBLE", "5-minute load average"),
+        _c("load_15m", "DOUBLE", "15-minute load average"),
+    ), "one health sampler per host"),
+    _T("gpu_health", "per GPU, every second (NVML); no GPU means no rows, never fake ones", (
+        _c("gpu", "BIGINT", "NVML device index"),
+        _c("uuid", "VARCHAR", "GPU UUID"),
+        _c("name", "VARCHAR", "product name"),
+        _c("util_pct", "DOUBLE", "GPU (SM) utilisation, 0-100"),
+        _c("mem_util_pct", "DOUBLE", "memory-controller utilisation, 0-100"),
+        _c("mem_used", "BIGINT", "device memory used, bytes"),
+        _c("mem_total", "BIGINT", "device memory, bytes"),
+        _c("temp_c", "DOUBLE", "core temperature, Celsius"),
+        _c("power_w", "DOUBLE", "power draw, watts"),
+        _c("sm_clock_mhz", "BIGINT", "current SM clock"),
+        _c("ecc_corrected", "BIGINT", "volatile corrected ECC errors (NULL where ECC is off)"),
+        _c("ecc_uncorrected", "BIGINT", "volatile uncorrected ECC errors (NULL where ECC is off)"),
+        _c("xid", "BIGINT", "last XID error seen since the previous sample, else NULL"),
+        _c("xid_count", "BIGINT", "XID errors seen since the previous sample"),
+    ), "one health sampler per host"),
+]}
+
+#: Not filled on purpose: rows the service could not store (type mismatch), kept so nothing is lost silently.
+REJECTED_TABLE = Table("_rejected", "rows that did not fit their table's types, kept with the reason", (
+    _c("run_id", "VARCHAR", "id of the run"),
+    _c("ts", "TIMESTAMPTZ", "when the service refused the rows"),
+    _c("table_name", "VARCHAR", "table the rows were meant for"),
+    _c("reason", "VARCHAR", "the schema error, naming column and both types"),
+    _c("row", "VARCHAR", "the row, as JSON"),
+), "the telemetry service")
+DOCUMENTED: dict[str, Table] = {**BUILTIN, REJECTED_TABLE.name: REJECTED_TABLE}
