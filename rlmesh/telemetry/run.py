@@ -87,9 +87,18 @@ def live_service(run_dir: Path) -> dict[str, Any] | None:
     info = read_json(run_dir / SERVICE_JSON)
     if not info:
         return None
-    if info.get("host") == socket.gethostname() and not pid_alive(int(info.get("pid", -1))):
-        return None
+    if info.get("host") == socket.gethostname():
+        if not pid_alive(int(info.get("pid", -1))):
+            return None
+    elif is_loopback(info.get("query_addr", "")):
+        return None  # a live run on another host that only listens on its own loopback
     return info
+
+
+def is_loopback(addr: str) -> bool:
+    from rlmesh.transport import is_loopback_address
+
+    return bool(addr) and is_loopback_address(addr)
 
 
 def run_status(info: dict[str, Any]) -> str:
