@@ -121,6 +121,8 @@ class Recorder:
             return
         if not schema.fits(known, kind):
             raise schema.SchemaError(table, column, known, schema.sql_type_of_kind(kind))
+        if kind != "none":  # e.g. numpy.float32 into DOUBLE: fine, and fast from now on
+            self._fast[table][column] = self._fast[table][column] | {type(value)}
 
     # ---- flush side --------------------------------------------------------------
     def _loop(self) -> None:

@@ -90,8 +90,8 @@ class TelemetryService:
         """Drain, mark the run finished, checkpoint and close. Idempotent."""
         if self._stop.is_set():
             return
-        quiet_since = time.monotonic() + 1.0
-        while time.monotonic() - self._last_recv < 0.15 and time.monotonic() < quiet_since:
+        give_up = time.monotonic() + 1.0
+        while time.monotonic() - self._last_recv < 0.15 and time.monotonic() < give_up:
             time.sleep(0.02)  # procs that just exited may still have their last batches in flight
         self.sync(timeout=10)
         self._stop.set()
@@ -199,7 +199,8 @@ class TelemetryService:
                 try:
                     self.store.append(table, tbl)
                 except SchemaError as exc:
-                    self.errors.append(str(exc))
+                    if len(self.errors) < 100:  # the rows themselves are in _rejected
+                        self.errors.append(str(exc))
 
     def _recv_loop(self) -> None:
         poller = zmq.Poller()

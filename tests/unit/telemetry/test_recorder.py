@@ -132,3 +132,17 @@ def test_bad_table_names_are_refused_in_the_caller(rec, name):
     r, _ = rec
     with pytest.raises(ValueError, match="table name"):
         r.record(name, {"a": 1})
+
+
+def test_numpy_scalars_are_accepted_and_stored_as_plain_numbers(rec):
+    import numpy as np
+
+    r, sink = rec
+    for v in (np.float32(0.5), np.float64(1.5), 2.5):
+        r.record("rollouts", {"reward": v, "policy_version": np.int64(3)})
+    assert np.float32 in r._fast["rollouts"]["reward"]  # the slow check runs once per type
+    with pytest.raises(SchemaError, match="BIGINT but a row carries DOUBLE"):
+        r.record("rollouts", {"policy_version": np.float32(1.0)})
+    r.flush()
+    t = sink.table("rollouts")
+    assert t.column("reward").to_pylist() == [0.5, 1.5, 2.5] and t.column("policy_version").to_pylist() == [3] * 3
