@@ -166,6 +166,7 @@ class Subscriber:
 
     def _fetch(self, min_version: int, version: int | None, deadline: float, want_cuda: bool) -> tuple[Fetched, str]:
         delay = 0.0005
+        last_err: WeightSyncError | None = None
         while True:
             left = deadline - time.monotonic()
             try:
@@ -173,14 +174,18 @@ class Subscriber:
                 got = t.fetch(min_version, version, max(left, 0.001))
             except (StateDictMismatchError, TransportUnavailableError):
                 raise
-            except WeightSyncError:
+            except WeightSyncError as exc:
                 if left <= 0:
                     raise
+                last_err = exc
                 self._record = None  # publisher gone or restarted: look it up again
                 got = None
             if got is not None:
                 return got, t.name
             if time.monotonic() >= deadline:
+                if last_err is not None:
+                    raise WeightSyncError(f"no version >= {min_version} of {self.name!r} within the timeout: "
+                                          f"{last_err}") from last_err
                 raise WeightSyncError(f"no version >= {min_version} of {self.name!r} within the timeout")
             time.sleep(delay)
             delay = min(delay * 2, 0.02)

@@ -64,3 +64,10 @@ def test_probe_states_why_there_is_no_device():
     if ok:
         pytest.skip(f"this machine has an RDMA device ({why})")
     assert "pyverbs" in why and ("no RDMA device" in why or "not importable" in why)
+
+
+def test_cuda_ipc_handles_survive_the_json_control_channel():
+    from rlmesh.weights.cuda_ipc import _decode, _encode
+
+    handle = (0, b"\x01\x02ipc", 4096, 0, b"/torch_123", 8, b"\x00ev", True)
+    assert _decode(json.loads(json.dumps(_encode(handle)))) == handle
