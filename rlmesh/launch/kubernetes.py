@@ -1,0 +1,162 @@
+"""The Kubernetes launcher: worker procs are pods, created through the official client.
+
+    from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig
+
+    cluster = KubernetesCluster(KubernetesConfig(image="ghcr.io/you/rlmesh:0.1", namespace="rl"))
+    procs = cluster.spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=3))
+    gens = procs.spawn("gen", Generator)          # exactly as with rm.this_host()
+
+One proc = one pod (``restartPolicy: Never``; see ``kubernetes_manifests``): the
+controller's supervision, restart policy and telemetry apply unchanged, and a pod
+that fails, is evicted or deleted is a dead proc whose ``poll()`` says why.
+
+Per run the launcher creates one Secret (the job's HMAC key, referenced by the pods
+through ``secretKeyRef``) that owns every worker pod, so deleting it — ``cluster.close()``,
+the end of the program, ``rlmesh k8s cleanup RUN`` — garbage-collects the pods too.
+Everything carries ``rlmesh.io/run=<run>``. When the controller itself runs in a pod
+(``launcher.controller_pod`` / ``$RLMESH_CONTROLLER_POD``), that pod owns the Secret, so
+nothing outlives a deleted controller pod.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import uuid
+from typing import Any
+
+from rlmesh.actor.context import JOB_ID_ENV
+from rlmesh.actor.controller import Controller, LaunchRequest, Restart
+from rlmesh.actor.proc_mesh import ProcMesh
+from rlmesh.errors import ConfigError
+from rlmesh.launch.kubernetes_client import (KubernetesCredentialsError, KubernetesError, KubernetesForbidden,
+                                             explain, load_api_client)
+from rlmesh.launch.kubernetes_config import KubernetesConfig, MeshResources
+from rlmesh.launch.kubernetes_launcher import KubernetesLauncher
+from rlmesh.launch.kubernetes_manifests import LABEL_MESH, label_value, render_manifests, run_selector
+from rlmesh.launch.kubernetes_ops import cleanup_run, dry_run_manifests
+from rlmesh.transport.auth import SECRET_ENV
+
+__all__ = ["KubernetesCluster", "KubernetesConfig", "KubernetesCredentialsError", "KubernetesError",
+           "KubernetesForbidden", "KubernetesLauncher", "MeshResources", "cleanup_run", "dry_run_manifests",
+           "render_manifests"]
+
+logger = logging.getLogger(__name__)
+
+
+class KubernetesCluster:
+    """A Kubernetes namespace as a place to spawn procs on: the pod counterpart of ``rm.this_host()``.
+
+    ``config``: a :class:`KubernetesConfig` or a mapping of its fields (a Hydra ``launcher``
+    group); keyword ``overrides`` replace single fields. ``api_client``: an existing
+    ``kubernetes.client.ApiClient`` (else one from the kubeconfig / in-cluster credentials).
+    """
+
+    def __init__(self, config: KubernetesConfig | dict[str, Any] | None = None, *, api_client: Any = None,
+                 **overrides: Any):
+        if isinstance(config, KubernetesConfig):
+            base = {f: getattr(config, f) for f in config.__dataclass_fields__}
+        else:
+            base = dict(config or {})
+        self.config = KubernetesConfig.from_dict({**base, **overrides})
+        from kubernetes import client
+
+        self.api = api_client or load_api_client(self.config.kubeconfig, self.config.context)
+        self.core = client.CoreV1Api(self.api)
+        job = os.environ.setdefault(JOB_ID_ENV, uuid.uuid4().hex[:12])  # the controller adopts the same id
+        self.run = self.config.run or label_value(f"rlmesh-{job}")
+        self.launcher = KubernetesLauncher(self.config, self.core, self.run)
+        self._checked_leftovers = False
+        self._meshes = 0
+        atexit.register(self.close)
+
+    def spawn_procs(self, per_host: dict[str, int] | None = None, *, restart: Restart | None = None,
+                    name: str | None = None, env: dict[str, str] | None = None,
+                    timeout: float | None = None) -> ProcMesh:
+        """Start worker pods laid out as ``per_host`` (default ``{"procs": launcher.meshes[name].replicas}``).
+
+        Same signature and result as ``HostMesh.spawn_procs``. Before any pod exists it
+        checks, on this thread: credentials, RBAC (a refusal prints the Role needed), leftover
+        pods of the same run, and the pod manifest (server-side dry run). A pod that cannot be
+        pulled or scheduled fails the spawn with the pod's events in the error.
+        """
+        name = name or ("procs" if self._meshes == 0 else f"procs{self._meshes}")
+        self._meshes += 1
+        want = self.config.resources_for(name).replicas
+        dims = dict(per_host or {"procs": want or 1})
+        if not dims:
+            raise ValueError("per_host needs at least one dimension, e.g. per_host={'procs': 4}")
+        n = 1
+        for size in dims.values():
+            n *= size
+        if want and n != want:
+            raise ConfigError(f"launcher.meshes.{name}.replicas={want} but spawn_procs asks for {n} procs "
+                              f"({dims}); make them agree or set replicas to 0")
+        controller = Controller.get()  # makes the job secret if there is none yet
+        self._preflight(name, env or {})
+        try:
+            return ProcMesh.launch(name, dims, self.launcher, restart, env, timeout)
+        except BaseException:
+            ids = [f"{name}.{i}" for i in range(n)]
+            controller.stop_procs([i for i in ids if i in controller.procs], timeout=1)
+            self._delete_mesh_pods(name)
+            raise
+
+    def _preflight(self, mesh: str, env: dict[str, str]) -> None:
+        """Checks before the first pod: dry-run a pod (RBAC, schema, admission), leftovers, the watch,
+        then the Secret, in that order so that a refused identity creates nothing."""
+        probe = LaunchRequest("tcp://127.0.0.1:1", f"{mesh}.0", mesh, 0, 0, {SECRET_ENV: "x", **env})
+        self.launcher.validate(self.launcher.manifest(probe))
+        if not self._checked_leftovers:
+            try:
+                left = self.launcher.leftover_pods()
+            except Exception as exc:
+                raise explain(exc, "listing pods", self.config.namespace) from exc
+            if left:
+                raise KubernetesError(
+                    f"run {self.run!r} already has {len(left)} pod(s) in namespace {self.config.namespace!r} "
+                    f"({', '.join(sorted(left)[:5])}): a leftover of a crashed controller? Remove them with "
+                    f"`rlmesh k8s cleanup {self.run} --namespace {self.config.namespace}`, or set launcher.run")
+            self._checked_leftovers = True
+        self.launcher.start_watch()
+        secret_values = {**os.environ, **env}
+        data = {k: secret_values[k] for k in self.config.secret_env if k in secret_values}
+        self.launcher.ensure_secret({**self.launcher.secret_data, **data})
+
+    def _delete_mesh_pods(self, mesh: str) -> None:
+        sel = f"{run_selector(self.run)},{LABEL_MESH}={label_value(mesh)}"
+        try:
+            self.core.delete_collection_namespaced_pod(self.config.namespace, label_selector=sel,
+                                                       grace_period_seconds=0, _request_timeout=30)
+        except Exception as exc:  # noqa: BLE001 - best effort after a failed spawn
+            logger.warning("removing the pods of failed mesh %s: %s", mesh, exc)
+
+    def render(self, meshes: dict[str, int] | None = None) -> list[dict[str, Any]]:
+        """The manifests this cluster would create for ``meshes`` (``{name: size}``)."""
+        return render_manifests(self.config, meshes, run=self.run)
+
+    def cleanup(self) -> dict[str, int]:
+        """Delete everything of this run now (pods and the Secret), as ``rlmesh k8s cleanup RUN`` does."""
+        return cleanup_run(self.core, self.config.namespace, self.run)
+
+    def close(self) -> None:
+        """Stop this run's procs and remove its objects. Also runs at interpreter exit."""
+        if self.launcher.closed:
+            return
+        controller = Controller.current()
+        if controller is not None and not controller._closed:
+            ours = [p for p, r in controller.procs.items() if r.launcher is self.launcher]
+            if ours:
+                controller.stop_procs(ours, timeout=3)
+        self.launcher.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "KubernetesCluster":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<KubernetesCluster run={self.run!r} namespace={self.config.namespace!r}>"

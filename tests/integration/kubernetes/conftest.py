@@ -1,0 +1,108 @@
+"""Session fixture: a real kube-apiserver (+ etcd, controller manager, scheduler) on loopback,
+one registered Node whose kubelet is played by :mod:`fake_kubelet`.
+
+Started once per session (~5-10 s). Skips the suite, with the reason, when the binaries
+are not cached: ``bash scripts/k8s_build.sh`` builds them (~12 min on 2 cores) into
+``~/.cache/rlmesh/k8s/bin`` (or ``$RLMESH_K8S_BIN``); set ``RLMESH_K8S_BUILD=1`` to let
+the fixture run the build itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE))  # control_plane, fake_kubelet, k8s_actors
+
+from control_plane import LIMITED_USER, ControlPlane, bin_dir, missing_binaries  # noqa: E402
+from fake_kubelet import FakeKubelet  # noqa: E402
+
+NAMESPACE = "rlmesh-it"
+NODE = "rlmesh-fake-node"
+
+
+@dataclass
+class K8s:
+    plane: ControlPlane
+    api: Any
+    core: Any
+    namespace: str
+    kubelet: FakeKubelet
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _wait(pred, timeout: float, what: str, plane: ControlPlane) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if pred():
+                return
+        except Exception:  # noqa: BLE001 - not yet
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} not reached in {timeout}s\ncontroller-manager log:\n"
+                       f"{plane.log_tail('kube-controller-manager')}\nscheduler log:\n{plane.log_tail('kube-scheduler')}")
+
+
+@pytest.fixture(scope="session")
+def k8s(tmp_path_factory) -> K8s:
+    missing = missing_binaries()
+    if missing and os.environ.get("RLMESH_K8S_BUILD") == "1":
+        subprocess.run(["nice", "-n", "10", "bash", str(ROOT / "scripts/k8s_build.sh")], check=False)
+        missing = missing_binaries()
+    if missing:
+        pytest.skip(f"Kubernetes binaries {missing} not found in {bin_dir()}: run `bash scripts/k8s_build.sh` "
+                    f"(builds them from Debian's kubernetes source package, ~12 min on 2 cores) or set "
+                    f"RLMESH_K8S_BUILD=1")
+    from kubernetes import client, config
+
+    plane = ControlPlane()
+    t0 = time.monotonic()
+    try:
+        plane.start()
+        api = config.new_client_from_config(config_file=str(plane.admin_kubeconfig))
+        core = client.CoreV1Api(api)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        kubelet = FakeKubelet(core, NODE, tmp_path_factory.mktemp("kubelet"), [str(HERE), str(ROOT)])
+        kubelet.register_node()
+        kubelet.start()
+        # Pods are refused until the ServiceAccount controller made the namespace's "default" account.
+        _wait(lambda: core.read_namespaced_service_account("default", NAMESPACE), 60,
+              "the default ServiceAccount", plane)
+        _bind_limited_role(api)
+    except BaseException:
+        plane.stop()
+        raise
+    env = K8s(plane, api, core, NAMESPACE, kubelet)
+    env.timings["apiserver_ready_s"] = plane.startup_s["apiserver_ready"]
+    env.timings["cluster_ready_s"] = time.monotonic() - t0
+    print(f"\n[k8s fixture] kube-apiserver ready in {env.timings['apiserver_ready_s']:.1f}s, "
+          f"cluster usable in {env.timings['cluster_ready_s']:.1f}s")
+    yield env
+    kubelet.stop()
+    plane.stop()
+
+
+def _bind_limited_role(api: Any) -> None:
+    """The 'limited' user may manage Secrets and read pods, but not create them (for the RBAC test)."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    rbac.create_namespaced_role(NAMESPACE, {
+        "metadata": {"name": "pods-read-only"},
+        "rules": [{"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "update", "delete",
+                                                                         "list", "deletecollection"]}]})
+    rbac.create_namespaced_role_binding(NAMESPACE, {
+        "metadata": {"name": "pods-read-only"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pods-read-only"},
+        "subjects": [{"kind": "User", "name": LIMITED_USER, "apiGroup": "rbac.authorization.k8s.io"}]})

@@ -1,0 +1,249 @@
+"""Plays the kubelet of one Node for the tests: runs each bound pod's container command as a
+local process and reports its status back through the real API server.
+
+What it honours, as a kubelet would: the container ``command``/``args``; ``env`` with
+plain values, ``secretKeyRef`` (read from the API; a missing Secret is a
+``CreateContainerConfigError``) and ``fieldRef`` (pod name, namespace, uid, pod IP,
+node name, host IP); graceful deletion (SIGTERM, SIGKILL after the grace period, then
+the final delete); exit codes (``Succeeded``/``Failed`` with the container's
+``terminated`` state). Each pod gets its own loopback IP (127.0.1.N), so a worker that
+did not take ``RLMESH_ADVERTISE_HOST`` from the downward API would advertise a wrong
+address. Images are not pulled: an image whose name starts with ``unpullable.`` fails
+like a missing one (``ErrImagePull`` -> ``ImagePullBackOff`` and a ``Failed`` event);
+any other image is "this test environment" (the venv's python, the test dir on
+``PYTHONPATH``).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeKubelet:
+    def __init__(self, core: Any, node: str, log_dir: Path, pythonpath: list[str]):
+        self.core = core
+        self.node = node
+        self.log_dir = log_dir
+        self.pythonpath = pythonpath
+        self.running: dict[str, subprocess.Popen] = {}  # pod uid -> process
+        self.seen: set[str] = set()
+        self.terminating: set[str] = set()
+        self.gone: set[str] = set()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.ips = (f"127.0.1.{i}" for i in itertools.cycle(range(2, 250)))
+        self.thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
+        self.serialize = core.api_client.sanitize_for_serialization
+
+    def register_node(self) -> None:
+        from kubernetes import client
+
+        self.core.create_node(client.V1Node(metadata=client.V1ObjectMeta(
+            name=self.node, labels={"kubernetes.io/hostname": self.node, "kubernetes.io/os": "linux"})))
+        res = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+        self.core.patch_node_status(self.node, {"status": {
+            "capacity": res, "allocatable": res,
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake kubelet",
+                            "lastHeartbeatTime": _now(), "lastTransitionTime": _now()}]}})
+        # The API server taints new nodes not-ready; the node lifecycle controller lifts that once the kubelet
+        # reports Ready. That controller is not run here (it would want real kubelet heartbeats), so lift it.
+        node = self.core.read_node(self.node)
+        node.spec.taints = [t for t in node.spec.taints or [] if not t.key.startswith("node.kubernetes.io/")]
+        self.core.replace_node(self.node, node)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            procs = list(self.running.values())
+        for p in procs:
+            _kill_group(p, signal.SIGKILL)
+
+    # ------------------------------------------------------------------ the watch loop
+    def _run(self) -> None:
+        from kubernetes import watch
+
+        rv = ""
+        while not self.stopping.is_set():
+            try:
+                if not rv:
+                    pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}")
+                    for pod in pods.items:
+                        self._sync(self.serialize(pod), deleted=False)
+                    rv = pods.metadata.resource_version
+                for ev in watch.Watch().stream(self.core.list_pod_for_all_namespaces, resource_version=rv,
+                                               field_selector=f"spec.nodeName={self.node}", timeout_seconds=30):
+                    if self.stopping.is_set():
+                        return
+                    if ev["type"] == "ERROR":
+                        rv = ""
+                        break
+                    rv = ev["object"].metadata.resource_version
+                    self._sync(self.serialize(ev["object"]), deleted=ev["type"] == "DELETED")
+            except Exception as exc:  # noqa: BLE001 - keep the node alive, like a kubelet
+                if self.stopping.is_set():
+                    return
+                logger.warning("fake kubelet watch broke: %s", exc)
+                rv = ""
+                self.stopping.wait(0.5)
+
+    def _sync(self, pod: dict, deleted: bool) -> None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        with self.lock:
+            proc = self.running.get(uid)
+        if deleted:
+            self.gone.add(uid)
+            if proc is not None:
+                _kill_group(proc, signal.SIGKILL)
+            return
+        if meta.get("deletionTimestamp"):
+            if uid not in self.seen or proc is None or proc.poll() is not None:
+                self._final_delete(pod)
+            elif uid not in self.terminating:
+                self.terminating.add(uid)
+                grace = meta.get("deletionGracePeriodSeconds") or 0
+                threading.Thread(target=self._terminate, args=(pod, proc, grace), daemon=True).start()
+            return
+        if uid in self.seen or (pod.get("status") or {}).get("phase") not in (None, "Pending"):
+            return
+        self.seen.add(uid)
+        threading.Thread(target=self._start_pod, args=(pod,), daemon=True).start()
+
+    # ------------------------------------------------------------------ pod lifecycle
+    def _start_pod(self, pod: dict) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        ns, name = meta["namespace"], meta["name"]
+        c = spec["containers"][0]
+        if c["image"].startswith("unpullable."):
+            self._image_pull_failure(pod, c)
+            return
+        ip = next(self.ips)
+        try:
+            env = self._env(pod, c, ip)
+        except KeyError as exc:
+            self._status(pod, "Pending", ip, {"waiting": {"reason": "CreateContainerConfigError",
+                                                          "message": str(exc)}})
+            return
+        cmd = [*(c.get("command") or []), *(c.get("args") or [])]
+        if cmd and cmd[0] in ("python", "python3"):
+            cmd[0] = sys.executable  # the "image" is this test environment
+        log = open(self.log_dir / f"{ns}_{name}.log", "wb")
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=self.log_dir)
+        with self.lock:
+            self.running[meta["uid"]] = proc
+        if meta["uid"] in self.gone:  # deleted while we were starting it
+            _kill_group(proc, signal.SIGKILL)
+        started = _now()
+        self._status(pod, "Running", ip, {"running": {"startedAt": started}}, ready=True)
+        code = proc.wait()
+        if code < 0:
+            term = {"exitCode": 128 - code, "signal": -code, "reason": "Error"}
+        else:
+            term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+        term.update(startedAt=started, finishedAt=_now())
+        self._status(pod, "Succeeded" if code == 0 else "Failed", ip, {"terminated": term})
+        with self.lock:
+            self.running.pop(meta["uid"], None)
+
+    def _env(self, pod: dict, c: dict, ip: str) -> dict[str, str]:
+        venv_bin = str(Path(sys.executable).parent)
+        env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.log_dir),
+               "HOSTNAME": pod["metadata"]["name"], "PYTHONPATH": os.pathsep.join(self.pythonpath)}
+        fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"],
+                  "metadata.uid": pod["metadata"]["uid"], "status.podIP": ip, "status.hostIP": "127.0.0.1",
+                  "spec.nodeName": self.node}
+        secrets: dict[str, dict] = {}
+        for e in c.get("env") or []:
+            ref = e.get("valueFrom") or {}
+            if "secretKeyRef" in ref:
+                s = ref["secretKeyRef"]
+                if s["name"] not in secrets:
+                    try:
+                        secrets[s["name"]] = self.core.read_namespaced_secret(s["name"], pod["metadata"]["namespace"]).data or {}
+                    except Exception as exc:  # noqa: BLE001
+                        raise KeyError(f'secret "{s["name"]}" not found ({exc})') from None
+                if s["key"] not in secrets[s["name"]]:
+                    raise KeyError(f'couldn\'t find key {s["key"]} in Secret {s["name"]}')
+                env[e["name"]] = base64.b64decode(secrets[s["name"]][s["key"]]).decode()
+            elif "fieldRef" in ref:
+                env[e["name"]] = fields[ref["fieldRef"]["fieldPath"]]
+            else:
+                env[e["name"]] = e.get("value", "")
+        return env
+
+    def _status(self, pod: dict, phase: str, ip: str, state: dict, ready: bool = False) -> None:
+        c = pod["spec"]["containers"][0]
+        body = {"status": {
+            "phase": phase, "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "startTime": _now(),
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _now()}],
+            "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": ready,
+                                   "restartCount": 0, "state": state}]}}
+        try:
+            self.core.patch_namespaced_pod_status(pod["metadata"]["name"], pod["metadata"]["namespace"], body)
+        except Exception as exc:  # noqa: BLE001 - the pod may be gone already
+            logger.debug("status of %s not reported: %s", pod["metadata"]["name"], exc)
+
+    def _image_pull_failure(self, pod: dict, c: dict) -> None:
+        msg = f'rpc error: code = NotFound desc = failed to pull and unpack image "{c["image"]}": not found'
+        self._event(pod, "Failed", f'Failed to pull image "{c["image"]}": {msg}')
+        self._status(pod, "Pending", "", {"waiting": {"reason": "ErrImagePull", "message": msg}})
+        self.stopping.wait(0.3)
+        self._event(pod, "BackOff", f'Back-off pulling image "{c["image"]}"')
+        self._status(pod, "Pending", "", {"waiting": {"reason": "ImagePullBackOff",
+                                                      "message": f'Back-off pulling image "{c["image"]}"'}})
+
+    def _event(self, pod: dict, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        self.core.create_namespaced_event(meta["namespace"], {
+            "metadata": {"generateName": f"{meta['name']}."},
+            "involvedObject": {"kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
+                               "uid": meta["uid"], "apiVersion": "v1"},
+            "reason": reason, "message": message, "type": "Warning", "count": 1,
+            "firstTimestamp": _now(), "lastTimestamp": _now(), "source": {"component": "kubelet", "host": self.node}})
+
+    def _terminate(self, pod: dict, proc: subprocess.Popen, grace: int) -> None:
+        _kill_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=max(grace, 0.1))
+        except subprocess.TimeoutExpired:
+            _kill_group(proc, signal.SIGKILL)
+            proc.wait()
+        self._final_delete(pod)
+
+    def _final_delete(self, pod: dict) -> None:
+        from kubernetes import client
+
+        try:
+            self.core.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"],
+                                            body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=
+                                                                        client.V1Preconditions(uid=pod["metadata"]["uid"])))
+        except Exception as exc:  # noqa: BLE001 - gone already
+            logger.debug("final delete of %s: %s", pod["metadata"]["name"], exc)
+
+
+def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

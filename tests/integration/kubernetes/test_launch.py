@@ -1,0 +1,136 @@
+"""Procs as pods through a real kube-apiserver: a mesh serving calls, a deleted pod's death and
+replacement, and cleanup after a crashed controller."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import rlmesh as rm
+from rlmesh.actor import hooks
+from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig
+from rlmesh.launch.kubernetes_manifests import run_selector, secret_name
+
+pytestmark = pytest.mark.timeout(90)
+IMAGE = "rlmesh-test:local"  # the fake kubelet runs every image as this checkout's venv
+
+
+@pytest.fixture
+def events():
+    got: list[hooks.ProcEvent] = []
+    hooks.add_event_sink(got.append)
+    yield got
+    hooks.remove_event_sink(got.append)
+
+
+def run_objects(k8s, run: str) -> list[str]:
+    sel = run_selector(run)
+    pods = k8s.core.list_namespaced_pod(k8s.namespace, label_selector=sel).items
+    secrets = k8s.core.list_namespaced_secret(k8s.namespace, label_selector=sel).items
+    return [f"pod/{p.metadata.name}" for p in pods] + [f"secret/{s.metadata.name}" for s in secrets]
+
+
+def wait_for(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout}s"
+        time.sleep(0.1)
+
+
+def test_two_proc_mesh_serves_calls_through_pods(k8s):
+    from k8s_actors import Probe
+
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-mesh", env={"RLMESH_TEST_EXTRA": "yes"})
+    with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
+        procs = cluster.spawn_procs(per_host={"procs": 2}, name="gen")
+        probes = procs.spawn("probe", Probe, tag="t")
+        assert list(probes.add.call(2, 3).get(timeout=20)) == [5, 5]
+        where = [probes.slice(procs=r).where.call_one().get(timeout=20) for r in range(2)]
+        pods = {p.metadata.name: p for p in k8s.core.list_namespaced_pod(
+            k8s.namespace, label_selector=run_selector("it-mesh")).items}
+        assert sorted(pods) == ["it-mesh-gen-0-0", "it-mesh-gen-1-0"]
+        secret = k8s.core.read_namespaced_secret(secret_name("it-mesh"), k8s.namespace)
+        for w in where:
+            pod = pods[w["pod"]]
+            assert w["tag"] == "t" and w["secret_set"] and w["extra"] == "yes"
+            assert w["advertise"] == pod.status.pod_ip  # the downward API reached the worker
+            assert pod.metadata.labels["rlmesh.io/mesh"] == "gen"
+            assert pod.metadata.labels["rlmesh.io/rank"] == str(w["rank"])
+            owner = pod.metadata.owner_references[0]
+            assert (owner.kind, owner.uid) == ("Secret", secret.metadata.uid)
+            spec = k8s.api.sanitize_for_serialization(pod.spec)
+            assert os.environ["RLMESH_SECRET"] not in repr(spec), "the job secret leaked into a pod spec"
+            ref = [e for e in spec["containers"][0]["env"] if e["name"] == "RLMESH_SECRET"][0]
+            assert ref["valueFrom"]["secretKeyRef"]["name"] == secret.metadata.name
+        procs.stop()
+        # stopped procs' pods are removed; the Secret stays until the cluster closes
+        wait_for(lambda: run_objects(k8s, "it-mesh") == [f"secret/{secret.metadata.name}"], 20, "pods removed")
+    assert run_objects(k8s, "it-mesh") == []
+
+
+def test_deleted_pod_is_actor_died_and_its_replacement_rejoins(k8s, events):
+    from k8s_actors import Probe
+
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-restart")
+    with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
+        procs = cluster.spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=1), name="regen")
+        probes = procs.spawn("phoenix", Probe)
+        victim = probes.slice(procs=1)
+        pending = victim.sleep.call_one(60)
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        k8s.core.delete_namespaced_pod("it-restart-regen-1-0", k8s.namespace, grace_period_seconds=5)
+        with pytest.raises(rm.ActorDied) as ei:
+            pending.get(timeout=20)
+        died_after = time.monotonic() - t0
+        assert ei.value.rank == 1 and "pod deleted" in str(ei.value)
+        procs.wait_alive(timeout=45)
+        info = victim.where.call_one().get(timeout=20)
+        serving_after = time.monotonic() - t0
+        assert info["incarnation"] == 1 and info["pod"] == "it-restart-regen-1-1"
+        assert victim.was_restarted.call_one().get(timeout=10) is True
+        assert probes.slice(procs=0).where.call_one().get(timeout=10)["incarnation"] == 0
+        kinds = [e.kind for e in events if e.proc_mesh == "regen" and e.rank == 1]
+        assert kinds[:4] == ["spawned", "died", "spawned", "restarted"], kinds
+        died = [e for e in events if e.kind == "died" and e.proc_mesh == "regen"][0]
+        assert "pod deleted" in died.reason
+        print(f"\n[k8s] pod delete -> ActorDied {died_after:.2f}s, -> replacement serving {serving_after:.2f}s")
+        k8s.timings["delete_to_died_s"] = died_after
+        k8s.timings["delete_to_serving_s"] = serving_after
+    wait_for(lambda: run_objects(k8s, "it-restart") == [], 20, "everything removed")
+
+
+CRASHING_CONTROLLER = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {here!r})
+    from rlmesh.launch.kubernetes import KubernetesCluster
+    from k8s_actors import Probe
+    cluster = KubernetesCluster(image="rlmesh-test:local", namespace={ns!r}, run="it-crash", kubeconfig={kc!r})
+    procs = cluster.spawn_procs(per_host={{"procs": 2}}, name="gen")
+    procs.spawn("crashy", Probe).add.call(1, 1).get(timeout=30)
+    print("READY", flush=True)
+    os._exit(9)  # a crash: no atexit, no cleanup
+""")
+
+
+def test_cleanup_after_a_controller_crash_leaves_nothing(k8s):
+    here = os.path.dirname(__file__)
+    code = CRASHING_CONTROLLER.format(here=here, ns=k8s.namespace, kc=str(k8s.plane.admin_kubeconfig))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "READY" in out.stdout, out.stderr[-3000:]
+    left = run_objects(k8s, "it-crash")
+    assert len([o for o in left if o.startswith("pod/")]) == 2 and "secret/rlmesh-it-crash-secret" in left
+    cli = subprocess.run([sys.executable, "-m", "rlmesh.cli", "k8s", "cleanup", "it-crash", "--namespace",
+                          k8s.namespace, "--kubeconfig", str(k8s.plane.admin_kubeconfig), "--wait"],
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "2 pod(s)" in cli.stdout and "1 secret(s)" in cli.stdout
+    assert run_objects(k8s, "it-crash") == []
