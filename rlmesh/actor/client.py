@@ -34,7 +34,7 @@ import zmq
 from rlmesh.actor import protocol as P
 from rlmesh.actor.future import Future
 from rlmesh.errors import ActorDied, ActorError, CallTimeout
-from rlmesh.transport.auth import AuthError, Authenticator, is_loopback_address
+from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import dumps, loads
 from rlmesh.transport.sockets import bind_random, tune, zmq_context
 
@@ -140,10 +140,9 @@ class Client:
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._tls = threading.local()
         self._all_send_socks: list[zmq.Socket] = []
-        self._auth_full: dict[str, Authenticator] = {}
         self._inbox = tune(zmq_context().socket(zmq.ROUTER))
         self.inbox_addr = bind_random(self._inbox)
-        self._inbox_auth = auth if is_loopback_address(self.inbox_addr) else Authenticator(auth._key, full=True)
+        self._inbox_auth = auth.for_address(self.inbox_addr)
         self.bytes_sent = 0
         self.bytes_received = 0
         self.calls_sent = 0
@@ -253,11 +252,7 @@ class Client:
 
     # ------------------------------------------------------------------ IO thread
     def _auth_for(self, addr: str) -> Authenticator:
-        a = self._auth_full.get(addr)
-        if a is None:
-            a = self.auth if is_loopback_address(addr) else Authenticator(self.auth._key, full=True)
-            self._auth_full[addr] = a
-        return a
+        return self.auth.for_address(addr)
 
     def _run(self) -> None:
         poller = zmq.Poller()

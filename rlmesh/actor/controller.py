@@ -34,7 +34,7 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
 from rlmesh.errors import ActorDied, ActorError
-from rlmesh.transport.auth import SECRET_ENV, Authenticator, is_loopback_address
+from rlmesh.transport.auth import SECRET_ENV, Authenticator
 from rlmesh.transport.sockets import bind_random, tune, zmq_context
 
 logger = logging.getLogger(__name__)
@@ -153,8 +153,7 @@ class Controller:
         self.sock = tune(zmq_context().socket(zmq.ROUTER))
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.addr = bind_random(self.sock)
-        if not is_loopback_address(self.addr):
-            self.auth = Authenticator(self.auth._key, full=True)
+        self.auth = self.auth.for_address(self.addr)
         self.hb_timeout = float(os.environ.get(HB_TIMEOUT_ENV, "1.5"))
         self.init_hb_timeout = max(self.hb_timeout, float(os.environ.get(INIT_HB_TIMEOUT_ENV, "30")))
         self.start_timeout = float(os.environ.get(START_TIMEOUT_ENV, "60"))

@@ -27,7 +27,7 @@ from rlmesh.actor import hooks
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import ThreadSockets, error_payload
 from rlmesh.actor.context import Context, ProcInfo, _current
-from rlmesh.transport.auth import AuthError, Authenticator, is_loopback_address
+from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import SerializationError, dumps, loads, nbytes
 from rlmesh.transport.sockets import bind_random, tune, zmq_context
 
@@ -52,14 +52,12 @@ class ActorServer:
         self.actors: dict[str, HostedActor] = {}
         self.sock = tune(zmq_context().socket(zmq.ROUTER))
         self.addr = bind_random(self.sock)
-        if not is_loopback_address(self.addr):
-            self.auth = Authenticator(auth._key, full=True)
+        self.auth = auth.for_address(self.addr)
         self.calls_served = 0
         self.bytes_received = 0
         self._reply_tls = threading.local()
         self._reply_lock = threading.Lock()
         self._reply_registry: list = []
-        self._auth_full = Authenticator(auth._key, full=True)
         loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)
 
     # ------------------------------------------------------------------ actors
@@ -108,13 +106,14 @@ class ActorServer:
     # ------------------------------------------------------------------ calls
     def _drain(self) -> None:
         sock = self.sock
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while True:  # zmq's FD is edge-triggered: read until the queue is empty
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
             ident, body = frames[0], frames[1:]
-            self.bytes_received += nbytes(body)
+            size = nbytes(body)
+            self.bytes_received += size
             try:
                 meta, payload = P.decode_meta(self.auth, body)
             except AuthError as exc:
@@ -123,7 +122,7 @@ class ActorServer:
             except Exception as exc:
                 logger.warning("dropped a malformed message: %s", exc)
                 continue
-            self._dispatch(ident, meta, payload, nbytes(payload))
+            self._dispatch(ident, meta, payload, size)
 
     def _dispatch(self, ident: Any, meta: tuple, payload: list[Any], size_in: int) -> None:
         kind, call_id, actor_id, endpoint, caller, reply_to = meta
@@ -194,7 +193,7 @@ class ActorServer:
                              tb or f"{type(exc).__name__}: {exc}")
             frames = error_payload(exc, tb)
         if call.reply_to:
-            auth = self.auth if is_loopback_address(call.reply_to) else self._auth_full
+            auth = self.auth.for_address(call.reply_to)
             msg = P.encode(auth, (call.call_id, P.OK if exc is None else P.ERR), frames)
             out = nbytes(msg)
             try:

@@ -35,7 +35,7 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.context import ProcInfo, _set_proc, current_context
 from rlmesh.actor.server import ActorServer
-from rlmesh.transport.auth import Authenticator, is_loopback_address
+from rlmesh.transport.auth import Authenticator
 from rlmesh.transport.sockets import tune, zmq_context
 
 logger = logging.getLogger("rlmesh.worker")
@@ -90,8 +90,7 @@ class ControlLink(threading.Thread):
     def __init__(self, worker: "Worker"):
         super().__init__(name="rlmesh-control", daemon=True)
         self.w = worker
-        self.auth = worker.auth if is_loopback_address(worker.controller) else Authenticator(
-            worker.auth._key, full=True)
+        self.auth = worker.auth.for_address(worker.controller)
         self.outq: deque = deque()
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.reqs: dict[int, concurrent.futures.Future] = {}

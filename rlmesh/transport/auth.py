@@ -1,7 +1,9 @@
 """Frame authentication: an unauthenticated peer must never reach ``pickle.loads``.
 
-Every message starts with a MAC frame: HMAC-SHA256, keyed by a per-job secret the
-controller hands to the workers it starts (environment, never argv). On loopback
+Every message starts with a MAC frame: keyed BLAKE2b-256 (a standard MAC
+construction, about 3x cheaper than HMAC-SHA256 on small frames), keyed by a
+per-job secret the controller hands to the workers it starts (environment,
+never argv). On loopback
 the MAC covers every frame under 64 KiB in full (the pickle headers, which are
 the only frames ever unpickled as code, in practice) and the sizes of the larger
 raw buffer frames, which are only ever read as array bytes; tampering with those
@@ -12,6 +14,7 @@ Messages whose MAC does not verify are dropped and counted, never decoded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -29,6 +32,7 @@ class AuthError(PermissionError):
     """A message failed authentication, or a non-loopback bind was asked for without a secret."""
 
 
+@functools.lru_cache(maxsize=1024)
 def is_loopback_address(addr: str) -> bool:
     """True for ``tcp://127.x.x.x:port``, ``tcp://[::1]:port``, ``tcp://localhost:port``, ``ipc://`` and ``inproc://``."""
     if addr.startswith(("ipc://", "inproc://")):
@@ -58,6 +62,15 @@ class Authenticator:
         self._key = secret
         self.full = full
         self.rejected = 0
+        self._full_twin: Authenticator | None = None
+
+    def for_address(self, addr: str) -> "Authenticator":
+        """This authenticator for a loopback peer; its full-coverage twin for any other address."""
+        if self.full or is_loopback_address(addr):
+            return self
+        if self._full_twin is None:
+            self._full_twin = Authenticator(self._key, full=True)
+        return self._full_twin
 
     @classmethod
     def from_env(cls, full: bool = False) -> "Authenticator":
@@ -71,7 +84,7 @@ class Authenticator:
         return secrets.token_bytes(32)
 
     def _mac(self, frames: list[Any]) -> bytes:
-        h = hmac.new(self._key, digestmod=hashlib.sha256)
+        h = hashlib.blake2b(key=self._key[:64], digest_size=_MAC_LEN)
         h.update(len(frames).to_bytes(4, "little"))
         for i, fr in enumerate(frames):
             mv = memoryview(getattr(fr, "buffer", fr))
