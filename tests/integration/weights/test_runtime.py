@@ -58,3 +58,24 @@ def test_clean_stop_unlinks_segments():
     finally:
         procs.stop()
     assert wait_for(lambda: not any(os.path.exists(s) for s in segs))
+
+
+def test_pulls_in_actors_land_in_weight_syncs_telemetry():
+    with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
+        trainer = procs.slice(procs=0).spawn("trainer_tele", Trainer, "tele")
+        gen = procs.slice(procs=1).spawn("gen_tele", Generator, "tele")
+        trainer.publish.call_one(7).get()
+        assert gen.pull.call_one(7).get()["version"] == 7
+
+        def rows():
+            try:
+                t = rm.telemetry.query("SELECT name, version, transport, bytes, ok, reader, mesh "
+                                       "FROM weight_syncs WHERE name = 'tele'")
+            except Exception:
+                return []
+            return t.to_pylist()
+
+        assert wait_for(lambda: rows(), timeout=30), "no weight_syncs row arrived"
+        (row,) = rows()
+        assert row["version"] == 7 and row["transport"] == "shm" and row["ok"] is True
+        assert row["reader"] == "gen_tele[0]" and row["mesh"] == "gen_tele" and row["bytes"] > 0
