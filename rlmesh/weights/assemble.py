@@ -83,7 +83,7 @@ def _copy_pieces_bytewise(dst: Any, pieces: Sequence[Any]) -> bool:
 
     if not dst.is_contiguous() or dst.device.type != "cpu" or pieces[0].device.type != "cpu":
         return False
-    raw = dst.reshape(-1).view(torch.uint8)
+    raw = dst.detach().reshape(-1).view(torch.uint8)  # grad mode is per thread: the pool's threads see a plain view
     jobs, pos = [], 0
     for p in pieces:
         n = int(p.numel())

@@ -225,3 +225,11 @@ class TransportSuite:
         assert good["ok"] is True and bad["ok"] is False
         assert good["version"] == 1 and good["bytes"] == 12 and good["transport"] == self.transport.replace("-", "_")
         assert good["duration_s"] > 0 and good["reader"]
+
+    def test_pull_into_parameters_that_require_grad(self, env):
+        pub, sub = env
+        src = torch.nn.Linear(2048, 2048).to(self.device)  # 16 MiB weight: the parallel copy path
+        dst = torch.nn.Linear(2048, 2048).to(self.device)
+        pub.publish(src.state_dict(), version=1)
+        sub.pull_into(dict(dst.named_parameters()))
+        assert dst.weight.requires_grad and torch.equal(dst.weight, src.weight)
