@@ -1,10 +1,12 @@
 """Any-host reader: chunked zero-copy frames over pyzmq from the publisher's :class:`SyncServer`.
 
-Why chunked and pipelined: one request per chunk range keeps several MiB in flight
-(``window`` requests outstanding) so the TCP pipe never drains, the publisher sends
-frames that point into its slot (no copy on the sending side), and the reader keeps
-the received frames as the source it verifies before copying into the target. The
-same control channel carries RDMA and CUDA IPC setup (:class:`Control`).
+Why chunked and pipelined: a read asks for a group of chunks and the server streams
+one reply per chunk, each a frame pointing into its slot (no copy on the sending
+side); with ``WINDOW`` groups outstanding the TCP pipe never drains. The reader
+receives each chunk into its place in one reusable staging buffer, checksums it while
+the next ones arrive, and the Subscriber copies into the target only once every
+tensor is verified. The same control channel carries RDMA and CUDA IPC setup
+(:class:`Control`).
 """
 
 from __future__ import annotations
