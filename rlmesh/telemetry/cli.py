@@ -120,13 +120,26 @@ def write_result(tbl: Any, fmt: str, out: str | None, run: str | None, title: st
             stream.close()
 
 
+_SQL_EXAMPLES = """examples:
+  rlmesh sql "SELECT policy_version, avg(reward) FROM rollouts GROUP BY 1 ORDER BY 1"
+  rlmesh sql latest "SELECT * FROM actors WHERE event = 'died'" --format json
+  rlmesh sql 20261202-101500-a1b2 "SELECT * FROM spans" --format parquet --out spans.parquet
+  rlmesh sql --schema                      # tables, columns, types and meanings
+tables and ten useful queries: docs/telemetry.md"""
+
+
 def _parser(prog: str, schema: bool) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=("read-only SQL over a run's telemetry, live (through its service) or finished (the file)"
+                     if schema else "list runs under $RLMESH_RUNS_DIR (default ./runs), oldest first"),
+        epilog=_SQL_EXAMPLES if schema else None, formatter_class=argparse.RawDescriptionHelpFormatter)
     if schema:
         p.add_argument("args", nargs="*", metavar="[RUN] SQL",
                        help="RUN: run id, 'latest' (default), run directory or .duckdb file")
         p.add_argument("--schema", action="store_true", help="list tables and columns with their meaning")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="table (people; plain text when piped), json (one stable object, no ANSI), csv, parquet")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     return p
 
