@@ -37,8 +37,12 @@ def full() -> None:
             except rm.RlmeshError:
                 time.sleep(0.2)
         actors.step.call(100).get()
+        schema_error = actors.slice(procs=1).mismatch.call_one().get()
+        actors.slice(procs=0).conflict.call_one(0.0).get()
+        time.sleep(0.5)  # rank 0's int reaches the service first and fixes the column's type
+        actors.slice(procs=slice(1, 4)).conflict.call(0.0).get()
         seen_by_worker = actors.slice(procs=0).count_rollouts.call_one().get()
-        rm.telemetry.record("scenario", seen_by_worker=seen_by_worker)
+        rm.telemetry.record("scenario", seen_by_worker=seen_by_worker, schema_error=schema_error)
         rm.telemetry.flush()
         print("READY", rm.telemetry.current_run(), flush=True)
         sys.stdin.readline()

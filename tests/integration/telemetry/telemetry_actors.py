@@ -14,6 +14,26 @@ class Recorder(rm.Actor):
         return c.rank
 
     @rm.endpoint
+    def mismatch(self) -> str:
+        """Same proc, wrong type: SchemaError right here, at the call."""
+        rm.telemetry.record("evals", score=0.5)
+        try:
+            rm.telemetry.record("evals", score="high")
+        except rm.telemetry.SchemaError as exc:
+            return str(exc)
+        return "no error"
+
+    @rm.endpoint
+    def conflict(self, delay: float) -> None:
+        """Across procs: rank 0 ships an int first; the others' strings are kept in _rejected."""
+        import time
+
+        time.sleep(delay)
+        rank = rm.context().rank
+        rm.telemetry.record("conflict", value=rank if rank == 0 else f"rank{rank}")
+        rm.telemetry.flush()
+
+    @rm.endpoint
     def burst(self, n: int) -> int:
         for i in range(n):
             rm.telemetry.record("burst", i=i)
