@@ -1,4 +1,4 @@
-"""Messages between procs and the telemetry service: Arrow IPC frames behind an HMAC.
+"""Messages between procs and the telemetry service: Arrow IPC frames behind the transport layer's MAC.
 
 A batch message is ``[mac, header, ipc_1, ..., ipc_n]``: the header is a small
 pickle (``("batches", origin, [table_1, ..., table_n])``) and each ``ipc_i`` is one
