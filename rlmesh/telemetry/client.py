@@ -21,7 +21,7 @@ import zmq
 
 from rlmesh.telemetry import wire
 from rlmesh.telemetry.errors import ReadOnlyQueryError, ServiceUnavailableError, TelemetryError
-from rlmesh.transport import Authenticator, is_loopback_address
+from rlmesh.transport import Authenticator
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +65,7 @@ class RemoteSink:
 
     def __init__(self, addr: str, auth: Authenticator, origin: str):
         self.addr = addr
-        self.auth = auth
-        if not is_loopback_address(addr):
-            auth.full = True
+        self.auth = auth.for_address(addr)  # full MAC coverage off loopback
         self.origin = origin
         self._sock: zmq.Socket | None = None
         self._backlog: collections.deque[list[tuple[str, pa.Table]]] = collections.deque()
@@ -155,6 +153,7 @@ def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0
     """Ask a live service; raises the service's error (read-only refusal, SQL error) here."""
     sock = telemetry_context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    auth = auth.for_address(addr)
     try:
         sock.connect(addr)
         sock.send_multipart(wire.encode(auth, kind, sql), copy=False)

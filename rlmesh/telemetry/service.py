@@ -32,7 +32,7 @@ from rlmesh.telemetry import wire
 from rlmesh.telemetry.schema import SchemaError
 from rlmesh.telemetry.store import Store
 from rlmesh.telemetry.client import telemetry_context
-from rlmesh.transport import AuthError, Authenticator, bind_random, is_loopback_address
+from rlmesh.transport import AuthError, Authenticator, bind_random
 from rlmesh.transport.sockets import tune
 
 logger = logging.getLogger(__name__)
@@ -73,8 +73,7 @@ class TelemetryService:
         self._router = tune(ctx.socket(zmq.ROUTER))
         self.ingest_addr = bind_random(self._pull)
         self.query_addr = bind_random(self._router)
-        if not is_loopback_address(self.ingest_addr):
-            self.auth.full = True  # off loopback the MAC covers every frame
+        self.auth = self.auth.for_address(self.ingest_addr)  # off loopback the MAC covers every frame
         for name, fn in (("writer", self._write_loop), ("recv", self._recv_loop), ("query", self._query_loop)):
             t = threading.Thread(target=fn, name=f"rlmesh-telemetry-{name}", daemon=True)
             t.start()
