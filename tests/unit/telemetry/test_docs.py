@@ -1,5 +1,6 @@
 """docs/telemetry.md is tested: its SQL runs, and it documents every built-in column."""
 
+import os
 import re
 import time
 from pathlib import Path
@@ -99,3 +100,19 @@ def test_doc_queries_run_live_and_after_the_run(doc_run):
     tm.end_run()
     after = _run_all(run=run_id)
     assert [t.num_rows for t in after[:8]] == [t.num_rows for t in live[:8]]
+
+
+def test_doc_python_snippets_run(runs_dir, monkeypatch):
+    from rlmesh.telemetry.config import TelemetryConfig
+
+    for k in TelemetryConfig().env():  # a snippet calls .apply(): restore the environment afterwards
+        monkeypatch.setenv(k, os.environ.get(k, "placeholder") if k != "RLMESH_RUNS_DIR" else str(runs_dir))
+    monkeypatch.setenv("RLMESH_TELEMETRY", "1")
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    runnable = [b for b in blocks if "not a runnable snippet" not in b]
+    assert len(runnable) >= 3
+    scope: dict = {}
+    for block in runnable:
+        exec(compile(block, str(DOC), "exec"), scope)
+    assert scope["tbl"].num_rows == 1  # the intro's query over the intro's record
+    monkeypatch.setenv("RLMESH_RUNS_DIR", str(runs_dir))
