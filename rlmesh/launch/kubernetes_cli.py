@@ -102,7 +102,13 @@ def k8s_main(argv: list[str]) -> int:
     from rlmesh.launch.kubernetes_client import KubernetesError
     from rlmesh.launch.kubernetes_manifests import render_manifests, role_manifests, to_yaml
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, rest = parser.parse_known_args(argv)  # overrides may come after options (subparsers rule out intermixed)
+    extra = [r for r in rest if r.startswith("-") or "=" not in r or args.cmd != "render"]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.cmd == "render":
+        args.overrides = [*args.overrides, *rest]
     try:
         if args.cmd == "role":
             print(to_yaml(role_manifests(args.namespace, args.service_account)), end="")

@@ -122,7 +122,7 @@ class KubernetesConfig:
     def __post_init__(self) -> None:
         self.meshes = {str(k): _as_resources(v) for k, v in dict(self.meshes).items()}
         self.default_resources = _as_resources(self.default_resources)
-        _check(bool(self.image), "image", self.image,
+        _check(bool(self.image) and self.image != "???", "image", self.image,
                "set it to an image with rlmesh installed, e.g. launcher.image=ghcr.io/you/rlmesh:0.1.0")
         _check(bool(_DNS_LABEL.match(self.namespace)), "namespace", self.namespace,
                "use a DNS label: lowercase letters, digits and '-', at most 63 characters")

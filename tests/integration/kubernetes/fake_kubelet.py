@@ -195,14 +195,14 @@ class FakeKubelet:
     def _status(self, pod: dict, phase: str, ip: str, state: dict, ready: bool = False) -> None:
         c = pod["spec"]["containers"][0]
         body = {"status": {
-            "phase": phase, "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "startTime": _now(),
+            "phase": phase, "hostIP": "127.0.0.1", "startTime": _now(), **({"podIP": ip, "podIPs": [{"ip": ip}]} if ip else {}),
             "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _now()}],
             "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": ready,
                                    "restartCount": 0, "state": state}]}}
         try:
             self.core.patch_namespaced_pod_status(pod["metadata"]["name"], pod["metadata"]["namespace"], body)
         except Exception as exc:  # noqa: BLE001 - the pod may be gone already
-            logger.debug("status of %s not reported: %s", pod["metadata"]["name"], exc)
+            logger.warning("status of %s not reported: %s", pod["metadata"]["name"], exc)
 
     def _image_pull_failure(self, pod: dict, c: dict) -> None:
         msg = f'rpc error: code = NotFound desc = failed to pull and unpack image "{c["image"]}": not found'

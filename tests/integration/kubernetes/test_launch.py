@@ -50,19 +50,19 @@ def test_two_proc_mesh_serves_calls_through_pods(k8s):
 
     cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-mesh", env={"RLMESH_TEST_EXTRA": "yes"})
     with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
-        procs = cluster.spawn_procs(per_host={"procs": 2}, name="gen")
-        probes = procs.spawn("probe", Probe, tag="t")
+        procs = cluster.spawn_procs(per_host={"procs": 2}, name="k8s-gen")
+        probes = procs.spawn("k8s-probe", Probe, tag="t")
         assert list(probes.add.call(2, 3).get(timeout=20)) == [5, 5]
         where = [probes.slice(procs=r).where.call_one().get(timeout=20) for r in range(2)]
         pods = {p.metadata.name: p for p in k8s.core.list_namespaced_pod(
             k8s.namespace, label_selector=run_selector("it-mesh")).items}
-        assert sorted(pods) == ["it-mesh-gen-0-0", "it-mesh-gen-1-0"]
+        assert sorted(pods) == ["it-mesh-k8s-gen-0-0", "it-mesh-k8s-gen-1-0"]
         secret = k8s.core.read_namespaced_secret(secret_name("it-mesh"), k8s.namespace)
         for w in where:
             pod = pods[w["pod"]]
             assert w["tag"] == "t" and w["secret_set"] and w["extra"] == "yes"
             assert w["advertise"] == pod.status.pod_ip  # the downward API reached the worker
-            assert pod.metadata.labels["rlmesh.io/mesh"] == "gen"
+            assert pod.metadata.labels["rlmesh.io/mesh"] == "k8s-gen"
             assert pod.metadata.labels["rlmesh.io/rank"] == str(w["rank"])
             owner = pod.metadata.owner_references[0]
             assert (owner.kind, owner.uid) == ("Secret", secret.metadata.uid)
@@ -81,13 +81,14 @@ def test_deleted_pod_is_actor_died_and_its_replacement_rejoins(k8s, events):
 
     cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-restart")
     with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
-        procs = cluster.spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=1), name="regen")
-        probes = procs.spawn("phoenix", Probe)
+        procs = cluster.spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=1),
+                                    name="k8s-regen")
+        probes = procs.spawn("k8s-phoenix", Probe)
         victim = probes.slice(procs=1)
         pending = victim.sleep.call_one(60)
         time.sleep(0.3)
         t0 = time.monotonic()
-        k8s.core.delete_namespaced_pod("it-restart-regen-1-0", k8s.namespace, grace_period_seconds=5)
+        k8s.core.delete_namespaced_pod("it-restart-k8s-regen-1-0", k8s.namespace, grace_period_seconds=5)
         with pytest.raises(rm.ActorDied) as ei:
             pending.get(timeout=20)
         died_after = time.monotonic() - t0
@@ -95,13 +96,17 @@ def test_deleted_pod_is_actor_died_and_its_replacement_rejoins(k8s, events):
         procs.wait_alive(timeout=45)
         info = victim.where.call_one().get(timeout=20)
         serving_after = time.monotonic() - t0
-        assert info["incarnation"] == 1 and info["pod"] == "it-restart-regen-1-1"
+        assert info["incarnation"] == 1 and info["pod"] == "it-restart-k8s-regen-1-1"
         assert victim.was_restarted.call_one().get(timeout=10) is True
         assert probes.slice(procs=0).where.call_one().get(timeout=10)["incarnation"] == 0
-        kinds = [e.kind for e in events if e.proc_mesh == "regen" and e.rank == 1]
+        kinds = [e.kind for e in events if e.proc_mesh == "k8s-regen" and e.rank == 1]
         assert kinds[:4] == ["spawned", "died", "spawned", "restarted"], kinds
-        died = [e for e in events if e.kind == "died" and e.proc_mesh == "regen"][0]
+        died = [e for e in events if e.kind == "died" and e.proc_mesh == "k8s-regen"][0]
         assert "pod deleted" in died.reason
+        rows = rm.telemetry.query("SELECT event, incarnation, reason FROM actors WHERE proc = 'k8s-regen.1' "
+                                  "ORDER BY ts").to_pylist()
+        assert [r["event"] for r in rows][:4] == ["spawned", "died", "spawned", "restarted"], rows
+        assert "pod deleted" in rows[1]["reason"]
         print(f"\n[k8s] pod delete -> ActorDied {died_after:.2f}s, -> replacement serving {serving_after:.2f}s")
         k8s.timings["delete_to_died_s"] = died_after
         k8s.timings["delete_to_serving_s"] = serving_after
@@ -114,8 +119,8 @@ CRASHING_CONTROLLER = textwrap.dedent("""
     from rlmesh.launch.kubernetes import KubernetesCluster
     from k8s_actors import Probe
     cluster = KubernetesCluster(image="rlmesh-test:local", namespace={ns!r}, run="it-crash", kubeconfig={kc!r})
-    procs = cluster.spawn_procs(per_host={{"procs": 2}}, name="gen")
-    procs.spawn("crashy", Probe).add.call(1, 1).get(timeout=30)
+    procs = cluster.spawn_procs(per_host={{"procs": 2}}, name="k8s-gen")
+    procs.spawn("k8s-crashy", Probe).add.call(1, 1).get(timeout=30)
     print("READY", flush=True)
     os._exit(9)  # a crash: no atexit, no cleanup
 """)
