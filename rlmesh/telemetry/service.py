@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 Batches = list[tuple[str, pa.Table]]
 COALESCE_S = 0.1
 COALESCE_ROWS = 1_000_000
+RUN_JSON_EVERY_S = 5.0
 
 
 def _rows(item: Any) -> int:
@@ -64,6 +65,7 @@ class TelemetryService:
         self._threads: list[threading.Thread] = []
         self.ingest_addr = self.query_addr = ""
         self._last_recv = 0.0
+        self._run_json_at = time.monotonic()
         self._insert_run_row(config)
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -183,6 +185,9 @@ class TelemetryService:
                 self._cv.notify_all()
             if None in items:
                 return
+            if time.monotonic() - self._run_json_at > RUN_JSON_EVERY_S:  # `rlmesh runs` shows progress
+                self._run_json_at = time.monotonic()
+                self._write_run_json("running")
 
     def _write(self, items: Any) -> None:
         per_table: dict[str, list[pa.Table]] = {}
