@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import secrets
 import threading
 import time
 import weakref
@@ -86,7 +87,9 @@ class Publisher:
         self.transports = tuple(transports)
         self.directory = directory if directory is not None else default_directory()
         self.job, self.proc, self.host = this_job(), this_proc_id(), this_host()
-        base = os.path.join(SHM_DIR, base_name(self.job, self.proc, os.getpid(), name))
+        # A token per instance: a Publisher re-created in the same process must never reuse a path
+        # that readers still have mapped (they would keep reading the unlinked file).
+        base = os.path.join(SHM_DIR, f"{base_name(self.job, self.proc, os.getpid(), name)}-{secrets.token_hex(4)}")
         self.ctl_path = base + ".ctl"
         self.pool = SlotPool(base, self.ctl_path, keep, lease_s)
         self._latest = -1

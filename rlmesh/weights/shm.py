@@ -9,6 +9,7 @@ being rewritten while we read it (the publisher writes elsewhere meanwhile).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -39,6 +40,13 @@ class ShmReader:
 
     def _map(self, path: str) -> MappedSlot | None:
         ms = self._maps.get(path)
+        if ms is not None:
+            try:
+                if os.stat(path).st_ino != ms.ino:  # replaced under the same name: map the new file
+                    self._maps.pop(path).close()
+                    ms = None
+            except FileNotFoundError:
+                return None
         if ms is None:
             try:
                 ms = self._maps[path] = MappedSlot(path)

@@ -8,7 +8,7 @@ into another slot instead of waiting. So a slow reader finishes the version it
 started, the publisher never blocks, and locks die with their process (no stale
 pins after a crash).
 
-Names: ``rlmesh-w-<job>-<proc>-<pid>-<name>-s<idx>`` and ``...-<name>.ctl``, so the
+Names: ``rlmesh-w-<job>-<proc>-<pid>-<name>-<token>-s<idx>`` and ``...-<token>.ctl``, so the
 controller plugin can unlink everything a dead proc (or a whole job) left behind.
 Each slot file: a 64-byte header (magic, state, version, gen, manifest/data offsets),
 the JSON manifest of the version it holds, then the data at a page boundary.
@@ -170,6 +170,7 @@ class MappedSlot:
             os.close(self.fd)
             raise
         self.size = size
+        self.ino = os.fstat(self.fd).st_ino
 
     def lock_shared(self) -> bool:
         try:

@@ -43,6 +43,7 @@ class Subscriber:
         self.directory = directory if directory is not None else default_directory()
         self.reader = reader_id()
         self._record: dict[str, Any] | None = None
+        self._seen: tuple | None = None  # identity of the publisher our readers are connected to
         self._readers: dict[str, ReaderTransport] = {}
         self.last_stats: SyncStats | None = None
         self._logged: set[str] = set()
@@ -54,8 +55,10 @@ class Subscriber:
         except KeyError:
             raise WeightSyncError(f"no publisher of {self.name!r} appeared within {timeout:.0f}s; "
                                   f"create rm.weights.Publisher({self.name!r}) in the trainer first") from None
-        if self._record is not None and (rec.get("pid"), rec.get("ctl")) != (self._record.get("pid"), self._record.get("ctl")):
-            self._drop_readers()  # the publisher was restarted: reconnect
+        ident = (rec.get("pid"), rec.get("ctl"), rec.get("tcp"))
+        if ident != self._seen:
+            self._drop_readers()  # a new (or restarted) publisher: reconnect
+            self._seen = ident
         self._record = rec
         return rec
 
@@ -68,10 +71,17 @@ class Subscriber:
         self._readers.clear()
 
     def _transport(self, want_cuda: bool, timeout: float) -> ReaderTransport:
+        cached = self._record is not None
         rec = self._record or self._lookup(timeout)
         if want_cuda and not rec.get("cuda_ipc") and self.forced is None and rec.get("host") == this_host():
             rec = self._lookup(timeout)  # the publisher advertises CUDA IPC once it has published GPU tensors
-        kind, why = select_transport(rec, self.forced, want_cuda, this_host())
+        try:
+            kind, why = select_transport(rec, self.forced, want_cuda, this_host())
+        except TransportUnavailableError:
+            if not cached:
+                raise
+            rec = self._lookup(timeout)  # the cached record may be stale (publisher restarted): look again
+            kind, why = select_transport(rec, self.forced, want_cuda, this_host())
         if kind not in self._readers:
             self._readers[kind] = self._make(kind, rec)
             if kind not in self._logged:

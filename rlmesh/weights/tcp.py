@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 CHUNK_BYTES = 8 << 20
 GROUP = 32  # chunks per read request: the server streams them back without a round trip between
 WINDOW = 2  # read requests in flight
+# A small request unanswered this long means the publisher is gone or restarted: the
+# Subscriber then re-reads its directory record and retries until its own timeout.
+CONTROL_TIMEOUT = 3.0
 
 
 class Control:
@@ -89,14 +92,14 @@ class Control:
     def call(self, req: dict[str, Any], timeout: float) -> tuple[dict[str, Any], list[Any]]:
         return self.recv(self.send(req), timeout)
 
-    def versions(self, timeout: float = 10.0) -> list[int]:
+    def versions(self, timeout: float = CONTROL_TIMEOUT) -> list[int]:
         reply, _ = self.call({"op": "latest"}, timeout)
         return [int(v) for v in reply["versions"]]
 
     def open(self, min_version: int, version: int | None, timeout: float, want: tuple[str, ...] = ()
              ) -> tuple[int, Manifest, dict[str, Any]] | None:
         reply, frames = self.call({"op": "open", "min_version": min_version, "version": version, "want": list(want)},
-                                  timeout)
+                                  min(timeout, CONTROL_TIMEOUT))
         if not reply.get("ok"):
             if reply.get("error") == "none":
                 return None

@@ -233,3 +233,20 @@ class TransportSuite:
         pub.publish(src.state_dict(), version=1)
         sub.pull_into(dict(dst.named_parameters()))
         assert dst.weight.requires_grad and torch.equal(dst.weight, src.weight)
+
+    def test_follows_a_restarted_publisher(self, transport_setup):
+        d = LocalKV()
+        name = f"restart-{self.transport}"
+        pub = Publisher(name, directory=d)
+        pub.publish({"w": torch.ones(3, device=self.device)}, version=1)
+        sub = Subscriber(name, self.transport, directory=d)
+        assert sub.pull()[1] == 1
+        pub.close()  # e.g. the trainer proc was restarted and resumes from its checkpoint
+        pub = Publisher(name, directory=d)
+        try:
+            pub.publish({"w": torch.full((3,), 5.0, device=self.device)}, version=5)
+            out, v = sub.pull(min_version=5, timeout=10)
+            assert v == 5 and out["w"][0].item() == 5.0
+        finally:
+            sub.close()
+            pub.close()
