@@ -9,7 +9,11 @@ Warm start (stated, not hidden): a brief supervised phase on the task format
 because a group of all-zero rewards has zero advantage. The printed curve separates the
 two phases, so what GRPO adds is visible on its own.
 
-Run: ``python benchmarks/grpo_cpu.py`` (one torch thread).
+Run: ``python benchmarks/grpo_cpu.py`` (one torch thread). The defaults are the measured
+configuration: 1-2 digit operands, answers reversed, 200 SFT steps, then 1000 GRPO steps of
+128 prompts x 16 samples keeping at most 32 informative groups, lr 5e-4. Measured on the
+shared 2-core machine (load 4-7): held-out 0.25 after SFT -> 0.80 at step 900 (716 s),
+0.79 at step 1000 (782 s); ~12k generated tokens/s.
 """
 
 from __future__ import annotations
@@ -31,21 +35,21 @@ from rlmesh.rl.tasks import AdditionTask
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--min-digits", type=int, default=1)
-    p.add_argument("--max-digits", type=int, default=3)
+    p.add_argument("--max-digits", type=int, default=2)
     p.add_argument("--reverse-answer", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--sft-steps", type=int, default=300)
-    p.add_argument("--steps", type=int, default=300, help="GRPO steps")
-    p.add_argument("--prompts", type=int, default=32, help="prompts per GRPO step")
+    p.add_argument("--sft-steps", type=int, default=200)
+    p.add_argument("--steps", type=int, default=1000, help="GRPO steps")
+    p.add_argument("--prompts", type=int, default=128, help="prompts sampled per GRPO step")
     p.add_argument("--samples", type=int, default=16, help="completions per prompt (group size)")
-    p.add_argument("--max-groups", type=int, default=None,
+    p.add_argument("--max-groups", type=int, default=32,
                    help="train on at most this many informative groups per step (dynamic sampling: "
                         "set --prompts higher to oversample)")
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--kl-coef", type=float, default=0.0)
     p.add_argument("--reward", choices=["exact", "digits"], default="exact",
                    help="training reward: exact match, or per-digit partial credit (eval is always exact)")
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--eval-every", type=int, default=25)
+    p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--heldout", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--d-model", type=int, default=128)
