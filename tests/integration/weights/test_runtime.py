@@ -79,3 +79,19 @@ def test_pulls_in_actors_land_in_weight_syncs_telemetry():
         (row,) = rows()
         assert row["version"] == 7 and row["transport"] == "shm" and row["ok"] is True
         assert row["reader"] == "gen_tele[0]" and row["mesh"] == "gen_tele" and row["bytes"] > 0
+
+
+def test_generator_follows_a_restarted_trainer_and_old_segments_go():
+    with rm.this_host().spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=1)) as procs:
+        trainer = procs.slice(procs=0).spawn("trainer_restart", Trainer, "restart")
+        gen = procs.slice(procs=1).spawn("gen_restart", Generator, "restart")
+        trainer.publish.call_one(1).get()
+        assert gen.pull.call_one(1).get()["version"] == 1
+        old = trainer.segments.call_one().get()
+        trainer.die.broadcast()
+        assert wait_for(lambda: not any(os.path.exists(s) for s in old)), "dead incarnation's segments leaked"
+        procs.wait_alive(timeout=60)
+        trainer.publish.call_one(2).get()  # a fresh Publisher in the new incarnation
+        r = gen.pull.call_one(2).get()
+        assert r["version"] == 2 and r["consistent"]
+        assert all(not os.path.exists(s) for s in old) and trainer.segments.call_one().get()
