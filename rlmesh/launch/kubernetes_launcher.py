@@ -83,7 +83,7 @@ class KubernetesLauncher:
             return
         w = PodWatcher(self.core, self.config.namespace, run_selector(self.run), self._on_pod, self._on_relist)
         try:
-            w.list_once()
+            w.resource_version = w.list_once()
         except Exception as exc:
             raise explain(exc, "listing pods", self.config.namespace) from exc
         self._watcher = w
@@ -176,10 +176,12 @@ class KubernetesLauncher:
     def _on_pod(self, name: str, pod: dict[str, Any] | None) -> None:
         with self._lock:
             handle = self.handles.get(name)
-            if pod is None and handle is not None and handle.poll() is not None:
-                self.handles.pop(name, None)  # gone and accounted for
-        if handle is not None:
-            handle.observe(pod)
+        if handle is None:
+            return
+        handle.observe(pod)
+        if pod is None:
+            with self._lock:
+                self.handles.pop(name, None)  # gone from the API: nothing more will come for it
 
     def _on_relist(self, present: set[str]) -> None:
         with self._lock:

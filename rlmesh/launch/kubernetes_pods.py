@@ -114,6 +114,7 @@ class PodWatcher(threading.Thread):
         self.stopping = threading.Event()
         self.listed = threading.Event()
         self.error: BaseException | None = None
+        self.resource_version = ""  # where the watch starts; "" = list first
         self._watch: Any = None
 
     def list_once(self) -> str:
@@ -133,7 +134,7 @@ class PodWatcher(threading.Thread):
         from kubernetes.client.exceptions import ApiException
 
         serialize = self.core.api_client.sanitize_for_serialization
-        rv = ""
+        rv = self.resource_version
         failures = 0
         while not self.stopping.is_set():
             try:

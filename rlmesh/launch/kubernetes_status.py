@@ -90,7 +90,8 @@ def pod_outcome(pod: dict[str, Any] | None, *, killed: bool = False) -> Outcome 
     cs = _container(pod)
     term = (cs.get("state") or {}).get("terminated")
     if status.get("reason") == "Evicted":
-        return Outcome("failed", None, None, f"evicted: {status.get('message') or 'node pressure'}")
+        how = _terminated(term, pod) if term else Outcome("failed")
+        return Outcome("failed", how.exit_code, how.signal, f"evicted: {status.get('message') or 'node pressure'}")
     if phase in ("Succeeded", "Failed"):
         if term:
             return _terminated(term, pod)
@@ -114,10 +115,13 @@ def pod_outcome(pod: dict[str, Any] | None, *, killed: bool = False) -> Outcome 
 
 
 def format_events(events: list[dict[str, Any]], limit: int = 5) -> str:
-    """The last ``limit`` events of a pod, one per line (``Warning FailedScheduling: ...``)."""
+    """The last ``limit`` warning events of a pod, ``; ``-separated (``Warning FailedScheduling: ...``).
+
+    Normal events (Scheduled, Pulled, Started) are left out: they never explain a failure."""
     def when(e: dict[str, Any]) -> str:
         return str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or "")
 
+    warnings = [e for e in events if e.get("type") != "Normal"]
     lines = [f"{e.get('type', '')} {e.get('reason', '')}: {e.get('message', '')}".strip()
-             for e in sorted(events, key=when)[-limit:]]
+             for e in sorted(warnings, key=when)[-limit:]]
     return "; ".join(lines)

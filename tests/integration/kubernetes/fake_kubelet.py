@@ -45,6 +45,7 @@ class FakeKubelet:
         self.seen: set[str] = set()
         self.terminating: set[str] = set()
         self.gone: set[str] = set()
+        self.forced: dict[str, dict] = {}  # pod uid -> how the node killed it (node_kill)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.ips = (f"127.0.1.{i}" for i in itertools.cycle(range(2, 250)))
@@ -157,14 +158,33 @@ class FakeKubelet:
         started = _now()
         self._status(pod, "Running", ip, {"running": {"startedAt": started}}, ready=True)
         code = proc.wait()
+        forced = self.forced.pop(meta["uid"], None)
         if code < 0:
             term = {"exitCode": 128 - code, "signal": -code, "reason": "Error"}
         else:
             term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
         term.update(startedAt=started, finishedAt=_now())
-        self._status(pod, "Succeeded" if code == 0 else "Failed", ip, {"terminated": term})
+        if forced:  # the node killed it: OOM or eviction
+            term.update(forced.get("terminated", {}))
+        self._status(pod, "Succeeded" if code == 0 and not forced else "Failed", ip, {"terminated": term},
+                     pod_level=(forced or {}).get("pod", {}))
         with self.lock:
             self.running.pop(meta["uid"], None)
+
+    def node_kill(self, namespace: str, name: str, how: str) -> None:
+        """Kill a running pod's process as the node would: ``oom`` (the container's memory limit) or
+        ``evict`` (node pressure: the whole pod fails with reason Evicted)."""
+        uid = self.core.read_namespaced_pod(name, namespace).metadata.uid
+        if how == "oom":
+            self.forced[uid] = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+        else:
+            self.forced[uid] = {"terminated": {"reason": "Error", "exitCode": 137},
+                                "pod": {"reason": "Evicted",
+                                        "message": "The node was low on resource: memory. Container worker was "
+                                                   "using 3Gi, which exceeds its request of 1Gi."}}
+        with self.lock:
+            proc = self.running[uid]
+        _kill_group(proc, signal.SIGKILL)
 
     def _env(self, pod: dict, c: dict, ip: str) -> dict[str, str]:
         venv_bin = str(Path(sys.executable).parent)
@@ -192,10 +212,12 @@ class FakeKubelet:
                 env[e["name"]] = e.get("value", "")
         return env
 
-    def _status(self, pod: dict, phase: str, ip: str, state: dict, ready: bool = False) -> None:
+    def _status(self, pod: dict, phase: str, ip: str, state: dict, ready: bool = False,
+                pod_level: dict | None = None) -> None:
         c = pod["spec"]["containers"][0]
+        ips = {"podIP": ip, "podIPs": [{"ip": ip}]} if ip else {}
         body = {"status": {
-            "phase": phase, "hostIP": "127.0.0.1", "startTime": _now(), **({"podIP": ip, "podIPs": [{"ip": ip}]} if ip else {}),
+            "phase": phase, "hostIP": "127.0.0.1", "startTime": _now(), **ips, **(pod_level or {}),
             "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _now()}],
             "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": ready,
                                    "restartCount": 0, "state": state}]}}

@@ -13,7 +13,7 @@ import pytest
 
 import rlmesh as rm
 from rlmesh.actor import hooks
-from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig
+from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig, MeshResources
 from rlmesh.launch.kubernetes_manifests import run_selector, secret_name
 
 pytestmark = pytest.mark.timeout(90)
@@ -111,6 +111,26 @@ def test_deleted_pod_is_actor_died_and_its_replacement_rejoins(k8s, events):
         k8s.timings["delete_to_died_s"] = died_after
         k8s.timings["delete_to_serving_s"] = serving_after
     wait_for(lambda: run_objects(k8s, "it-restart") == [], 20, "everything removed")
+
+
+@pytest.mark.parametrize("how,reason", [("oom", "OOMKilled (memory limit 1Gi"),
+                                        ("evict", "evicted: The node was low on resource: memory")])
+def test_oom_killed_and_evicted_pods_are_dead_procs_with_the_reason(k8s, events, how, reason):
+    from k8s_actors import Probe
+
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run=f"it-{how}",
+                           default_resources=MeshResources(memory="1Gi"))
+    with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
+        procs = cluster.spawn_procs(per_host={"procs": 1}, name=f"k8s-{how}")
+        probe = procs.spawn(f"k8s-{how}-probe", Probe)
+        pending = probe.sleep.call_one(60)
+        k8s.kubelet.node_kill(k8s.namespace, f"it-{how}-k8s-{how}-0-0", how)
+        with pytest.raises(rm.ActorDied) as ei:
+            pending.get(timeout=20)
+        assert reason in str(ei.value)
+        died = [e for e in events if e.kind == "died" and e.proc_mesh == f"k8s-{how}"]
+        assert died and reason in died[0].reason and died[0].signal == 9
+    wait_for(lambda: run_objects(k8s, f"it-{how}") == [], 20, "everything removed")
 
 
 CRASHING_CONTROLLER = textwrap.dedent("""

@@ -51,7 +51,8 @@ def test_fatal_waiting_and_unschedulable():
 
 def test_events_are_summarised_newest_last():
     evs = [{"type": "Warning", "reason": "BackOff", "message": "b", "lastTimestamp": "2026-01-01T00:00:02Z"},
-           {"type": "Warning", "reason": "Failed", "message": "a", "lastTimestamp": "2026-01-01T00:00:01Z"}]
+           {"type": "Warning", "reason": "Failed", "message": "a", "lastTimestamp": "2026-01-01T00:00:01Z"},
+           {"type": "Normal", "reason": "Scheduled", "message": "ok", "lastTimestamp": "2026-01-01T00:00:03Z"}]
     assert format_events(evs) == "Warning Failed: a; Warning BackOff: b"
 
 
