@@ -166,6 +166,7 @@ class Controller:
         self._tasks: deque = deque()
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._plugin_env: dict[str, str] | None = None
+        self._plugin_gen = -1
         self._closed = False
         self.client = Client(self.auth, identity="controller")
         set_client_factory(lambda: self.client)
@@ -183,9 +184,12 @@ class Controller:
         return fut
 
     def plugin_env(self) -> dict[str, str]:
-        if self._plugin_env is None:
+        """Env from the controller plugins; re-run after ``hooks.invalidate_controller_plugins()``."""
+        gen = hooks.controller_plugins_generation()
+        if self._plugin_env is None or self._plugin_gen != gen:
             self._plugin_env = hooks.run_controller_plugins(
                 hooks.ControllerInfo(controller_addr=self.addr, pid=os.getpid(), host=socket.gethostname()))
+            self._plugin_gen = gen
         return self._plugin_env
 
     # ------------------------------------------------------------------ procs
@@ -342,6 +346,7 @@ class Controller:
         now = time.monotonic()
         if kind == P.HEARTBEAT:
             rec.last_hb = now
+            self._send(rec, P.HB_ACK)  # the worker's proof that its controller is alive
         elif kind == P.HELLO:
             rec.last_hb = now
             rec.pid, rec.host, rec.addr = msg["pid"], msg["host"], msg["addr"]

@@ -12,6 +12,7 @@ Controller side:
     - ``register_controller_plugin("pkg.mod:fn")``: ``fn(ControllerInfo)`` runs once,
       just before the first proc is launched; it may return a dict of environment
       variables that every worker then gets (e.g. a telemetry service address).
+      ``invalidate_controller_plugins()`` makes the next launch run them again.
 Worker side:
     - plugins listed in ``RLMESH_WORKER_PLUGINS`` (comma-separated ``"mod:fn"``) run at
       worker start with a :class:`WorkerInfo`.
@@ -147,6 +148,19 @@ def register_controller_plugin(spec: str) -> None:
     with _lock:
         if spec not in _controller_plugins:
             _controller_plugins.append(spec)
+
+
+_plugins_generation = 0
+
+
+def invalidate_controller_plugins() -> None:
+    """Make the next proc launch run the controller plugins again (e.g. telemetry started a new run)."""
+    global _plugins_generation
+    _plugins_generation += 1
+
+
+def controller_plugins_generation() -> int:
+    return _plugins_generation
 
 
 def run_controller_plugins(info: ControllerInfo) -> dict[str, str]:

@@ -110,3 +110,14 @@ def test_exception_in_init_reaches_spawn_caller():
         assert 'raise RuntimeError("cannot start: no config")' in ei.value.remote_traceback
         ok = procs.spawn("good", Counter)  # the proc survived
         assert ok.value.call_one().get(timeout=10) == 0
+
+
+def test_idle_workers_stay_while_their_controller_lives():
+    """Workers exit when the controller goes silent; an idle but live controller keeps them."""
+    env = {"RLMESH_CONTROLLER_TIMEOUT_S": "1.0"}
+    with rm.this_host().spawn_procs(per_host={"procs": 1}, env=env) as procs:
+        c = procs.spawn("idle", Counter)
+        assert c.incr.call_one().get(timeout=10) == 1
+        time.sleep(2.5)  # no calls and no control traffic but heartbeats for well over the timeout
+        assert c.incr.call_one().get(timeout=10) == 2
+        assert procs.states() == ["alive"]
