@@ -162,7 +162,8 @@ def bench_zmq(sd: dict, readers: list, reps: int, into: bool) -> float:
 def bench_gloo(sd: dict, readers: list, reps: int) -> float:
     import torch.distributed as dist
 
-    init = f"file://{tempfile.mktemp(prefix='rlmesh-gloo-')}"
+    path = tempfile.mktemp(prefix="rlmesh-gloo-")
+    init = f"file://{path}"
     for i, r in enumerate(readers):
         r.send(op="gloo", init=init, rank=i + 1, world=len(readers) + 1, reps=reps)
     dist.init_process_group("gloo", init_method=init, rank=0, world_size=len(readers) + 1)
@@ -176,6 +177,8 @@ def bench_gloo(sd: dict, readers: list, reps: int) -> float:
         times.append(time.perf_counter() - t0)
     [r.recv() for r in readers]
     dist.destroy_process_group()
+    if os.path.exists(path):
+        os.unlink(path)
     return statistics.median(times)
 
 
