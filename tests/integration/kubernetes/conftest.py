@@ -50,7 +50,8 @@ def _wait(pred, timeout: float, what: str, plane: ControlPlane) -> None:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"{what} not reached in {timeout}s\ncontroller-manager log:\n"
-                       f"{plane.log_tail('kube-controller-manager')}\nscheduler log:\n{plane.log_tail('kube-scheduler')}")
+                       f"{plane.log_tail('kube-controller-manager')}\n"
+                       f"scheduler log:\n{plane.log_tail('kube-scheduler')}")
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,6 @@ any other image is "this test environment" (the venv's python, the test dir on
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import itertools
 import logging
 import os
@@ -28,11 +26,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from pod_runtime import container_env, event_body, now, status_body
+
 logger = logging.getLogger(__name__)
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class FakeKubelet:
@@ -62,7 +58,7 @@ class FakeKubelet:
             "capacity": res, "allocatable": res,
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake kubelet",
-                            "lastHeartbeatTime": _now(), "lastTransitionTime": _now()}]}})
+                            "lastHeartbeatTime": now(), "lastTransitionTime": now()}]}})
         # The API server taints new nodes not-ready; the node lifecycle controller lifts that once the kubelet
         # reports Ready. That controller is not run here (it would want real kubelet heartbeats), so lift it.
         node = self.core.read_node(self.node)
@@ -155,7 +151,7 @@ class FakeKubelet:
             self.running[meta["uid"]] = proc
         if meta["uid"] in self.gone:  # deleted while we were starting it
             _kill_group(proc, signal.SIGKILL)
-        started = _now()
+        started = now()
         self._status(pod, "Running", ip, {"running": {"startedAt": started}}, ready=True)
         code = proc.wait()
         forced = self.forced.pop(meta["uid"], None)
@@ -163,7 +159,7 @@ class FakeKubelet:
             term = {"exitCode": 128 - code, "signal": -code, "reason": "Error"}
         else:
             term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
-        term.update(startedAt=started, finishedAt=_now())
+        term.update(startedAt=started, finishedAt=now())
         if forced:  # the node killed it: OOM or eviction
             term.update(forced.get("terminated", {}))
         self._status(pod, "Succeeded" if code == 0 and not forced else "Failed", ip, {"terminated": term},
@@ -187,40 +183,11 @@ class FakeKubelet:
         _kill_group(proc, signal.SIGKILL)
 
     def _env(self, pod: dict, c: dict, ip: str) -> dict[str, str]:
-        venv_bin = str(Path(sys.executable).parent)
-        env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.log_dir),
-               "HOSTNAME": pod["metadata"]["name"], "PYTHONPATH": os.pathsep.join(self.pythonpath)}
-        fields = {"metadata.name": pod["metadata"]["name"], "metadata.namespace": pod["metadata"]["namespace"],
-                  "metadata.uid": pod["metadata"]["uid"], "status.podIP": ip, "status.hostIP": "127.0.0.1",
-                  "spec.nodeName": self.node}
-        secrets: dict[str, dict] = {}
-        for e in c.get("env") or []:
-            ref = e.get("valueFrom") or {}
-            if "secretKeyRef" in ref:
-                s = ref["secretKeyRef"]
-                if s["name"] not in secrets:
-                    try:
-                        secrets[s["name"]] = self.core.read_namespaced_secret(s["name"], pod["metadata"]["namespace"]).data or {}
-                    except Exception as exc:  # noqa: BLE001
-                        raise KeyError(f'secret "{s["name"]}" not found ({exc})') from None
-                if s["key"] not in secrets[s["name"]]:
-                    raise KeyError(f'couldn\'t find key {s["key"]} in Secret {s["name"]}')
-                env[e["name"]] = base64.b64decode(secrets[s["name"]][s["key"]]).decode()
-            elif "fieldRef" in ref:
-                env[e["name"]] = fields[ref["fieldRef"]["fieldPath"]]
-            else:
-                env[e["name"]] = e.get("value", "")
-        return env
+        return container_env(self.core, pod, c, ip, self.node, self.log_dir, self.pythonpath)
 
     def _status(self, pod: dict, phase: str, ip: str, state: dict, ready: bool = False,
                 pod_level: dict | None = None) -> None:
-        c = pod["spec"]["containers"][0]
-        ips = {"podIP": ip, "podIPs": [{"ip": ip}]} if ip else {}
-        body = {"status": {
-            "phase": phase, "hostIP": "127.0.0.1", "startTime": _now(), **ips, **(pod_level or {}),
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": _now()}],
-            "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": ready,
-                                   "restartCount": 0, "state": state}]}}
+        body = status_body(pod, phase, ip, state, ready, pod_level)
         try:
             self.core.patch_namespaced_pod_status(pod["metadata"]["name"], pod["metadata"]["namespace"], body)
         except Exception as exc:  # noqa: BLE001 - the pod may be gone already
@@ -236,13 +203,7 @@ class FakeKubelet:
                                                       "message": f'Back-off pulling image "{c["image"]}"'}})
 
     def _event(self, pod: dict, reason: str, message: str) -> None:
-        meta = pod["metadata"]
-        self.core.create_namespaced_event(meta["namespace"], {
-            "metadata": {"generateName": f"{meta['name']}."},
-            "involvedObject": {"kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
-                               "uid": meta["uid"], "apiVersion": "v1"},
-            "reason": reason, "message": message, "type": "Warning", "count": 1,
-            "firstTimestamp": _now(), "lastTimestamp": _now(), "source": {"component": "kubelet", "host": self.node}})
+        self.core.create_namespaced_event(pod["metadata"]["namespace"], event_body(pod, self.node, reason, message))
 
     def _terminate(self, pod: dict, proc: subprocess.Popen, grace: int) -> None:
         _kill_group(proc, signal.SIGTERM)
@@ -257,9 +218,10 @@ class FakeKubelet:
         from kubernetes import client
 
         try:
+            only_this = client.V1Preconditions(uid=pod["metadata"]["uid"])  # not a same-named successor
             self.core.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"],
-                                            body=client.V1DeleteOptions(grace_period_seconds=0, preconditions=
-                                                                        client.V1Preconditions(uid=pod["metadata"]["uid"])))
+                                            body=client.V1DeleteOptions(grace_period_seconds=0,
+                                                                        preconditions=only_this))
         except Exception as exc:  # noqa: BLE001 - gone already
             logger.debug("final delete of %s: %s", pod["metadata"]["name"], exc)
 

@@ -133,6 +133,30 @@ def test_oom_killed_and_evicted_pods_are_dead_procs_with_the_reason(k8s, events,
     wait_for(lambda: run_objects(k8s, f"it-{how}") == [], 20, "everything removed")
 
 
+def test_deleting_the_controller_pod_garbage_collects_the_run(k8s, events):
+    """controller pod -> owns the Secret -> owns the worker pods: the real garbage collector removes it all."""
+    from k8s_actors import Probe
+
+    ctl = k8s.core.create_namespaced_pod(k8s.namespace, {
+        "metadata": {"name": "it-gc-controller"},
+        "spec": {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "controller", "image": IMAGE, "command": ["sleep", "120"]}]}})
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-gc", controller_pod="it-gc-controller")
+    cluster = KubernetesCluster(cfg, api_client=k8s.api)
+    try:
+        procs = cluster.spawn_procs(per_host={"procs": 2}, name="k8s-gc")
+        assert list(procs.spawn("k8s-gc-probe", Probe).add.call(1, 2).get(timeout=20)) == [3, 3]
+        owner = k8s.core.read_namespaced_secret(secret_name("it-gc"), k8s.namespace).metadata.owner_references[0]
+        assert (owner.kind, owner.name, owner.uid) == ("Pod", "it-gc-controller", ctl.metadata.uid)
+        k8s.core.delete_namespaced_pod("it-gc-controller", k8s.namespace, grace_period_seconds=0)
+        wait_for(lambda: run_objects(k8s, "it-gc") == [], 30, "the garbage collector removing the run")
+        wait_for(lambda: len([e for e in events if e.kind == "died" and e.proc_mesh == "k8s-gc"]) == 2, 10,
+                 "both procs dead")
+        assert all("pod deleted" in e.reason for e in events if e.kind == "died" and e.proc_mesh == "k8s-gc")
+    finally:
+        cluster.close()
+
+
 CRASHING_CONTROLLER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {here!r})
