@@ -12,6 +12,7 @@
 # the upstream `make WHAT=...` wrapper builds in GOPATH mode and works with Debian's
 # golang-go 1.19 (it needs rsync). Packages come from Debian's archive only.
 #
+# Set RLMESH_K8S_KEEP_SRC=1 to keep the unpacked source (~2.5 GB) after a build.
 # Needs root (or the packages golang-go, etcd-server, rsync, dpkg-dev installed
 # and a deb-src line configured) the first time. Run it niced when sharing cores:
 #   nice -n 10 bash scripts/k8s_build.sh > ~/.cache/rlmesh/k8s/build.log 2>&1
@@ -98,4 +99,8 @@ for what in kube-apiserver kube-controller-manager kube-scheduler; do
   log "cached $bin/$what"
 done
 have_all
+# The unpacked tree and its _output are ~2.5 GB and not needed once the binaries are cached.
+if [ -z "${RLMESH_K8S_KEEP_SRC:-}" ]; then
+  rm -rf "$src"
+fi
 log "done"

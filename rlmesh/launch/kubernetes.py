@@ -21,6 +21,7 @@ nothing outlives a deleted controller pod.
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
 import uuid
@@ -53,6 +54,8 @@ class KubernetesCluster:
     ``kubernetes.client.ApiClient`` (else one from the kubeconfig / in-cluster credentials).
     """
 
+    _names = itertools.count()
+
     def __init__(self, config: KubernetesConfig | dict[str, Any] | None = None, *, api_client: Any = None,
                  **overrides: Any):
         if isinstance(config, KubernetesConfig):
@@ -68,7 +71,6 @@ class KubernetesCluster:
         self.run = self.config.run or label_value(f"rlmesh-{job}")
         self.launcher = KubernetesLauncher(self.config, self.core, self.run)
         self._checked_leftovers = False
-        self._meshes = 0
         atexit.register(self.close)
 
     def spawn_procs(self, per_host: dict[str, int] | None = None, *, restart: Restart | None = None,
@@ -76,13 +78,15 @@ class KubernetesCluster:
                     timeout: float | None = None) -> ProcMesh:
         """Start worker pods laid out as ``per_host`` (default ``{"procs": launcher.meshes[name].replicas}``).
 
-        Same signature and result as ``HostMesh.spawn_procs``. Before any pod exists it
+        Same signature and result as ``HostMesh.spawn_procs``; ``name`` (default ``pods``,
+        ``pods1``, ...) names the proc mesh, its pods and its ``launcher.meshes`` entry. Before any pod exists it
         checks, on this thread: credentials, RBAC (a refusal prints the Role needed), leftover
         pods of the same run, and the pod manifest (server-side dry run). A pod that cannot be
         pulled or scheduled fails the spawn with the pod's events in the error.
         """
-        name = name or ("procs" if self._meshes == 0 else f"procs{self._meshes}")
-        self._meshes += 1
+        if name is None:  # "pods", "pods1", ...: never the "procs" of a local mesh in the same controller
+            n_ = next(KubernetesCluster._names)
+            name = "pods" if n_ == 0 else f"pods{n_}"
         want = self.config.resources_for(name).replicas
         dims = dict(per_host or {"procs": want or 1})
         if not dims:
