@@ -285,6 +285,28 @@ class Controller:
                 return
             time.sleep(0.02)
 
+    def inject_fault(self, proc_id: str, kind: str) -> bool:
+        """Fault injection: ``kill`` SIGKILLs the proc, ``hang`` freezes it (heartbeats stop, calls stall).
+
+        Returns False when the proc was not alive (nothing injected). The event
+        ``fault_injected`` (reason = kind) precedes the death the supervisor then sees.
+        """
+        if kind not in ("kill", "hang"):
+            raise ValueError(f"fault kind {kind!r}: use 'kill' or 'hang'")
+
+        def do() -> bool:
+            rec = self.procs.get(proc_id)
+            if rec is None or rec.state != "alive" or rec.handle is None:
+                return False
+            self._emit("fault_injected", rec, reason=kind)
+            if kind == "kill":
+                rec.handle.kill()
+            else:
+                self._send(rec, P.HANG)
+            return True
+
+        return self.submit(do).result()
+
     # ------------------------------------------------------------------ supervisor loop
     def _send(self, rec: ProcRecord, kind: str, **fields: Any) -> None:
         try:

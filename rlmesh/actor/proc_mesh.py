@@ -81,6 +81,10 @@ class ProcMesh:
         """Current OS pids, in rank order (they change when a proc is restarted)."""
         return [r.pid for r in self._records()]
 
+    def incarnations(self) -> list[int]:
+        """How many times each proc has been replaced (0 = still the first process), in rank order."""
+        return [r.incarnation for r in self._records()]
+
     def states(self) -> list[str]:
         """Supervisor state per proc: alive, starting, rejoining, restarting, dead, failed, stopped."""
         return [r.state for r in self._records()]

@@ -34,6 +34,7 @@ PROC_DOWN = "down"
 KV_REP = "kvrep"
 HB_ACK = "hback"
 STOP = "stop"
+HANG = "hang"  # fault injection: stop heartbeating and stall the loop, as a hung proc would
 
 
 def encode(auth: Authenticator, meta: tuple, payload: list[Any] | None = None) -> list[Any]:

@@ -98,6 +98,7 @@ class ControlLink(threading.Thread):
         self.hb_s = float(os.environ.get(HEARTBEAT_S_ENV, "0.2"))
         self.controller_timeout = float(os.environ.get(CONTROLLER_TIMEOUT_ENV, "10"))
         self.stopping = False
+        self.hung = False
 
     def send(self, kind: str, **fields: Any) -> None:
         self.outq.append(P.control(self.auth, kind, **fields))
@@ -145,7 +146,7 @@ class ControlLink(threading.Thread):
             while self.outq:
                 sock.send_multipart(self.outq.popleft(), copy=False)
             now = time.monotonic()
-            if now - last_hb >= self.hb_s:
+            if now - last_hb >= self.hb_s and not self.hung:
                 sock.send_multipart(P.control(self.auth, P.HEARTBEAT, proc_id=w.proc.proc_id))
                 last_hb = now
             if now - last_heard > self.controller_timeout:
@@ -173,6 +174,10 @@ class ControlLink(threading.Thread):
                 fut.set_result(msg)
         elif kind == P.STOP:
             w.exit_soon(0)
+        elif kind == P.HANG:
+            logger.warning("fault injection: this proc now hangs (no heartbeats, no calls served)")
+            self.hung = True
+            w.loop.call_soon_threadsafe(time.sleep, 10**9)
 
     def _spawned(self, req: int, f: concurrent.futures.Future) -> None:
         from rlmesh.actor.client import error_payload

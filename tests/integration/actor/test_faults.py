@@ -121,3 +121,22 @@ def test_idle_workers_stay_while_their_controller_lives():
         time.sleep(2.5)  # no calls and no control traffic but heartbeats for well over the timeout
         assert c.incr.call_one().get(timeout=10) == 2
         assert procs.states() == ["alive"]
+
+
+@pytest.mark.parametrize("kind,reason", [("kill", ""), ("hang", "heartbeat")])
+def test_fault_injector_kills_or_hangs_on_schedule_and_restarts_recover(events, kind, reason):
+    from rlmesh.actor.faults import FaultInjector
+
+    with rm.this_host().spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=-1)) as procs:
+        c = procs.spawn(f"chaos_{kind}", Counter)
+        with FaultInjector(c, kind=kind, every_s=0.3, seed=3, max_faults=1) as inj:
+            wait_for(lambda: len(inj.injected) == 1, timeout=10)
+        victim_rank = int(inj.injected[0].rsplit(".", 1)[1])
+        wait_for(lambda: any(e.kind == "restarted" and e.proc_mesh == procs.name for e in events), timeout=20)
+        procs.wait_alive(timeout=20)
+        assert c.incr.call().get(timeout=10).values() == [1, 1]
+        mine = [e for e in events if e.proc_mesh == procs.name and e.rank == victim_rank]
+        kinds = [e.kind for e in mine]
+        assert kinds.index("fault_injected") < kinds.index("died") < kinds.index("restarted")
+        died = next(e for e in mine if e.kind == "died")
+        assert reason in died.reason and (kind != "kill" or died.signal == 9)

@@ -1,0 +1,108 @@
+"""Built-in fault injection: SIGKILL or hang procs of a mesh on a schedule, to prove a program survives.
+
+    with rm.actor.faults.FaultInjector(generators, kind="kill", every_s=15, seed=1):
+        run_training()
+
+Each injection is a ``fault_injected`` lifecycle event (telemetry's ``actors``
+table), followed by the ``died`` the supervisor detects: by exit for ``kill``, by
+heartbeat timeout for ``hang`` (the proc stops heartbeating and stops serving,
+like a proc stuck in a C call). Victims are drawn with a seeded RNG among the
+target's procs that are alive at that moment.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from rlmesh.actor.controller import Controller
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FaultConfig:
+    """The ``faults=`` settings of a recipe."""
+
+    kind: str = "none"
+    """``none``, ``kill`` (SIGKILL) or ``hang`` (heartbeats stop; the proc stops serving)."""
+    target: str = "generator"
+    """Which mesh's procs to hit (a recipe maps role names to meshes)."""
+    every_s: float = 20.0
+    """Seconds between injections (the first comes after ``start_after_s``)."""
+    start_after_s: float | None = None
+    """Delay before the first injection; defaults to ``every_s``."""
+    max_faults: int = -1
+    """Stop after this many injections; -1 = no limit."""
+    seed: int = 0
+    """RNG seed for choosing victims."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("none", "kill", "hang"):
+            raise ValueError(f"faults.kind={self.kind!r}: use none, kill or hang")
+        if self.every_s <= 0:
+            raise ValueError(f"faults.every_s={self.every_s!r} must be > 0 seconds")
+
+
+def _proc_ids(target: Any) -> list[str]:
+    """Proc ids behind a ProcMesh or an ActorMesh (in rank order, without duplicates)."""
+    if hasattr(target, "_proc_ids") and hasattr(target, "_shape"):  # ProcMesh
+        return [target._proc_ids[i] for i in target._shape.indices]
+    if hasattr(target, "_points"):  # ActorMesh
+        return list(dict.fromkeys(target._point(r).proc_id for r in range(len(target))))
+    raise TypeError(f"FaultInjector targets a ProcMesh or an ActorMesh, not {type(target).__name__}")
+
+
+class FaultInjector:
+    """A background thread that injects ``kind`` faults into ``target``'s procs every ``every_s`` seconds."""
+
+    def __init__(self, target: Any, kind: str = "kill", every_s: float = 20.0, seed: int = 0,
+                 max_faults: int = -1, start_after_s: float | None = None):
+        FaultConfig(kind=kind, every_s=every_s, seed=seed, max_faults=max_faults)  # validates
+        self.proc_ids = _proc_ids(target)
+        self.kind = kind
+        self.every_s = every_s
+        self.start_after_s = every_s if start_after_s is None else start_after_s
+        self.max_faults = max_faults
+        self.rng = random.Random(seed)
+        self.injected: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rlmesh-faults", daemon=True)
+
+    @classmethod
+    def from_config(cls, cfg: FaultConfig, target: Any) -> "FaultInjector":
+        return cls(target, cfg.kind, cfg.every_s, cfg.seed, cfg.max_faults, cfg.start_after_s)
+
+    def start(self) -> "FaultInjector":
+        if self.kind != "none":
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FaultInjector":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        controller = Controller.get()
+        wait = self.start_after_s
+        while not self._stop.wait(wait):
+            wait = self.every_s
+            alive = [p for p in self.proc_ids if controller.procs.get(p) and controller.procs[p].state == "alive"]
+            if not alive:
+                continue
+            victim = self.rng.choice(alive)
+            if controller.inject_fault(victim, self.kind):
+                self.injected.append(victim)
+                logger.warning("fault injection: %s %s (%d so far)", self.kind, victim, len(self.injected))
+            if 0 <= self.max_faults <= len(self.injected):
+                return
