@@ -3,6 +3,7 @@ replacement, and cleanup after a crashed controller."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -183,3 +184,46 @@ def test_cleanup_after_a_controller_crash_leaves_nothing(k8s):
     assert cli.returncode == 0, cli.stderr
     assert "2 pod(s)" in cli.stdout and "1 secret(s)" in cli.stdout
     assert run_objects(k8s, "it-crash") == []
+
+
+IN_CLUSTER_CONTROLLER = textwrap.dedent("""
+    import os
+    import rlmesh as rm
+    from rlmesh.launch.kubernetes import KubernetesCluster
+    from k8s_actors import Probe
+    with KubernetesCluster(image="rlmesh-test:local", namespace=os.environ["NS"], run="it-incluster") as cluster:
+        procs = cluster.spawn_procs(per_host={"procs": 2}, name="k8s-inpod")
+        probes = procs.spawn("k8s-inpod-probe", Probe)
+        where = [probes.slice(procs=r).where.call_one().get(timeout=30) for r in range(2)]
+        print("CONTROLLER", rm.actor.controller.Controller.current().addr, flush=True)
+        print("RESULT", list(probes.add.call(1, 2).get(timeout=30)), flush=True)
+        print("ADVERTISED", sorted(w["advertise"] for w in where), flush=True)
+""")
+
+
+def test_controller_in_a_pod_as_in_the_docs(k8s):
+    """The docs' controller pod: binds 0.0.0.0, advertises its pod IP (downward API), owns the run."""
+    env = [{"name": "RLMESH_BIND_HOST", "value": "0.0.0.0"},
+           {"name": "RLMESH_ADVERTISE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+           {"name": "RLMESH_CONTROLLER_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+           {"name": "KUBECONFIG", "value": str(k8s.plane.admin_kubeconfig)},  # stands in for the SA token
+           {"name": "NS", "value": k8s.namespace}, {"name": "RLMESH_TELEMETRY", "value": "0"}]
+    k8s.core.create_namespaced_pod(k8s.namespace, {
+        "metadata": {"name": "it-incluster-controller"},
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                 "containers": [{"name": "controller", "image": IMAGE, "env": env,
+                                 "command": ["python", "-c", IN_CLUSTER_CONTROLLER]}]}})
+    def finished() -> str | None:
+        phase = k8s.core.read_namespaced_pod("it-incluster-controller", k8s.namespace).status.phase
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for(finished, 60, "the controller pod finishing")
+    log = (k8s.kubelet.log_dir / f"{k8s.namespace}_it-incluster-controller.log").read_text()
+    assert phase == "Succeeded", log[-3000:]
+    ctl_ip = k8s.core.read_namespaced_pod("it-incluster-controller", k8s.namespace).status.pod_ip
+    assert f"CONTROLLER tcp://{ctl_ip}:" in log  # off loopback: every frame fully authenticated
+    assert "RESULT [3, 3]" in log
+    advertised = ast.literal_eval(log.split("ADVERTISED ", 1)[1].splitlines()[0])
+    assert len(set(advertised)) == 2 and ctl_ip not in advertised  # each worker its own pod IP
+    assert run_objects(k8s, "it-incluster") == []  # the with-block cleaned up
+    k8s.core.delete_namespaced_pod("it-incluster-controller", k8s.namespace, grace_period_seconds=0)
