@@ -103,6 +103,9 @@ class PodWatcher(threading.Thread):
     pods that vanished while nobody watched.
     """
 
+    watch_timeout_s = 45
+    """Server-side length of one watch request; then it resumes from the last resource version."""
+
     def __init__(self, core: Any, namespace: str, selector: str, on_pod: Callable[[str, dict | None], None],
                  on_relist: Callable[[set[str]], None]):
         super().__init__(name=f"rlmesh-k8s-watch[{selector}]", daemon=True)
@@ -143,8 +146,8 @@ class PodWatcher(threading.Thread):
                 self._watch = watch.Watch()
                 for ev in self._watch.stream(self.core.list_namespaced_pod, self.namespace,
                                              label_selector=self.selector, resource_version=rv,
-                                             timeout_seconds=45, allow_watch_bookmarks=True,
-                                             _request_timeout=60):
+                                             timeout_seconds=self.watch_timeout_s, allow_watch_bookmarks=True,
+                                             _request_timeout=self.watch_timeout_s + 15):
                     failures = 0
                     pod = ev["object"]
                     if ev["type"] == "BOOKMARK":

@@ -114,6 +114,25 @@ def test_deleted_pod_is_actor_died_and_its_replacement_rejoins(k8s, events):
     wait_for(lambda: run_objects(k8s, "it-restart") == [], 20, "everything removed")
 
 
+def test_watch_resumes_after_it_expires(k8s, events, monkeypatch):
+    """Watches end every watch_timeout_s; a death after several resumptions is still seen at once."""
+    from k8s_actors import Probe
+
+    from rlmesh.launch.kubernetes_pods import PodWatcher
+
+    monkeypatch.setattr(PodWatcher, "watch_timeout_s", 1)
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-rewatch")
+    with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
+        procs = cluster.spawn_procs(per_host={"procs": 1}, name="k8s-rewatch")
+        pending = procs.spawn("k8s-rewatch-probe", Probe).sleep.call_one(60)
+        time.sleep(3.5)  # three watch requests have expired and resumed by now
+        t0 = time.monotonic()
+        k8s.core.delete_namespaced_pod("it-rewatch-k8s-rewatch-0-0", k8s.namespace, grace_period_seconds=5)
+        with pytest.raises(rm.ActorDied, match="pod deleted"):
+            pending.get(timeout=20)
+        assert time.monotonic() - t0 < 1.0  # from the watch, not the 1.5 s heartbeat timeout
+
+
 @pytest.mark.parametrize("how,reason", [("oom", "OOMKilled (memory limit 1Gi"),
                                         ("evict", "evicted: The node was low on resource: memory")])
 def test_oom_killed_and_evicted_pods_are_dead_procs_with_the_reason(k8s, events, how, reason):
