@@ -76,7 +76,7 @@ def load_api_client(kubeconfig: str = "", context: str = "") -> Any:
             tried.append("in-cluster service account (not in a pod: KUBERNETES_SERVICE_HOST is unset)")
     raise KubernetesCredentialsError(
         "no Kubernetes credentials found; tried " + "; ".join(tried) + ". Fix: point launcher.kubeconfig "
-        "(or $KUBECONFIG) at a kubeconfig file, or run the controller in a pod whose ServiceAccount is "
+        "(--kubeconfig for `rlmesh k8s`, or $KUBECONFIG) at a kubeconfig file, or run the controller in a pod whose ServiceAccount is "
         "bound to the Role that `rlmesh k8s role` prints.")
 
 

@@ -61,7 +61,8 @@ def run_selector(run: str) -> str:
 
 
 def secret_name(run: str) -> str:
-    return dns_name("rlmesh", run, "secret")
+    """``rlmesh-<run>-secret`` (no doubled prefix for default run names, which start with ``rlmesh-``)."""
+    return dns_name(run if run.lower().startswith("rlmesh") else f"rlmesh-{run}", "secret")
 
 
 def pod_name(run: str, mesh: str, rank: int, incarnation: int) -> str:

@@ -54,12 +54,15 @@ def _wait(pred, timeout: float, what: str, plane: ControlPlane) -> None:
                        f"scheduler log:\n{plane.log_tail('kube-scheduler')}")
 
 
+def pytest_configure(config: Any) -> None:
+    """RLMESH_K8S_BUILD=1: build missing binaries now, at collection, outside any test's timeout."""
+    if missing_binaries() and os.environ.get("RLMESH_K8S_BUILD") == "1":
+        subprocess.run(["nice", "-n", "10", "bash", str(ROOT / "scripts/k8s_build.sh")], check=False)
+
+
 @pytest.fixture(scope="session")
 def k8s(tmp_path_factory) -> K8s:
     missing = missing_binaries()
-    if missing and os.environ.get("RLMESH_K8S_BUILD") == "1":
-        subprocess.run(["nice", "-n", "10", "bash", str(ROOT / "scripts/k8s_build.sh")], check=False)
-        missing = missing_binaries()
     if missing:
         pytest.skip(f"Kubernetes binaries {missing} not found in {bin_dir()}: run `bash scripts/k8s_build.sh` "
                     f"(builds them from Debian's kubernetes source package, ~12 min on 2 cores) or set "

@@ -26,7 +26,9 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 
 
 def bin_dir() -> Path:
-    return Path(os.environ.get(BIN_ENV) or Path.home() / ".cache/rlmesh/k8s/bin")
+    """``$RLMESH_K8S_BIN``, else ``bin/`` of the build cache (``$RLMESH_K8S_CACHE`` or ``~/.cache/rlmesh/k8s``)."""
+    cache = Path(os.environ.get("RLMESH_K8S_CACHE") or Path.home() / ".cache/rlmesh/k8s")
+    return Path(os.environ.get(BIN_ENV) or cache / "bin")
 
 
 def missing_binaries() -> list[str]:
