@@ -5,8 +5,12 @@ threads (the user's script, asyncio loops, actor threads), yet a thread handoff
 costs tens of microseconds. So each calling thread pickles its own arguments (an
 unpicklable argument fails right there, naming its type) and sends on its own
 DEALER per destination proc, with no handoff. Replies do not come back on those
-sockets: they go to this process's *inbox*, a ROUTER owned by one IO thread that
-completes the futures (and fires timeouts). Calls go straight to the proc
+sockets: they go to this process's *inbox*, a ROUTER read by whichever thread is
+waiting: a thread blocked in ``Future.get()`` reads the inbox itself
+(leader/follower, guarded by a lock and woken through the socket's file
+descriptor), so a blocking call costs no thread handoff at all; when nobody is
+blocked, the IO thread reads it and completes futures for ``await`` and
+callbacks. The IO thread also fires call timeouts. Calls go straight to the proc
 hosting the actor: a handle passed to another actor is used from that actor's
 proc, never relayed through the controller.
 
@@ -22,6 +26,7 @@ import itertools
 import logging
 import os
 import pickle
+import select
 import threading
 import time
 import traceback
@@ -142,6 +147,9 @@ class Client:
         self._all_send_socks: list[zmq.Socket] = []
         self._inbox = tune(zmq_context().socket(zmq.ROUTER))
         self.inbox_addr = bind_random(self._inbox)
+        self._inbox_fd = self._inbox.getsockopt(zmq.FD)
+        self._inbox_lock = threading.RLock()  # held by whoever reads the inbox (recursion: callbacks that wait)
+        self._drivers = 0  # threads blocked in drive_until; while > 0 the IO thread leaves the inbox to them
         self._inbox_auth = auth.for_address(self.inbox_addr)
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -204,13 +212,13 @@ class Client:
                 if not want_reply:
                     logger.warning("broadcast to %s[%d].%s dropped: %s", mesh, rank, endpoint, exc.message)
                     return None
-                fut: Future = Future()
+                fut: Future = Future(driver=self)
                 fut._set_exception(exc)
                 return fut
             call_id = next(self._ids)
             fut = None
             if want_reply:
-                fut = Future()
+                fut = Future(driver=self)
                 deadline = None if timeout is None else time.monotonic() + timeout
                 self._pending[call_id] = _Call(fut, proc_id, entry.incarnation, mesh, rank, endpoint,
                                                actor_id, deadline, timeout)
@@ -255,36 +263,78 @@ class Client:
         return self.auth.for_address(addr)
 
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._efd, zmq.POLLIN)
-        poller.register(self._inbox, zmq.POLLIN)
         while not self._closed:
-            timeout_ms = 200
+            # While threads drive the inbox themselves, stay off it (no second wake-up per reply)
+            # and look again every 2 ms, so awaited calls are picked up soon after they stop.
+            driven = self._drivers > 0
+            timeout = 0.002 if driven else 0.2
             if self._timeouts:
-                timeout_ms = max(0, min(timeout_ms, int((self._timeouts[0][0] - time.monotonic()) * 1000) + 1))
+                timeout = max(0.0, min(timeout, self._timeouts[0][0] - time.monotonic() + 0.0005))
+            fds = [self._efd] if driven else [self._efd, self._inbox_fd]
             try:
-                events = poller.poll(timeout_ms)
-            except zmq.ZMQError:
+                ready, _, _ = select.select(fds, [], [], timeout)
+            except (OSError, ValueError):
                 if self._closed:
                     return
                 raise
-            for sock, _ in events:
-                if sock == self._efd:
-                    try:
-                        os.eventfd_read(self._efd)
-                    except BlockingIOError:
-                        pass
-                else:
-                    self._drain()
+            if self._efd in ready:
+                try:
+                    os.eventfd_read(self._efd)
+                except BlockingIOError:
+                    pass
+            if not self._drivers and self._inbox_lock.acquire(blocking=False):
+                try:
+                    self._drain()  # also when only efd fired: zmq's FD is edge-triggered
+                finally:
+                    self._inbox_lock.release()
             while self._new_timeouts:
                 heapq.heappush(self._timeouts, self._new_timeouts.popleft())
             if self._timeouts:
                 self._expire()
 
+    def drive_until(self, cf: Any, timeout: float | None) -> None:
+        """Block until ``cf`` is done, reading the inbox from this thread meanwhile (no handoff).
+
+        Raises ``TimeoutError`` after ``timeout`` seconds. Safe with any number of
+        waiting threads: one reads and completes everyone's futures, the others
+        sleep until their own future is done.
+        """
+        if cf.done():
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wake = _thread_eventfd()
+        cf.add_done_callback(lambda _f: os.eventfd_write(wake, 1))
+        with self._lock:
+            self._drivers += 1
+        try:
+            while not cf.done():
+                if self._closed:
+                    return  # close() fails every pending future
+                if self._inbox_lock.acquire(blocking=False):
+                    try:
+                        self._drain()
+                    finally:
+                        self._inbox_lock.release()
+                    if cf.done():
+                        return
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError
+                ready, _, _ = select.select([self._inbox_fd, wake], [], [], 0.2 if left is None else min(left, 0.2))
+                if wake in ready:
+                    try:
+                        os.eventfd_read(wake)
+                    except BlockingIOError:
+                        pass
+        finally:
+            with self._lock:
+                self._drivers -= 1
+
     def _drain(self) -> None:
-        while True:
+        inbox = self._inbox
+        while inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a zmq.Again per drain
             try:
-                frames = self._inbox.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = inbox.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             body = frames[1:]
@@ -346,6 +396,22 @@ class Client:
             os.close(self._efd)
         except OSError:
             pass
+
+
+_tls_wake = threading.local()
+
+
+def _thread_eventfd() -> int:
+    """An eventfd per thread, for waking a thread that waits in ``select``."""
+    fd = getattr(_tls_wake, "fd", None)
+    if fd is None:
+        fd = _tls_wake.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    else:
+        try:
+            os.eventfd_read(fd)  # clear a stale wake-up from an earlier wait
+        except BlockingIOError:
+            pass
+    return fd
 
 
 _client: Client | None = None

@@ -17,10 +17,13 @@ T = TypeVar("T")
 
 
 class Future(Generic[T]):
-    __slots__ = ("_cf",)
+    __slots__ = ("_cf", "_driver")
 
-    def __init__(self, cf: concurrent.futures.Future | None = None):
+    def __init__(self, cf: concurrent.futures.Future | None = None, driver: Any = None):
         self._cf: concurrent.futures.Future = cf if cf is not None else concurrent.futures.Future()
+        # The client whose inbox delivers this result: get() reads it directly instead of
+        # waiting to be woken by the IO thread (see Client.drive_until).
+        self._driver = driver
 
     # --- producer side (runtime) ---
     def _set_result(self, value: Any) -> None:
@@ -41,7 +44,9 @@ class Future(Generic[T]):
     def get(self, timeout: float | None = None) -> T:
         """Block until done and return the value (or raise the remote error). ``TimeoutError`` after ``timeout`` s."""
         try:
-            return self._cf.result(timeout)
+            if self._driver is not None and not self._cf.done():
+                self._driver.drive_until(self._cf, timeout)
+            return self._cf.result(0 if self._driver is not None and self._cf.done() else timeout)
         except concurrent.futures.TimeoutError:
             if self._cf.done():  # the call itself failed with a TimeoutError (e.g. rm.CallTimeout)
                 raise
@@ -69,7 +74,7 @@ class Future(Generic[T]):
 
 def gather_futures(futs: list[Future], combine: Callable[[list[Any]], T]) -> Future[T]:
     """A future that completes with ``combine(results)`` once all complete, or fails with the first error."""
-    out: Future[T] = Future()
+    out: Future[T] = Future(driver=next((f._driver for f in futs if f._driver is not None), None))
     n = len(futs)
     results: list[Any] = [None] * n
     remaining = [n]

@@ -1,9 +1,11 @@
 """Wire formats of the control plane (controller <-> worker) and the data plane (caller -> actor).
 
-Every message is ``[mac, meta, *payload]``: ``meta`` is a small pickled tuple of
-plain values, ``payload`` an optional ``transport.dumps`` frame list. Keeping the
-meta separate lets a worker answer "cannot unpickle your arguments" for a call id
-it could still read.
+Every message is ``[mac | len(meta) | meta | payload head, *payload buffers]``:
+``meta`` is a small pickled tuple of plain values, the payload an optional
+``transport.dumps`` frame list whose pickle head shares the first zmq frame (one
+frame per message unless large buffers travel out of band). Keeping the meta
+apart from the payload lets a worker answer "cannot unpickle your arguments" for
+a call id it could still read.
 """
 
 from __future__ import annotations
@@ -38,17 +40,18 @@ HANG = "hang"  # fault injection: stop heartbeating and stall the loop, as a hun
 
 
 def encode(auth: Authenticator, meta: tuple, payload: list[Any] | None = None) -> list[Any]:
-    frames = [pickle.dumps(meta, protocol=5)]
-    if payload:
-        frames.extend(payload)
-    return auth.sign(frames)
+    m = pickle.dumps(meta, protocol=5)
+    head = bytes(payload[0]) if payload else b""
+    return auth.sign_packed(len(m).to_bytes(4, "little") + m + head, list(payload[1:]) if payload else [])
 
 
 def decode_meta(auth: Authenticator, frames: list[Any]) -> tuple[tuple, list[Any]]:
     """Verify the MAC (raises ``AuthError``) and return ``(meta, payload_frames)``."""
-    body = auth.verify(frames)
-    meta = pickle.loads(getattr(body[0], "buffer", body[0]))
-    return meta, body[1:]
+    body, extra = auth.verify_packed(frames)
+    n = int.from_bytes(body[:4], "little")
+    meta = pickle.loads(body[4:4 + n])
+    head = body[4 + n:]
+    return meta, ([head, *extra] if head.nbytes or extra else [])
 
 
 def control(auth: Authenticator, kind: str, **fields: Any) -> list[Any]:

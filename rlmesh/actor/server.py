@@ -106,7 +106,7 @@ class ActorServer:
     # ------------------------------------------------------------------ calls
     def _drain(self) -> None:
         sock = self.sock
-        while True:  # zmq's FD is edge-triggered: read until the queue is empty
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # the FD is edge-triggered: empty the queue
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
