@@ -91,6 +91,10 @@ class KubernetesConfig:
     call the API, so no token is mounted unless ``pod_template`` asks for one."""
     env: Dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the workers (in clear text in the pod spec: no secrets)."""
+    forward_env: List[str] = field(default_factory=lambda: ["RLMESH_*"])
+    """Controller environment variables copied into the pods (``fnmatch`` patterns), so settings
+    like ``RLMESH_LOG_LEVEL`` or ``RLMESH_HEARTBEAT_S`` reach workers as they do local procs.
+    Never copied: the controller's own network and pod settings, and ``secret_env``."""
     secret_env: List[str] = field(default_factory=lambda: ["RLMESH_SECRET"])
     """Variables of the workers' environment that travel through the run's Secret
     (``valueFrom.secretKeyRef``) instead of the pod spec. ``RLMESH_SECRET`` always does."""

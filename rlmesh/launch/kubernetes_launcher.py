@@ -19,8 +19,8 @@ from typing import Any, Callable
 from rlmesh.actor.controller import LaunchRequest
 from rlmesh.launch.kubernetes_client import KubernetesError, explain
 from rlmesh.launch.kubernetes_config import KubernetesConfig
-from rlmesh.launch.kubernetes_manifests import (PodProc, owner_reference, pod_manifest, run_selector,
-                                                secret_manifest, secret_name)
+from rlmesh.launch.kubernetes_manifests import (PodProc, forwarded_env, owner_reference, pod_manifest,
+                                                run_selector, secret_manifest, secret_name)
 from rlmesh.launch.kubernetes_ops import cleanup_run
 from rlmesh.launch.kubernetes_pods import PodHandle, PodWatcher, describe_events
 from rlmesh.launch.kubernetes_status import Outcome
@@ -105,7 +105,8 @@ class KubernetesLauncher:
                 if p.metadata.name not in self.handles and not p.metadata.deletion_timestamp]
 
     def manifest(self, req: LaunchRequest) -> dict[str, Any]:
-        proc = PodProc(req.proc_id, req.proc_mesh, req.rank, req.incarnation, req.controller_addr, dict(req.env))
+        env = {**forwarded_env(self.config, dict(os.environ)), **req.env}
+        proc = PodProc(req.proc_id, req.proc_mesh, req.rank, req.incarnation, req.controller_addr, env)
         return pod_manifest(self.config, self.run, proc, self.owner)
 
     # ------------------------------------------------------------------ Launcher (supervisor thread)

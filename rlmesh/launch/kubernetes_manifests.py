@@ -136,6 +136,20 @@ def _resources(config: KubernetesConfig, mesh: str) -> dict[str, Any]:
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
+# The controller's own placement, never meaningful inside a worker pod (the pod spec sets its own).
+NOT_FORWARDED = ("RLMESH_BIND_HOST", "RLMESH_ADVERTISE_HOST", "RLMESH_CONTROLLER_POD", "RLMESH_POD_NAME",
+                 "RLMESH_RUNS_DIR")
+
+
+def forwarded_env(config: KubernetesConfig, environ: dict[str, str]) -> dict[str, str]:
+    """The variables of the controller's ``environ`` that ``launcher.forward_env`` sends to the pods."""
+    import fnmatch
+
+    return {k: v for k, v in environ.items()
+            if any(fnmatch.fnmatchcase(k, pat) for pat in config.forward_env)
+            and k not in NOT_FORWARDED and k not in config.secret_env}
+
+
 def worker_env(config: KubernetesConfig, run: str, env: dict[str, str]) -> list[dict[str, Any]]:
     """The container env: plain values, then the downward-API ones, then Secret references."""
     plain = {k: v for k, v in {**env, **config.env}.items() if k not in config.secret_env}

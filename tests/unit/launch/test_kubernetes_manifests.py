@@ -43,6 +43,16 @@ def test_pod_runs_the_worker_with_the_secret_by_reference_only():
     assert pod["spec"]["automountServiceAccountToken"] is False
 
 
+def test_controller_env_forwarded_except_its_own_placement_and_secrets():
+    from rlmesh.launch.kubernetes_manifests import forwarded_env
+
+    environ = {"RLMESH_LOG_LEVEL": "INFO", "RLMESH_BIND_HOST": "0.0.0.0", "RLMESH_ADVERTISE_HOST": "10.0.0.5",
+               "RLMESH_SECRET": SECRET, "RLMESH_TOKEN": "t", "HF_HOME": "/cache", "PATH": "/bin"}
+    c = cfg(forward_env=["RLMESH_*", "HF_HOME"], secret_env=["RLMESH_TOKEN"])
+    assert forwarded_env(c, environ) == {"RLMESH_LOG_LEVEL": "INFO", "HF_HOME": "/cache"}
+    assert forwarded_env(cfg(forward_env=[]), environ) == {}
+
+
 def test_names_and_labels_identify_run_mesh_rank_incarnation():
     pod = pod_manifest(cfg(labels={"team": "rl"}), "Run_1", proc(mesh="Gen_Pool"))
     assert pod["metadata"]["name"] == "run-1-gen-pool-1-2"
