@@ -147,7 +147,7 @@ class ControlPlane:
                 p.terminate()
         for p in self.procs.values():
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=2)  # the API server would otherwise wait for open watches to drain
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
