@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Iterator
 
 from rlmesh.actor.client import get_client
 from rlmesh.actor.future import Future, gather_futures
-from rlmesh.actor.shape import Shape, ValueMesh
+from rlmesh.actor.shape import NamedMesh, Shape, ValueMesh
 from rlmesh.transport.serialization import dumps
 
 
@@ -30,7 +30,7 @@ class ActorPoint:
     incarnation: int
 
 
-class ActorMesh:
+class ActorMesh(NamedMesh):
     """Handle to a mesh of actors of one class. Attribute access gives endpoints: ``mesh.score.call(x)``."""
 
     def __init__(self, name: str, class_name: str, endpoints: tuple[str, ...], points: list[ActorPoint],
@@ -41,18 +41,6 @@ class ActorMesh:
         self._points = points
         self._shape = shape
         self._rr = itertools.count()
-
-    # --- shape ---
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def shape(self) -> dict[str, int]:
-        return self._shape.dims
-
-    def __len__(self) -> int:
-        return len(self._shape)
 
     def _point(self, rank: int) -> ActorPoint:
         return self._points[self._shape.indices[rank]]

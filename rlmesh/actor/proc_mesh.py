@@ -18,7 +18,7 @@ import cloudpickle
 from rlmesh.actor.actor import endpoint_names, validate_actor_class
 from rlmesh.actor.controller import Controller, Launcher, Restart
 from rlmesh.actor.mesh import ActorMesh, ActorPoint
-from rlmesh.actor.shape import Shape
+from rlmesh.actor.shape import NamedMesh, Shape
 from rlmesh.transport.serialization import dumps
 
 
@@ -42,7 +42,7 @@ def ship_by_value_if_needed(cls: type) -> None:
         cloudpickle.register_pickle_by_value(mod)
 
 
-class ProcMesh:
+class ProcMesh(NamedMesh):
     """Handle to procs started by one ``spawn_procs`` call (or a slice of them)."""
 
     def __init__(self, name: str, proc_ids: list[str], shape: Shape, controller: Controller,
@@ -61,17 +61,6 @@ class ProcMesh:
         controller = Controller.get()
         recs = controller.launch_procs(name, len(shape), launcher, restart or Restart(), env, timeout)
         return cls(name, [r.proc_id for r in recs], shape, controller)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def shape(self) -> dict[str, int]:
-        return self._shape.dims
-
-    def __len__(self) -> int:
-        return len(self._shape)
 
     def _records(self) -> list[Any]:
         return [self._controller.procs[self._proc_ids[i]] for i in self._shape.indices]

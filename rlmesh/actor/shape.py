@@ -98,6 +98,24 @@ class Shape:
         return Shape(dims, flat)
 
 
+class NamedMesh:
+    """What proc meshes and actor meshes share: a name and a (possibly sliced) shape."""
+
+    _name: str
+    _shape: Shape
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return self._shape.dims
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+
 class ValueMesh(Generic[T]):
     """One value per actor of a mesh: index by rank (``vm[2]``) or coordinates (``vm[{"procs": 2}]``).
 
