@@ -73,11 +73,16 @@ class ReplayBufferCore:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def add(self, rollout: BufferedRollout) -> list[Dropped]:
+    def add(self, rollout: BufferedRollout, current_version: int | None = None) -> list[Dropped]:
         """Store a rollout. Returns what was dropped by this call (the rollout itself if a
-        duplicate, or the oldest ones evicted for capacity)."""
+        duplicate, or already stale against ``current_version`` when given, or the oldest
+        ones evicted for capacity)."""
         if rollout.rollout_id in self._seen:
             return self._record([Dropped(rollout.rollout_id, rollout.policy_version, "duplicate")])
+        if current_version is not None and current_version - rollout.policy_version > self.config.max_policy_lag:
+            self._seen.add(rollout.rollout_id)
+            lag = current_version - rollout.policy_version
+            return self._record([Dropped(rollout.rollout_id, rollout.policy_version, "stale", lag)])
         self._seen.add(rollout.rollout_id)
         self._queue.append(rollout)
         self._added += 1

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlmesh.errors import ConfigError  # re-exported: one ConfigError for the whole project (rm.ConfigError)
+
 
 __all__ = [
     "BufferConfig",
@@ -22,10 +24,6 @@ __all__ = [
     "RewardConfig",
     "TrainerConfig",
 ]
-
-
-class ConfigError(ValueError):
-    """A config value is invalid; the message names the key and how to fix it."""
 
 
 def check(ok: bool, key: str, value: object, fix: str) -> None:
@@ -179,9 +177,20 @@ class GRPOConfig(TrainerConfig):
     """Passes over each batch of completions (1 = on-policy, ratio is 1 at the first step)."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
+    max_groups: int | None = None
+    """Train on at most this many informative groups per step (DAPO's dynamic sampling:
+    generate more prompts than this and keep a full batch of signal); ``None`` = all."""
+    sft_steps: int = 0
+    """Supervised warm-start steps on the task format before the first weights are published
+    (stands in for a pretrained LM; see :func:`rlmesh.rl.grpo_core.sft_warmstart`); 0 = none."""
+    sft_lr: float = 1e-3
+    """Learning rate of the warm start."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check(self.max_groups is None or self.max_groups >= 1, "trainer.max_groups", self.max_groups,
+              "use null (all informative groups) or 1 or more")
+        check(self.sft_steps >= 0, "trainer.sft_steps", self.sft_steps, "use 0 (no warm start) or more")
         check(self.lr > 0, "trainer.lr", self.lr, "use a positive learning rate")
         check(self.clip_coef > 0, "trainer.clip_coef", self.clip_coef, "use a positive clip, e.g. 0.2")
         check(self.clip_coef_high is None or self.clip_coef_high >= self.clip_coef, "trainer.clip_coef_high",
@@ -199,15 +208,16 @@ class RewardConfig:
 
     kind: str = "env"
     """``env``: pass the environment's return through; ``exact_match`` / ``numeric``: verifiers
-    from :mod:`rlmesh.rl.tasks.verifiers`."""
+    from :mod:`rlmesh.rl.tasks.verifiers`; ``model``: a learned reward model, supplied by a
+    ``RewardActor`` subclass that overrides ``reward_model`` (docs/extending.md)."""
     replicas: int = 1
     """Reward actors."""
     format_reward: float = 0.0
     """Partial credit for a well-formed but wrong answer (verifiers only)."""
 
     def __post_init__(self) -> None:
-        check(self.kind in ("env", "exact_match", "numeric"), "reward.kind", self.kind,
-               "use 'env', 'exact_match' or 'numeric'")
+        check(self.kind in ("env", "exact_match", "numeric", "model"), "reward.kind", self.kind,
+               "use 'env', 'exact_match', 'numeric' or 'model' (a RewardActor subclass overriding reward_model)")
         check(self.replicas >= 1, "reward.replicas", self.replicas, "set reward.replicas to 1 or more")
         check(0 <= self.format_reward < 1, "reward.format_reward", self.format_reward,
                "use a value in [0, 1): it must stay below a correct answer's reward of 1")

@@ -20,7 +20,9 @@ from __future__ import annotations
 import copy
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,16 +65,21 @@ def generate_and_score(
 def grpo_update(
     model: nn.Module, optimizer: torch.optim.Optimizer, batch: ScoredBatch, config: GRPOConfig,
     group_size: int, temperature: float = 1.0, ref_model: nn.Module | None = None, max_groups: int | None = None,
+    advantages: torch.Tensor | None = None, loss_fn: Callable[..., Any] | None = None,
 ) -> dict[str, float]:
     """One GRPO train step on a scored batch; returns ``losses/*`` and ``train/*`` metrics.
 
     Groups whose rewards are all equal have zero advantage and are skipped. With
     ``max_groups``, at most that many informative groups are trained on: oversample
     prompts at generation time and keep a full batch of signal (DAPO's dynamic sampling,
-    Yu et al. 2025) once most groups become unanimous.
+    Yu et al. 2025) once most groups become unanimous. ``advantages`` (flat, one per row) replaces
+    the group-relative ones and ``loss_fn`` (the arguments and result of
+    :func:`~rlmesh.rl.losses.grpo_loss`) the loss: ``GRPOTrainer``'s two hooks.
     """
     gen = batch.generation
-    advantages = grpo_advantages(batch.rewards, group_size, normalize_std=config.normalize_std)
+    if advantages is None:
+        advantages = grpo_advantages(batch.rewards, group_size, normalize_std=config.normalize_std)
+    loss_fn = loss_fn or grpo_loss
     mask = gen.completion_mask.float()
     ref_logprobs = None
     if config.kl_coef > 0:
@@ -91,7 +98,7 @@ def grpo_update(
     out = None
     for _ in range(config.update_epochs):
         logprobs = sequence_logprobs(model, gen.input_ids[rows], gen.attention_mask[rows], gen.prompt_len, temperature)
-        out = grpo_loss(logprobs, gen.completion_logprobs[rows], advantages[rows], mask[rows],
+        out = loss_fn(logprobs, gen.completion_logprobs[rows], advantages[rows], mask[rows],
                         ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows],
                         clip_coef=config.clip_coef, clip_coef_high=config.clip_coef_high, kl_coef=config.kl_coef,
                         aggregation=config.aggregation)

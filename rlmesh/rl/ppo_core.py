@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -44,15 +46,24 @@ def ppo_update(
     config: PPOConfig,
     clip_coef: float | None = None,
     generator: torch.Generator | None = None,
+    advantages_fn: Callable[[Rollout], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    loss_fn: Callable[..., Any] | None = None,
 ) -> dict[str, float]:
     """One PPO train step on a rollout: advantages, then ``update_epochs`` of minibatches.
 
     Returns the last minibatch's ``losses/*`` metrics plus ``losses/explained_variance``
     and ``train/minibatch_updates``. ``clip_coef`` overrides ``config.clip_coef`` (for annealing).
+    ``advantages_fn(rollout) -> (advantages, returns)`` (``[T, N]`` each) and ``loss_fn`` (same
+    arguments and result as :func:`~rlmesh.rl.losses.ppo_loss`) replace the defaults: they are
+    ``PPOTrainer``'s ``compute_advantages`` / ``compute_loss`` hooks.
     """
     clip = config.clip_coef if clip_coef is None else clip_coef
+    loss_fn = loss_fn or ppo_loss
     with torch.no_grad():
-        advantages, returns = rollout_advantages(rollout, config.gamma, config.gae_lambda)
+        if advantages_fn is None:
+            advantages, returns = rollout_advantages(rollout, config.gamma, config.gae_lambda)
+        else:
+            advantages, returns = advantages_fn(rollout)
     keep = rollout.valid.reshape(-1)
     obs = rollout.obs.reshape(-1, *rollout.obs.shape[2:])[keep]
     actions = rollout.actions.reshape(-1, *rollout.actions.shape[2:])[keep]
@@ -66,7 +77,7 @@ def ppo_update(
         for start in range(0, batch - mb_size + 1, mb_size):
             idx = order[start:start + mb_size] if order is not None else slice(None)
             logp, entropy, values = policy.evaluate(obs[idx], actions[idx])
-            out = ppo_loss(logp, old_logp[idx], advantages[idx], values, old_values[idx], returns[idx], entropy,
+            out = loss_fn(logp, old_logp[idx], advantages[idx], values, old_values[idx], returns[idx], entropy,
                            clip_coef=clip, value_clip_coef=config.value_clip_coef, value_coef=config.value_coef,
                            entropy_coef=config.entropy_coef, normalize_advantages=config.normalize_advantages)
             optimizer.zero_grad(set_to_none=True)

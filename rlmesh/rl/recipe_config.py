@@ -1,13 +1,17 @@
 """Complete experiment configs: one dataclass per recipe, composed of the component
 configs of :mod:`rlmesh.rl.config`, plus the tuned presets the benchmarks measure.
 
-Cross-field checks ("impossible combinations") live here, in the recipe's
-``__post_init__``, because only the recipe sees all the groups at once.
+These are the Hydra schemas (registered by :mod:`rlmesh.rl.config_store`): YAML under
+``rlmesh/configs/`` only selects and overrides them. Cross-field checks ("impossible
+combinations") live here, in the recipe's ``__post_init__``, because only the recipe
+sees all the groups at once; they run on the final, overridden values when
+``OmegaConf.to_object`` builds the dataclasses, before any proc starts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
 
 from rlmesh.rl.config import (
     BufferConfig,
@@ -18,45 +22,174 @@ from rlmesh.rl.config import (
     RewardConfig,
     check,
 )
+from rlmesh.telemetry.config import TelemetryConfig
+
+
+@dataclass
+class RunConfig:
+    """Settings of the controller program itself, the same for every recipe."""
+
+    seed: int = 0
+    """Seeds the trainer; generator replicas derive their env seeds from ``generator.seed``."""
+    progress: bool = True
+    """Show the live progress bar (rich) on a terminal."""
+    max_restarts: int = 0
+    """Restart policy of every proc (``rm.Restart``): 0 never, -1 forever. A restarted trainer
+    resumes from ``trainer.checkpoint_dir``; a generator's lost work is re-issued."""
+    train_timeout_s: float = 120.0
+    """How long one train call waits for enough fresh rollouts before the controller checks again."""
+
+    def __post_init__(self) -> None:
+        check(self.max_restarts >= -1, "run.max_restarts", self.max_restarts, "use -1 (forever), 0 (never) or more")
+        check(self.train_timeout_s > 0, "run.train_timeout_s", self.train_timeout_s, "use a positive number of seconds")
+
+
+@dataclass
+class EvalConfig:
+    """When and how the policy is evaluated (rows in the ``evals`` table)."""
+
+    every: int = 2048
+    """Evaluate after every this many trained env steps (gym) or train steps (LLM); 0 = only at the end."""
+    episodes: int = 20
+    """Greedy episodes on fresh envs (gym), or held-out prompts (LLM)."""
+    target: Optional[float] = None
+    """Stop early once an evaluation reaches this (``mean_return`` / ``mean_reward``); null = never."""
+
+    def __post_init__(self) -> None:
+        check(self.every >= 0, "eval.every", self.every, "use 0 (only at the end) or a positive interval")
+        check(self.episodes >= 1, "eval.episodes", self.episodes, "use 1 or more")
 
 
 @dataclass
 class PPORecipeConfig:
-    """A complete PPO experiment: generator, trainer, buffer."""
+    """A complete PPO experiment: generator, trainer, buffer, evaluation, run, launcher, telemetry."""
 
+    program: str = "ppo"
+    """Controller program under ``recipes/`` that runs this config."""
     generator: GymGeneratorConfig = field(default_factory=GymGeneratorConfig)
     trainer: PPOConfig = field(default_factory=PPOConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    launcher: Dict[str, Any] = field(default_factory=dict)
+    """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields)."""
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def __post_init__(self) -> None:
-        batch = self.generator.num_envs * self.generator.num_steps * self.generator.replicas
+        check(self.program == "ppo", "program", self.program, "a PPO config runs with program=ppo")
+        per_rollout = self.generator.num_envs * self.generator.num_steps
+        batch = per_rollout * self.generator.replicas
         check(batch >= self.trainer.num_minibatches, "trainer.num_minibatches", self.trainer.num_minibatches,
                f"a rollout batch of {batch} transitions cannot be split into more minibatches than that")
+        check(self.buffer.capacity >= self.generator.replicas * (self.buffer.max_policy_lag + 1),
+              "buffer.capacity", self.buffer.capacity,
+              f"hold at least generator.replicas * (buffer.max_policy_lag + 1) = "
+              f"{self.generator.replicas * (self.buffer.max_policy_lag + 1)} rollouts, or rollouts are evicted unused")
+        check(self.trainer.total_steps >= batch, "trainer.total_steps", self.trainer.total_steps,
+              f"the budget must cover at least one train batch ({batch} env steps)")
 
 
 def ppo_cartpole() -> PPORecipeConfig:
     """The tuned CartPole-v1 preset (``recipe=ppo_cartpole``), measured by
     ``benchmarks/cartpole_vs_sb3.py``: rl-zoo's gamma/lambda and linear lr+clip decay, but
     rollouts of 8 envs x 64 steps cut into 4 minibatches for 10 epochs at lr 2e-3
-    (40 gradient steps per 512 transitions, on 128-sample minibatches)."""
+    (40 gradient steps per 512 transitions, on 128-sample minibatches). The distributed
+    recipe generates one rollout ahead (``max_policy_lag=1``)."""
     return PPORecipeConfig(
         generator=GymGeneratorConfig(env_id="CartPole-v1", num_envs=8, num_steps=64),
         trainer=PPOConfig(total_steps=100_000, lr=2e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8, update_epochs=10,
                       num_minibatches=4, clip_coef=0.2, anneal_clip=True, entropy_coef=0.0),
+        buffer=BufferConfig(max_policy_lag=1),
+        eval=EvalConfig(every=2048, episodes=20, target=475.0),
     )
 
 
 @dataclass
-class GRPORecipeConfig:
-    """A complete GRPO experiment: LLM generator, reward, trainer, buffer."""
+class AdditionTaskConfig:
+    """The synthetic task of ``grpo_addition`` (:class:`rlmesh.rl.tasks.AdditionTask`)."""
 
+    min_digits: int = 1
+    """Smallest operand size."""
+    max_digits: int = 2
+    """Largest operand size."""
+    reverse_answer: bool = True
+    """Answers least-significant digit first (far easier for small transformers)."""
+    heldout_fraction: float = 0.1
+    """Share of problems reserved for evaluation (never trained on)."""
+
+    def __post_init__(self) -> None:
+        check(1 <= self.min_digits <= self.max_digits, "task.min_digits", self.min_digits,
+              f"use 1 <= task.min_digits <= task.max_digits ({self.max_digits})")
+        check(0 < self.heldout_fraction < 1, "task.heldout_fraction", self.heldout_fraction, "use a value in (0, 1)")
+
+
+@dataclass
+class PolicyModelConfig:
+    """The policy network of LLM recipes: the built-in transformer, or a local HF folder."""
+
+    path: Optional[str] = None
+    """A local Hugging Face folder (``save_pretrained``); null = build the small transformer below."""
+    d_model: int = 128
+    """Residual width of the built-in transformer."""
+    n_layers: int = 2
+    """Blocks."""
+    n_heads: int = 4
+    """Attention heads (must divide d_model)."""
+
+    def __post_init__(self) -> None:
+        check(self.d_model >= 1 and self.n_heads >= 1 and self.d_model % self.n_heads == 0, "model.n_heads",
+              self.n_heads, f"pick a head count that divides model.d_model ({self.d_model})")
+        check(self.n_layers >= 1, "model.n_layers", self.n_layers, "use 1 or more")
+
+
+@dataclass
+class GRPORecipeConfig:
+    """A complete GRPO experiment: task, model, LLM generator, reward, trainer, buffer, evaluation."""
+
+    program: str = "grpo"
+    """Controller program under ``recipes/`` that runs this config."""
+    task: AdditionTaskConfig = field(default_factory=AdditionTaskConfig)
+    model: PolicyModelConfig = field(default_factory=PolicyModelConfig)
     generator: LLMGeneratorConfig = field(default_factory=LLMGeneratorConfig)
     reward: RewardConfig = field(default_factory=lambda: RewardConfig(kind="exact_match"))
     trainer: GRPOConfig = field(default_factory=GRPOConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(every=100, episodes=500))
+    run: RunConfig = field(default_factory=RunConfig)
+    steps: int = 1000
+    """GRPO train steps."""
+    prompts_per_step: int = 128
+    """Prompts generated per train step, split evenly over ``generator.replicas`` work items."""
+    launcher: Dict[str, Any] = field(default_factory=dict)
+    """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields)."""
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def __post_init__(self) -> None:
+        check(self.program == "grpo", "program", self.program, "a GRPO config runs with program=grpo")
         check(self.reward.kind != "env", "reward.kind", self.reward.kind,
-               "GRPO on text needs a verifier: use 'exact_match' or 'numeric'")
+               "GRPO on text needs a verifier: use 'exact_match' or 'numeric' (or 'model' with a subclass)")
         check(self.generator.samples_per_prompt >= 2, "generator.samples_per_prompt",
                self.generator.samples_per_prompt, "GRPO's group baseline needs at least 2 samples per prompt")
+        check(self.steps >= 1, "steps", self.steps, "use 1 or more train steps")
+        check(self.prompts_per_step >= self.generator.replicas and self.prompts_per_step % self.generator.replicas == 0,
+              "prompts_per_step", self.prompts_per_step,
+              f"use a multiple of generator.replicas ({self.generator.replicas}) so each work item gets the same prompts")
+        check(not (self.generator.backend == "vllm" and self.model.path is None), "model.path", self.model.path,
+              "generator.backend=vllm loads a local Hugging Face folder: set model.path=/path/to/model")
+        check(self.trainer.sft_steps == 0 or self.model.path is None, "trainer.sft_steps", self.trainer.sft_steps,
+              "the SFT warm start is for the built-in transformer; use trainer.sft_steps=0 with model.path")
+        check(self.generator.max_new_tokens >= self.task.max_digits + 2, "generator.max_new_tokens",
+              self.generator.max_new_tokens,
+              f"answers need up to task.max_digits + 2 = {self.task.max_digits + 2} tokens (digits, carry, EOS)")
+
+
+def grpo_addition() -> GRPORecipeConfig:
+    """The measured CPU preset (``recipe=grpo_addition``): 1-2 digit addition, reversed answers,
+    200 SFT steps, then GRPO on 128 prompts x 16 samples per step keeping at most 32
+    informative groups, lr 5e-4 (what ``benchmarks/grpo_cpu.py`` measured single-process)."""
+    return GRPORecipeConfig(
+        generator=LLMGeneratorConfig(samples_per_prompt=16, max_new_tokens=4),
+        trainer=GRPOConfig(lr=5e-4, max_groups=32, sft_steps=200),
+        eval=EvalConfig(every=100, episodes=500, target=None),
+        steps=1000, prompts_per_step=128,
+    )

@@ -90,6 +90,8 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("length", "BIGINT", "steps (env) or tokens (LLM)"),
         _c("env", "VARCHAR", "environment or task name"),
         _c("duration_s", "DOUBLE", "time to produce it"),
+        _c("episodes", "BIGINT", "episodes that ended inside it (gym rollouts; NULL for completions)"),
+        _c("samples", "BIGINT", "trainable samples inside: transitions (gym) or 1 (a completion)"),
     ), "rlmesh.rl generators"),
     _T("rewards", "one row per scored rollout from a reward actor", (
         _c("rollout_id", "VARCHAR", "rollout scored"),
@@ -107,6 +109,15 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("duration_s", "DOUBLE", "wall time of the step"),
         _c("metrics", "JSON", "other namespaced metrics, e.g. {\"losses/approx_kl\": 0.01}"),
     ), "rlmesh.rl trainers"),
+    _T("evals", "one row per evaluation of the policy (greedy, on fresh envs or held-out prompts)", (
+        _c("step", "BIGINT", "trainer step the evaluated weights came from"),
+        _c("policy_version", "BIGINT", "weight version evaluated"),
+        _c("metric", "VARCHAR", "mean_return (gymnasium recipes) | mean_reward (held-out prompts)"),
+        _c("value", "DOUBLE", "the metric's value"),
+        _c("episodes", "BIGINT", "episodes (gym) or prompts (LLM) it averages over"),
+        _c("env_steps", "BIGINT", "trained env steps (gym) or completions (LLM) before these weights"),
+        _c("duration_s", "DOUBLE", "time the evaluation took"),
+    ), "rlmesh.rl evaluators"),
     _T("weight_syncs", "one row per weight transfer to one subscriber", (
         _c("name", "VARCHAR", "published weights name, e.g. 'policy'"),
         _c("version", "BIGINT", "version transferred"),

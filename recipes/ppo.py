@@ -1,0 +1,115 @@
+"""PPO on a gymnasium env, with generators, a replay buffer and a trainer in their own procs.
+
+    rlmesh run recipe=ppo_cartpole                      # from any directory
+    rlmesh run recipe=ppo_cartpole trainer.lr=1e-3 generator.replicas=2
+    python recipes/ppo.py recipe=ppo_cartpole           # the same, from a checkout
+
+The loop, top to bottom: the trainer publishes version 0; each generator replica loops
+``collect(work item)`` -> its rollout goes straight to the buffer; the trainer ``train`` s
+on batches it samples from the buffer and publishes each new version; an evaluator
+scores the greedy policy on fresh envs every ``eval.every`` env steps. Generation runs
+ahead of training by at most ``buffer.max_policy_lag`` versions (the work scheduler's
+credit), so they overlap without going off-policy beyond that bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import rlmesh as rm
+from rlmesh.rl.actors import GymGenerator, PPOTrainer, ReplayBuffer
+from rlmesh.rl.placement import place
+from rlmesh.rl.recipe_config import PPORecipeConfig
+from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
+from rlmesh.rl.schedule import AsyncWorkScheduler
+
+
+def main(cfg: PPORecipeConfig, launcher: str = "local") -> dict:
+    g, t = cfg.generator, cfg.trainer
+    cfg.telemetry.apply()
+    run_id = rm.telemetry.start_run(config=cfg)
+    restart = rm.Restart(max_restarts=cfg.run.max_restarts)
+    procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": g.replicas + 2}, restart=restart)
+    try:
+        # proc 0: buffer + evaluator, proc 1: trainer, procs 2..: one generator each
+        buffer = procs.slice(procs=0).spawn("buffer", ReplayBuffer, cfg.buffer)
+        evaluator = procs.slice(procs=0).spawn("evaluator", GymGenerator, g)
+        trainer = procs.slice(procs=1).spawn("trainer", PPOTrainer, t, g.env_id, buffer, seed=cfg.run.seed)
+        gens = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", GymGenerator, g, buffer)
+        result = asyncio.run(_loop(cfg, gens, trainer, evaluator))
+    finally:
+        procs.stop()
+    rm.telemetry.flush()
+    counts = telemetry_counts(rm.telemetry.query)
+    result.update(run_id=run_id, **counts)
+    ev = counts["last_eval"]
+    print_summary(run_id, [
+        ("env", g.env_id), ("train steps", str(counts["train_steps"])), ("env steps trained", str(result["env_steps"])),
+        ("rollouts (distinct ids)", f"{counts['rollouts']} ({counts['distinct_ids']})"),
+        ("final eval", f"{ev['metric']} {ev['value']:.1f} at step {ev['step']}" if ev else "none"),
+        ("solved", f"{result['solved_steps']} env steps, {result['solved_s']:.1f} s" if result["solved_s"] else "no"),
+        ("wall time", f"{result['wall_s']:.1f} s"), ("weight syncs", str(counts["weight_syncs"])),
+    ])
+    return result
+
+
+async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator) -> dict:
+    g, t = cfg.generator, cfg.trainer
+    work = AsyncWorkScheduler(per_step=g.replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix="rollout-")
+    stop = asyncio.Event()
+    start = time.perf_counter()
+    state = {"env_steps": 0, "solved_steps": None, "solved_s": None, "evals": []}
+
+    async def generate(gen) -> None:  # one loop per generator replica
+        while not stop.is_set():
+            item = await work.next_item()
+            try:
+                work.finished(await gen.collect.call_one(item))
+            except rm.ActorDied:  # its proc died mid-rollout: same id to whoever runs next
+                work.reissue(item)
+                await asyncio.sleep(0.5)
+
+    async def evaluate(version: int, env_steps: int) -> None:
+        r = await evaluator.evaluate.call_one(cfg.eval.episodes, version, env_steps)
+        state["evals"].append((env_steps, r["value"]))
+        if cfg.eval.target is not None and r["value"] >= cfg.eval.target and state["solved_s"] is None:
+            state.update(solved_steps=env_steps, solved_s=time.perf_counter() - start)
+            stop.set()
+
+    loops = [asyncio.ensure_future(generate(gens.slice(procs=i))) for i in range(g.replicas)]
+    evals: list[asyncio.Future] = []
+    next_eval = cfg.eval.every or t.total_steps
+    with RunProgress(t.total_steps, "env steps", cfg.run.progress) as bar:
+        while state["env_steps"] < t.total_steps and not stop.is_set():
+            m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
+            work.rejected(m["dropped"])          # stale inside the buffer: their credit is free
+            if not m["trained"]:
+                continue
+            work.consumed(g.replicas, m["policy_version"])
+            state["env_steps"] = m["samples_seen"]
+            if state["env_steps"] >= next_eval:
+                next_eval += cfg.eval.every or t.total_steps
+                evals.append(asyncio.ensure_future(evaluate(m["policy_version"], state["env_steps"])))
+            bar.update(state["env_steps"], step=m["step"], lag=m["max_lag"],
+                       reward=m["metrics"].get("charts/episodic_return"),
+                       sps=state["env_steps"] / (time.perf_counter() - start))
+        if not stop.is_set():  # the budget ran out: one last evaluation of the final weights
+            evals.append(asyncio.ensure_future(evaluate(m["policy_version"], state["env_steps"])))
+        await asyncio.gather(*evals)
+    stop.set()
+    for loop in loops:
+        loop.cancel()
+    await asyncio.gather(*loops, return_exceptions=True)
+    state["wall_s"] = time.perf_counter() - start
+    state["issued"], state["reissued"] = work.issued, work.reissued
+    return state
+
+
+if __name__ == "__main__":  # python recipes/ppo.py [overrides]: the ppo_cartpole recipe unless told otherwise
+    import sys
+
+    from rlmesh.recipes_cli import run_main
+
+    args = sys.argv[1:]
+    raise SystemExit(run_main(args if any(a.startswith("recipe=") for a in args) else ["recipe=ppo_cartpole", *args]))

@@ -1,0 +1,84 @@
+"""``Generator``: the base of every actor that turns a policy into rollouts.
+
+It owns the two things all generators share: the policy's **weight version** (pulled
+through :mod:`rlmesh.weights`, newest first) and the hand-off to the ``ReplayBuffer``
+actor, peer to peer. Every rollout is tagged with the version that produced it and with
+the id of the work item it answers (``WorkItem.work_id``), so work re-issued after a
+generator death is recognised as a duplicate by the buffer and never counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+import rlmesh as rm
+from rlmesh.weights import Subscriber
+
+logger = logging.getLogger(__name__)
+
+
+class Generator(rm.Actor):
+    """Base generator. Subclasses implement :meth:`weight_target` and their own endpoints.
+
+    Args:
+        buffer: the ``ReplayBuffer`` actor mesh rollouts go to (``None`` for an evaluator).
+        weights: name of the published weights to follow.
+    """
+
+    def __init__(self, buffer: Any = None, weights: str = "policy") -> None:
+        torch.set_num_threads(1)  # generators share cores with the trainer
+        self.buffer = buffer
+        self.weights = weights
+        self.version = -1
+        """Weight version currently loaded (-1 before the first pull)."""
+        self._sub = Subscriber(weights)
+
+    # -- hooks -------------------------------------------------------------------------------------------------
+
+    def weight_target(self) -> Any:
+        """Hook: the tensors ``pull_into`` overwrites in place (a state_dict or a module).
+
+        Called before every pull; the default raises so a subclass cannot forget it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement weight_target()")
+
+    def on_weights(self, version: int) -> None:
+        """Hook: runs right after new weights (``version``) were copied in. Default: nothing."""
+
+    # -- shared behaviour --------------------------------------------------------------------------------------
+
+    def sync_weights(self, min_version: int = 0, timeout: float = 120.0) -> int:
+        """Make sure the policy is at least ``min_version``, pulling the newest published one if it is newer.
+
+        Blocks (up to ``timeout``) while the trainer has not published ``min_version`` yet:
+        that wait is what bounds the policy lag (see :mod:`rlmesh.rl.schedule`).
+        """
+        latest = self._sub.latest_version()
+        if self.version >= min_version and (latest is None or latest <= self.version):
+            return self.version
+        target = self.weight_target()
+        if target is None:  # engine takes whole state dicts only (a backend without in-place tensors)
+            sd, v = self._sub.pull(min_version=max(0, min_version), timeout=timeout)
+            self.load_state_dict(sd)
+        else:
+            v = self._sub.pull_into(target, min_version=max(0, min_version), timeout=timeout)
+        self.version = int(v)
+        self.on_weights(self.version)
+        return self.version
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Hook for engines without in-place targets (``weight_target() is None``)."""
+        raise NotImplementedError(f"{type(self).__name__}: weight_target() is None, so implement load_state_dict()")
+
+    def submit(self, rollout_id: str, data: Any, num_samples: int) -> str:
+        """Hand a rollout to the buffer (peer to peer). Returns ``""`` if accepted, else the
+        buffer's reason (``"duplicate"`` for re-issued work whose original landed, ``"stale"``)."""
+        if self.buffer is None:
+            return ""
+        return str(self.buffer.add.call_one(rollout_id, self.version, data, num_samples).get())
+
+    def on_stop(self) -> None:
+        self._sub.close()

@@ -1,0 +1,96 @@
+"""``GymGenerator``: steps a gymnasium vector env (any registered id, discrete or continuous
+actions) with an MLP actor-critic and ships trajectories with log-probs and values.
+
+The body is :class:`rlmesh.rl.rollout.RolloutCollector`, the same code the single-process
+reference PPO runs; this actor adds the weight version, the work id and telemetry.
+The same class serves as the **evaluator** (``buffer=None``): :meth:`evaluate` runs the
+greedy policy on fresh envs and writes an ``evals`` row.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import rlmesh as rm
+from rlmesh.rl.actors.generator import Generator
+from rlmesh.rl.config import GymGeneratorConfig
+from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
+from rlmesh.rl.rollout import RolloutCollector, evaluate_greedy, greedy_actor
+from rlmesh.rl.schedule import WorkItem
+
+
+def env_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
+    """Single-env observation and action spaces of ``env_id`` (the policy is built from them)."""
+    env = gym.make(env_id)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+class GymGenerator(Generator):
+    """Collects ``num_envs x num_steps`` transitions per work item.
+
+    Replica ``i`` of the mesh seeds its envs with ``config.seed + 1000 * i``.
+    """
+
+    def __init__(self, config: GymGeneratorConfig, buffer: Any = None, model: ActorCriticConfig | None = None,
+                 weights: str = "policy") -> None:
+        super().__init__(buffer, weights)
+        self.config = config
+        obs_space, act_space = env_spaces(config.env_id)
+        self.policy = ActorCritic(obs_space, act_space, model)
+        self.action_space = act_space
+        rank = max(rm.context().rank, 0) if buffer is not None else 0
+        self.collector = RolloutCollector(config, self.policy, seed=config.seed + 1000 * rank) if buffer is not None \
+            else None
+
+    def weight_target(self) -> Any:
+        return self.policy
+
+    @rm.endpoint
+    def collect(self, item: WorkItem) -> dict[str, Any]:
+        """Pull weights >= ``item.min_version``, collect one rollout, hand it to the buffer.
+
+        Returns a small summary for the controller (the rollout itself goes to the buffer).
+        A ``rollouts`` telemetry row is written only for rollouts the buffer accepted, so
+        the table never counts re-issued work twice.
+        """
+        if self.collector is None:
+            raise RuntimeError("this GymGenerator was built without a buffer (an evaluator); it cannot collect")
+        self.sync_weights(item.min_version)
+        t0 = time.perf_counter()
+        rollout = self.collector.collect(policy_version=self.version)
+        refused = self.submit(item.work_id, rollout, rollout.num_steps)
+        mean_return = float(np.mean(rollout.episode_returns)) if rollout.episode_returns else None
+        accepted = not refused
+        if accepted:
+            rm.telemetry.record("rollouts", rollout_id=item.work_id, policy_version=self.version, reward=mean_return,
+                                length=rollout.num_steps, env=self.config.env_id,
+                                duration_s=time.perf_counter() - t0, episodes=len(rollout.episode_returns),
+                                samples=rollout.num_steps)
+        return {"rollout_id": item.work_id, "policy_version": self.version, "accepted": accepted, "reason": refused,
+                "samples": rollout.num_steps, "episodes": len(rollout.episode_returns), "mean_return": mean_return}
+
+    @rm.endpoint
+    def evaluate(self, episodes: int = 20, min_version: int = 0, env_steps: int | None = None,
+                 seed: int = 10_000) -> dict[str, Any]:
+        """Greedy mean return over ``episodes`` fresh envs (one episode each) with the newest
+        weights >= ``min_version``; writes an ``evals`` row (``metric='mean_return'``)."""
+        self.sync_weights(min_version)
+        t0 = time.perf_counter()
+        mean_return, returns = evaluate_greedy(greedy_actor(self.policy, self.action_space), self.config.env_id,
+                                               episodes, seed)
+        row = {"step": self.version, "policy_version": self.version, "metric": "mean_return", "value": mean_return,
+               "episodes": episodes, "env_steps": env_steps, "duration_s": time.perf_counter() - t0}
+        rm.telemetry.record("evals", **row)
+        return row
+
+    def on_stop(self) -> None:
+        if self.collector is not None:
+            self.collector.close()
+        super().on_stop()

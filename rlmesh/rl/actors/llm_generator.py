@@ -1,0 +1,123 @@
+"""``LLMGenerator``: N completions per prompt through a generation backend, scored by reward actors.
+
+Backend-agnostic by construction: it speaks only the contract of
+:mod:`rlmesh.rl.backends.base` (``generate`` / ``weight_target`` / ``load_weights``), so
+``generator.backend=torch`` (the small KV-cache transformer, CPU) and ``vllm`` run the same
+code. A work item is a list of prompts; the generator samples ``samples_per_prompt``
+completions each, asks a ``RewardActor`` (peer to peer, the least busy one) to score
+them, and hands the scored groups to the buffer as one rollout whose id is the work id.
+Each completion gets its own ``rollouts`` row, id ``<work_id>/<k>``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import rlmesh as rm
+from rlmesh.rl.actors.generator import Generator
+from rlmesh.rl.backends.base import Completion, SamplingParams, make_backend
+from rlmesh.rl.config import LLMGeneratorConfig
+from rlmesh.rl.schedule import WorkItem
+
+
+class LLMGenerator(Generator):
+    """Samples completions for prompts; ``reward`` is the ``RewardActor`` mesh that scores them.
+
+    Args:
+        config: sampling settings (backend, N, max tokens, temperature, top-p).
+        task: the task object (``encode_prompt``, ``tokenizer``, ``name``); it travels by value.
+        backend_kwargs: passed to the backend's constructor (the torch backend takes
+            ``model_config`` or ``model_path``; see :func:`backend_kwargs_for`).
+    """
+
+    def __init__(self, config: LLMGeneratorConfig, task: Any, buffer: Any = None, reward: Any = None,
+                 backend_kwargs: dict[str, Any] | None = None, weights: str = "policy") -> None:
+        super().__init__(buffer, weights)
+        self.config, self.task, self.reward = config, task, reward
+        self.backend = make_backend(config.backend, **(backend_kwargs or {}))
+        self.tokens_generated = 0
+        self.generate_seconds = 0.0
+
+    def weight_target(self) -> Any:
+        return self.backend.weight_target()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.backend.load_weights(state_dict)
+
+    def sampling_params(self, greedy: bool = False) -> SamplingParams:
+        """Hook: how to sample. ``greedy`` (evaluation) keeps only the argmax token."""
+        if greedy:
+            return SamplingParams(n=1, max_tokens=self.config.max_new_tokens, temperature=1.0, top_p=1e-9)
+        return SamplingParams(n=self.config.samples_per_prompt, max_tokens=self.config.max_new_tokens,
+                              temperature=self.config.temperature, top_p=self.config.top_p)
+
+    def _sample(self, problems: list[Any], params: SamplingParams) -> list[Completion]:
+        t0 = time.perf_counter()
+        groups = self.backend.generate([self.task.encode_prompt(p) for p in problems], params)
+        flat = [c for g in groups for c in g]
+        for c in flat:
+            if not c.text:
+                c.text = self.task.tokenizer.decode(c.token_ids)
+        self.generate_seconds += time.perf_counter() - t0
+        self.tokens_generated += sum(len(c.token_ids) for c in flat)
+        return flat
+
+    def _score(self, ids: list[str], flat: list[Completion], problems: list[Any], n: int) -> list[float]:
+        items = [{"rollout_id": ids[i], "text": c.text, "answer": problems[i // n].answer} for i, c in enumerate(flat)]
+        if self.reward is None:
+            raise RuntimeError("LLMGenerator needs a reward actor mesh to score completions (reward=...)")
+        return list(self.reward.score.choose(items).get())
+
+    @rm.endpoint
+    def generate(self, item: WorkItem, problems: list[Any]) -> dict[str, Any]:
+        """Sample, score and submit one work item; returns counts for the progress bar."""
+        self.sync_weights(item.min_version)
+        t0 = time.perf_counter()
+        params = self.sampling_params()
+        flat = self._sample(problems, params)
+        ids = [f"{item.work_id}/{k}" for k in range(len(flat))]
+        rewards = self._score(ids, flat, problems, params.n)
+        data = {"completions": flat, "rewards": rewards, "group_size": params.n,
+                "logprobs_exact": bool(self.backend.logprobs_exact)}
+        refused = self.submit(item.work_id, data, len(flat))
+        accepted = not refused
+        if accepted:
+            took = time.perf_counter() - t0
+            rm.telemetry.record_batch("rollouts", {
+                "rollout_id": ids, "policy_version": [self.version] * len(ids), "reward": rewards,
+                "length": [len(c.token_ids) for c in flat], "env": [getattr(self.task, "name", type(self.task).__name__)] * len(ids),
+                "duration_s": [took / len(ids)] * len(ids), "samples": [1] * len(ids)})
+        tokens = sum(len(c.token_ids) for c in flat)
+        return {"rollout_id": item.work_id, "policy_version": self.version, "accepted": accepted, "reason": refused,
+                "samples": len(flat), "tokens": tokens, "mean_reward": sum(rewards) / len(rewards),
+                "gen_tokens_per_s": self.tokens_generated / max(self.generate_seconds, 1e-9)}
+
+    @rm.endpoint
+    def evaluate(self, problems: list[Any], min_version: int = 0, env_steps: int | None = None) -> dict[str, Any]:
+        """Greedy completions of held-out ``problems``, scored by the reward actor; writes an
+        ``evals`` row with ``metric='mean_reward'``."""
+        self.sync_weights(min_version)
+        t0 = time.perf_counter()
+        flat = self._sample(problems, self.sampling_params(greedy=True))
+        rewards = self._score([f"eval-v{self.version}/{k}" for k in range(len(flat))], flat, problems, 1)
+        row = {"step": self.version, "policy_version": self.version, "metric": "mean_reward",
+               "value": sum(rewards) / len(rewards), "episodes": len(problems), "env_steps": env_steps,
+               "duration_s": time.perf_counter() - t0}
+        rm.telemetry.record("evals", **row)
+        return row
+
+    def on_stop(self) -> None:
+        self.backend.close()
+        super().on_stop()
+
+
+def backend_kwargs_for(backend: str, task: Any, model_config: Any = None, model_path: str | None = None,
+                       seed: int = 0) -> dict[str, Any]:
+    """Constructor arguments for a backend by name: the torch backend gets the model
+    description and the task tokenizer's ids; others get the model path (and seed)."""
+    tok = task.tokenizer
+    if backend == "torch":
+        return {"model_config": model_config, "model_path": model_path, "eos_id": tok.eos_id, "pad_id": tok.pad_id,
+                "seed": seed, "tokenizer": tok}
+    return {"model_path": model_path, "seed": seed}

@@ -1,0 +1,209 @@
+"""``Trainer``: the base of every learner actor.
+
+It owns what all algorithms share: the model and optimiser (built by hooks), the step
+and weight-version counters, sampling batches from the ``ReplayBuffer`` (peer to peer),
+publishing weights through :mod:`rlmesh.weights`, checkpoints (model, optimiser, RNG
+states, step, version and whatever :meth:`Trainer.checkpoint_extra` adds) and one
+``train_steps`` telemetry row per step. An algorithm implements :meth:`train_step`.
+
+Version semantics: the published version is the number of train steps taken, so a
+rollout's lag is simply ``trainer step - rollout version``. Version 0 (the initial
+weights) is published from ``__init__``; generators block on it before their first rollout.
+
+Restarts: with a ``checkpoint_dir``, a restarted trainer proc (``rm.Restart``) reloads
+the newest checkpoint in :meth:`on_restart` and republishes, so generators follow it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import rlmesh as rm
+from rlmesh.rl.config import TrainerConfig
+from rlmesh.weights import Publisher
+
+logger = logging.getLogger(__name__)
+
+
+class Trainer(rm.Actor):
+    """Base trainer. Subclasses implement :meth:`build_model`, :meth:`build_optimizer` and :meth:`train_step`.
+
+    Args:
+        config: a :class:`~rlmesh.rl.config.TrainerConfig` (or an algorithm config extending it).
+        buffer: the ``ReplayBuffer`` actor mesh to sample from (``None``: call :meth:`train_step` directly).
+        weights: name the weights are published under.
+        seed: seeds torch, numpy and ``random`` in this proc.
+    """
+
+    def __init__(self, config: TrainerConfig, buffer: Any = None, weights: str = "policy", seed: int = 0) -> None:
+        torch.set_num_threads(1)
+        self.config, self.buffer, self.seed = config, buffer, seed
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        self.step = 0
+        self.version = 0
+        self.samples_seen = 0
+        """Samples trained on so far (transitions or completions): drives schedules such as lr annealing."""
+        self.model = self.build_model()
+        self.optimizer = self.build_optimizer()
+        self.publisher = Publisher(weights)
+        self.setup()
+        if not self.load_checkpoint():
+            self.publish()
+
+    # -- hooks -------------------------------------------------------------------------------------------------
+
+    def build_model(self) -> torch.nn.Module:
+        """Hook: the policy network (runs once, in ``__init__``, before the optimiser)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement build_model()")
+
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """Hook: the optimiser over ``self.model`` (runs once, right after :meth:`build_model`)."""
+        return torch.optim.Adam(self.model.parameters(), lr=getattr(self.config, "lr", 1e-3))
+
+    def setup(self) -> None:
+        """Hook: runs once after model and optimiser exist and before version 0 is published
+        (a warm start, a frozen reference copy). Not run again after a checkpoint reload."""
+
+    def train_step(self, batch: list[Any]) -> dict[str, float]:
+        """Hook: one optimiser step (or several minibatch steps) on ``batch``, the payloads of
+        the sampled rollouts, oldest first. Returns namespaced metrics (``losses/*``, ``train/*``).
+
+        May assume every item is within ``max_policy_lag`` versions of ``self.version``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement train_step()")
+
+    def samples_in(self, batch: list[Any]) -> int:
+        """Hook: how many samples ``batch`` holds (for ``train_steps.samples`` and schedules)."""
+        return len(batch)
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """Hook: extra state to save with a checkpoint (returned to :meth:`restore_extra`)."""
+        return {}
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        """Hook: restore what :meth:`checkpoint_extra` saved."""
+
+    # -- endpoints ---------------------------------------------------------------------------------------------
+
+    @rm.endpoint
+    def train(self, batch_size: int, timeout: float = 60.0) -> dict[str, Any]:
+        """Sample ``batch_size`` fresh rollouts from the buffer, run :meth:`train_step`, publish.
+
+        Returns ``trained=False`` (with the drops) when the buffer had not enough fresh
+        rollouts within ``timeout``; the controller then issues more work and calls again.
+        """
+        if self.buffer is None:
+            raise RuntimeError(f"{type(self).__name__} was built without a buffer; call train_step() directly")
+        res = self.buffer.sample.call_one(batch_size, self.version, timeout).get()
+        dropped = {"stale": sum(d.reason == "stale" for d in res.dropped), "other": len(res.dropped)}
+        if not res.rollouts:
+            return {"trained": False, "dropped": dropped["other"], "step": self.step, "policy_version": self.version}
+        out = self.learn([r.data for r in res.rollouts], max_lag=res.max_lag or 0)
+        out.update(trained=True, dropped=dropped["other"], rollout_ids=[r.rollout_id for r in res.rollouts])
+        return out
+
+    def learn(self, batch: list[Any], max_lag: int = 0) -> dict[str, Any]:
+        """:meth:`train_step` plus the bookkeeping: counters, publish, checkpoint, telemetry."""
+        t0 = time.perf_counter()
+        samples = self.samples_in(batch)
+        metrics = self.train_step(batch)
+        self.step += 1
+        self.samples_seen += samples
+        if self.step % self.config.publish_every == 0:
+            self.publish()
+        every = self.config.checkpoint_every
+        if self.config.checkpoint_dir and every and self.step % every == 0:
+            self.save_checkpoint()
+        took = time.perf_counter() - t0
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics["train/policy_lag"] = float(max_lag)
+        rm.telemetry.record("train_steps", step=self.step, policy_version=self.version,
+                            loss=metrics.get("losses/loss"), lr=lr, grad_norm=metrics.get("train/grad_norm"),
+                            samples=samples, duration_s=took, metrics=json.dumps(metrics))
+        return {"step": self.step, "policy_version": self.version, "samples": samples, "samples_seen": self.samples_seen,
+                "max_lag": max_lag, "duration_s": took, "lr": lr, "metrics": metrics}
+
+    @rm.endpoint
+    def save(self, path: str | None = None) -> str:
+        """Write a checkpoint now (to ``path`` or ``checkpoint_dir``); returns its path."""
+        return str(self.save_checkpoint(path))
+
+    @rm.endpoint
+    def load(self, path: str) -> int:
+        """Load a checkpoint file and republish; returns the restored step."""
+        self.load_checkpoint(path)
+        return self.step
+
+    @rm.endpoint
+    def state(self) -> dict[str, int]:
+        """Step, version and samples seen (cheap; for the controller and tests)."""
+        return {"step": self.step, "policy_version": self.version, "samples_seen": self.samples_seen}
+
+    def on_restart(self) -> None:
+        """A restarted proc reloads the newest checkpoint (``__init__`` already tried) and republishes."""
+        logger.info("%s restarted at step %d (version %d)", type(self).__name__, self.step, self.version)
+
+    def on_stop(self) -> None:
+        if self.config.checkpoint_dir:
+            self.save_checkpoint()
+        self.publisher.close()
+
+    # -- weights and checkpoints -------------------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Publish ``self.model``'s weights as version ``self.step``."""
+        self.version = self.step
+        self.publisher.publish(self.model.state_dict(), version=self.version)
+
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Atomically write model, optimiser, RNG states, counters and :meth:`checkpoint_extra`."""
+        if path is None:
+            if not self.config.checkpoint_dir:
+                raise rm.ConfigError("trainer.checkpoint_dir is not set; set it to save checkpoints")
+            path = Path(self.config.checkpoint_dir) / f"step_{self.step:08d}.pt"
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
+                 "version": self.version, "samples_seen": self.samples_seen, "torch_rng": torch.get_rng_state(),
+                 "numpy_rng": np.random.get_state(), "python_rng": random.getstate(), "extra": self.checkpoint_extra()}
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike[str] | None = None) -> bool:
+        """Restore from ``path``, or the newest ``step_*.pt`` in ``checkpoint_dir``; republish.
+        Returns ``False`` when there is nothing to load."""
+        if path is None:
+            d = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
+            found = sorted(d.glob("step_*.pt")) if d and d.is_dir() else []
+            if not found:
+                return False
+            path = found[-1]
+        state = torch.load(path, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
+        torch.set_rng_state(state["torch_rng"])
+        np.random.set_state(state["numpy_rng"])
+        random.setstate(state["python_rng"])
+        self.restore_extra(state.get("extra", {}))
+        logger.info("loaded checkpoint %s (step %d)", path, self.step)
+        latest = self.publisher.latest_version()
+        if latest is None or self.step > latest:
+            self.publish()
+        else:
+            self.version = self.step
+        return True

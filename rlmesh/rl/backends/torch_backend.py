@@ -1,0 +1,104 @@
+"""The ``torch`` generation backend: the KV-cache sampler of :mod:`rlmesh.rl.models.sampling`
+over the small built-in transformer, or over a local Hugging Face folder (``load_hf``).
+
+It runs anywhere torch runs (CPU here). Its log-probs are exact in the sense of
+:mod:`rlmesh.rl.backends.base` (``softmax(logits / T)`` before top-p), so the trainer uses
+them as the behaviour log-probs directly. Weights are updated in place:
+:meth:`weight_target` is the live ``state_dict``, which ``Subscriber.pull_into``
+overwrites tensor by tensor, with no reallocation and no engine restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlmesh.rl.backends.base import Completion, SamplingParams
+from rlmesh.rl.models.sampling import generate
+from rlmesh.rl.models.transformer import Transformer, TransformerConfig
+
+logger = logging.getLogger(__name__)
+
+
+def build_policy_model(model_config: TransformerConfig | dict[str, Any] | None = None,
+                       model_path: str | None = None) -> tuple[nn.Module, Any]:
+    """The policy network a trainer and a torch backend share: ``(model, hf_tokenizer_or_None)``.
+
+    ``model_path`` (a local ``save_pretrained`` folder) wins over ``model_config``.
+    """
+    if model_path:
+        from rlmesh.rl.models.hf import load_hf
+
+        return load_hf(model_path)
+    if isinstance(model_config, dict):
+        model_config = TransformerConfig(**model_config)
+    return Transformer(model_config or TransformerConfig()), None
+
+
+class TorchBackend:
+    """Sampling with the in-process torch model.
+
+    Args:
+        model: an existing model (tests, notebooks); else one is built from
+            ``model_config`` / ``model_path`` by :func:`build_policy_model`.
+        eos_id: stop token; ``pad_id`` fills finished rows.
+        seed: seeds the sampler's own ``torch.Generator`` (``SamplingParams.seed`` overrides it per call).
+    """
+
+    name = "torch"
+    logprobs_exact = True
+
+    def __init__(self, model: nn.Module | None = None, *, model_config: TransformerConfig | dict[str, Any] | None = None,
+                 model_path: str | None = None, eos_id: int | None = None, pad_id: int = 0, seed: int = 0,
+                 tokenizer: Any = None) -> None:
+        if model is None:
+            model, hf_tok = build_policy_model(model_config, model_path)
+            tokenizer = tokenizer or hf_tok
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.eos_id, self.pad_id = eos_id, pad_id
+        self._rng = torch.Generator().manual_seed(seed)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        """``params.n`` completions per prompt; tokens up to and including EOS, log-probs alongside."""
+        rng = torch.Generator().manual_seed(params.seed) if params.seed is not None else self._rng
+        gen = generate(self.model, prompts, n=params.n, max_new_tokens=params.max_tokens,
+                       temperature=params.temperature, top_p=params.top_p, eos_id=self.eos_id, pad_id=self.pad_id,
+                       generator=rng)
+        lengths = gen.completion_mask.sum(1).tolist()
+        ids, logps = gen.completion_ids.tolist(), gen.completion_logprobs.tolist()
+        out: list[list[Completion]] = []
+        for i, prompt in enumerate(prompts):
+            group = []
+            for j in range(params.n):
+                r = i * params.n + j
+                toks = ids[r][:lengths[r]]
+                stop = self.eos_id is not None and bool(toks) and toks[-1] == self.eos_id
+                text = self._decode(toks)
+                group.append(Completion(list(prompt), toks, logps[r][:lengths[r]], text, "stop" if stop else "length"))
+            out.append(group)
+        return out
+
+    def _decode(self, toks: list[int]) -> str:
+        if self.tokenizer is None:
+            return ""
+        try:
+            return self.tokenizer.decode(toks, skip_special_tokens=True)
+        except TypeError:  # CharTokenizer: decode(ids, stop_at_eos=True)
+            return self.tokenizer.decode(toks)
+
+    def weight_target(self) -> dict[str, Any]:
+        """The live state_dict: ``pull_into`` copies new weights straight into the model's tensors."""
+        return self.model.state_dict()
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        """Copy a whole state dict in place (the path for callers that already hold tensors)."""
+        self.model.load_state_dict(state_dict, strict=True)
+
+    def close(self) -> None:
+        """Nothing to release: the model lives in this process."""

@@ -1,0 +1,84 @@
+"""What a recipe shows its user: a live progress bar while it runs, and at the end a
+summary table plus example SQL queries for the run (all read back from telemetry,
+so the summary shows what was recorded, not what the controller believes)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+class RunProgress:
+    """A rich progress bar over train steps with the key numbers: step, reward, samples/s, policy lag.
+
+    Silent (but still tracks the numbers) when ``enabled`` is false or stdout is not a terminal.
+    """
+
+    def __init__(self, total: int, unit: str = "steps", enabled: bool = True) -> None:
+        self.total, self.unit = total, unit
+        self.enabled = enabled and sys.stdout.isatty()
+        self.start = time.perf_counter()
+        self.fields: dict[str, Any] = {"reward": float("nan"), "sps": 0.0, "lag": 0, "step": 0}
+        self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn(
+            "{task.completed:>8.0f}/{task.total:.0f} " + unit + "  step {task.fields[step]}  reward "
+            "{task.fields[reward]:.3f}  samples/s {task.fields[sps]:.0f}  lag {task.fields[lag]}"),
+            TimeElapsedColumn(), disable=not self.enabled, transient=False)
+        self._task = self._progress.add_task("train", total=total, **self.fields)
+
+    def __enter__(self) -> "RunProgress":
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.stop()
+
+    def update(self, completed: int, **fields: Any) -> None:
+        self.fields.update({k: v for k, v in fields.items() if v is not None})
+        self._progress.update(self._task, completed=min(completed, self.total), **self.fields)
+
+
+def example_queries(run_id: str) -> list[tuple[str, str]]:
+    """Three queries worth running on a finished recipe run, as ``(what, sql)``."""
+    return [
+        ("reward by policy version",
+         "SELECT policy_version, count(*) AS rollouts, avg(reward) AS reward FROM rollouts "
+         "GROUP BY 1 ORDER BY 1"),
+        ("evaluation curve",
+         "SELECT step, env_steps, metric, round(value, 3) AS value FROM evals ORDER BY step"),
+        ("train step cost and weight-sync time per version",
+         "SELECT t.step, round(t.duration_s, 4) AS train_s, round(avg(w.duration_s), 5) AS sync_s "
+         "FROM train_steps t LEFT JOIN weight_syncs w ON w.version = t.policy_version "
+         "GROUP BY 1, 2 ORDER BY 1 DESC LIMIT 10"),
+    ]
+
+
+def print_summary(run_id: str, rows: list[tuple[str, str]], console: Console | None = None) -> None:
+    """The closing table (``rows`` of name, value) and the example queries for ``run_id``."""
+    console = console or Console()
+    table = Table(title=f"run {run_id}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    console.print("Query this run:")
+    for what, sql in example_queries(run_id):
+        console.print(f"  # {what}")
+        console.print(f'  rlmesh sql {run_id} "{sql}"', soft_wrap=True, markup=False, highlight=False)
+
+
+def telemetry_counts(query: Any) -> dict[str, Any]:
+    """Counts the summary shows, read from the run's tables with ``query`` (``rm.telemetry.query``)."""
+    one = lambda sql: query(sql).to_pylist()[0]  # noqa: E731
+    out = one("SELECT count(*) AS rollouts, count(DISTINCT rollout_id) AS distinct_ids, "
+              "coalesce(sum(samples), 0) AS samples FROM rollouts")
+    out.update(one("SELECT count(*) AS train_steps, max(policy_version) AS last_version FROM train_steps"))
+    out.update(one("SELECT count(*) AS weight_syncs, avg(duration_s) AS sync_s FROM weight_syncs"))
+    last = query("SELECT metric, value, step FROM evals ORDER BY ts DESC LIMIT 1").to_pylist()
+    out["last_eval"] = last[0] if last else None
+    return out
