@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
 from typing import Any, Dict, List
 
 from rlmesh.errors import ConfigError
@@ -163,13 +164,26 @@ class KubernetesConfig:
         return self.meshes.get(mesh, self.default_resources)
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "KubernetesConfig":
-        """Build from a plain mapping (a YAML preset, ``OmegaConf.to_container``); unknown keys fail."""
+    def from_dict(cls, data: Mapping[str, Any]) -> "KubernetesConfig":
+        """Build from a mapping (a YAML preset, a Hydra ``launcher`` group, even an OmegaConf
+        ``DictConfig``: nested containers become plain dicts and lists); unknown keys fail."""
+        data = _plain(data)
         known = {f.name for f in fields(cls)}
         extra = sorted(set(data) - known)
         if extra:
             raise ConfigError(f"launcher: unknown key(s) {extra}; valid keys are {sorted(known)}")
         return cls(**data)
+
+
+def _plain(v: Any) -> Any:
+    """Mappings and sequences (OmegaConf's included) as plain dicts and lists, recursively."""
+    if isinstance(v, (MeshResources, KubernetesConfig)):
+        return v
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, Sequence) and not isinstance(v, (str, bytes)):
+        return [_plain(x) for x in v]
+    return v
 
 
 def _as_resources(v: Any) -> MeshResources:

@@ -158,3 +158,17 @@ def test_preset_yaml_loads_into_the_config():
     data = yaml.safe_load(path.read_text())
     c = KubernetesConfig.from_dict({**data, "image": "i" if data["image"] == "???" else data["image"]})
     assert c.namespace and "RLMESH_SECRET" in c.secret_env
+
+
+def test_from_dict_takes_an_omegaconf_launcher_group():
+    from omegaconf import OmegaConf
+
+    group = OmegaConf.create({"image": "i", "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                              "pod_template": {"spec": {"priorityClassName": "rl"}},
+                              "meshes": {"gen": {"replicas": 2}}, "secret_env": ["HF_TOKEN"]})
+    c = KubernetesConfig.from_dict(group)
+    assert type(c.tolerations[0]) is dict and type(c.pod_template) is dict and c.meshes["gen"].replicas == 2
+    assert c.secret_env == ["RLMESH_SECRET", "HF_TOKEN"]
+    from rlmesh.launch.kubernetes_manifests import pod_manifest as render
+
+    assert render(c, "r", proc())["spec"]["priorityClassName"] == "rl"
