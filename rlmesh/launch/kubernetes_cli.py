@@ -2,6 +2,7 @@
 
     rlmesh k8s render --config configs/launcher/kubernetes.yaml --mesh gen=4 --mesh trainer=1
     rlmesh k8s render launcher.image=ghcr.io/you/rlmesh:0.1 launcher.meshes.gen.gpus=1 --mesh gen=2 --validate
+    rlmesh k8s render recipe=ppo_cartpole launcher=kubernetes launcher.image=ghcr.io/you/rlmesh:0.1 --mesh pods=3
     rlmesh k8s role --namespace rl | kubectl apply -f -
     rlmesh k8s cleanup RUN --namespace rl --wait
 
@@ -9,8 +10,12 @@
 fields, e.g. the ``configs/launcher/kubernetes.yaml`` preset) and ``key=value`` overrides
 (dotted, with or without the ``launcher.`` prefix), and the mesh sizes from ``--mesh``
 (else ``launcher.meshes.<name>.replicas``). ``--validate`` sends every object to the API
-server as a server-side dry run. Recipe configs (``recipe=...``) plug in through
-:func:`rlmesh.launch.kubernetes_manifests.render_manifests` once recipes name their meshes.
+server as a server-side dry run.
+
+With ``recipe=NAME launcher=kubernetes`` (and any other recipe overrides) the settings are the
+composed recipe's ``launcher`` group, exactly what ``rlmesh run`` with the same arguments would
+use; the mesh sizes come from ``--mesh``, or from the recipe config's ``proc_meshes()`` when it
+has one.
 """
 
 from __future__ import annotations
@@ -47,11 +52,29 @@ def load_settings(config_path: str | None, overrides: list[str]) -> dict[str, An
             raise ConfigError(f"override {item!r}: use key=value, e.g. launcher.image=ghcr.io/you/rlmesh:0.1")
         if key == "launcher":
             continue  # launcher=kubernetes selects this very group
-        if key == "recipe":
-            raise ConfigError(f"{item}: recipe configs are not wired into `rlmesh k8s render` yet; give the mesh "
-                              f"sizes with --mesh NAME=N")
         _set_dotted(data, key.removeprefix("launcher."), yaml.safe_load(raw) if raw else "")
     return data
+
+
+def recipe_settings(overrides: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Compose a recipe as ``rlmesh run`` would: ``(launcher settings, proc meshes)``.
+
+    Imported lazily: recipes sit above the launch layer, and only this command needs them.
+    """
+    try:
+        from rlmesh.recipes_cli import RecipeConfigError, compose
+    except ImportError as exc:
+        raise ConfigError(f"recipe= needs the recipe layer (rlmesh.recipes_cli): {exc}") from exc
+    if "launcher=kubernetes" not in overrides:
+        raise ConfigError("add launcher=kubernetes: rendering pods needs the kubernetes launcher group")
+    try:
+        cfg, launcher = compose(overrides)
+    except RecipeConfigError as exc:
+        raise ConfigError(str(exc)) from exc
+    if launcher != "kubernetes":
+        raise ConfigError(f"the recipe uses launcher={launcher}; add launcher=kubernetes to render pods")
+    meshes = cfg.proc_meshes() if callable(getattr(cfg, "proc_meshes", None)) else {}
+    return dict(cfg.launcher), dict(meshes)
 
 
 def _meshes(items: list[str]) -> dict[str, int]:
@@ -123,9 +146,20 @@ def k8s_main(argv: list[str]) -> int:
             return 0
         from rlmesh.launch.kubernetes_config import KubernetesConfig
 
-        config = KubernetesConfig.from_dict(load_settings(args.config, args.overrides))
+        meshes = _meshes(args.mesh)
+        if any(o.startswith("recipe=") for o in args.overrides):
+            if args.config:
+                raise ConfigError("--config and recipe= both give launcher settings; use one")
+            settings, recipe_meshes = recipe_settings(args.overrides)
+            meshes = meshes or recipe_meshes
+            if not meshes:
+                raise ConfigError("this recipe does not say its proc meshes; give them with --mesh NAME=N "
+                                  "(the recipes spawn one mesh named 'pods')")
+        else:
+            settings = load_settings(args.config, args.overrides)
+        config = KubernetesConfig.from_dict(settings)
         kw = {"controller_addr": args.controller_addr} if args.controller_addr else {}
-        objs = render_manifests(config, _meshes(args.mesh) or None, **kw)
+        objs = render_manifests(config, meshes or None, **kw)
         if args.validate:
             from rlmesh.launch.kubernetes_ops import dry_run_manifests
 

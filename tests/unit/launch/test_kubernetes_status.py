@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from rlmesh.launch.kubernetes_status import format_events, pod_outcome
 
@@ -86,3 +87,15 @@ def test_cli_render_prints_yaml_and_role(capsys):
     assert out.count("kind: Pod") == 2 and "kind: Role" in out and "nvidia.com/gpu: '1'" in out
     assert k8s_main(["render", "launcher.namespace=rl"]) == 2
     assert "launcher.image" in capsys.readouterr().err
+
+
+def test_cli_render_a_recipe_with_the_kubernetes_launcher(capsys):
+    from rlmesh.launch.kubernetes_cli import k8s_main
+
+    assert k8s_main(["render", "recipe=ppo_cartpole", "launcher=kubernetes", "launcher.image=img:1",
+                     "launcher.namespace=rl", "--mesh", "pods=3"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in docs] == ["Secret", "Pod", "Pod", "Pod"]
+    assert {d["metadata"]["namespace"] for d in docs} == {"rl"}
+    assert k8s_main(["render", "recipe=ppo_cartpole", "launcher.image=img:1", "--mesh", "pods=1"]) == 2
+    assert "launcher=kubernetes" in capsys.readouterr().err
