@@ -35,6 +35,14 @@ def missing_binaries() -> list[str]:
     return [b for b in BINARIES if not os.access(bin_dir() / b, os.X_OK)]
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGKILL when the test process dies, however it dies (no orphaned API servers)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -72,7 +80,8 @@ class ControlPlane:
     def _spawn(self, name: str, args: list[str]) -> None:
         log = open(self.dir / f"{name}.log", "wb")
         self.procs[name] = subprocess.Popen([str(bin_dir() / name), *args], stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
 
     def log_tail(self, name: str, n: int = 30) -> str:
         try:
