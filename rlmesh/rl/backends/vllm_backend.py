@@ -6,8 +6,9 @@ Where it runs: the ``vllm`` package on CUDA GPUs (``pip install -e '.[gpu]'``) a
 ``docs/vllm.md``). The engine core runs **in this process** by default
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the generator actor already owns its proc, so a
 second engine process would only add a hop (and the ``__main__`` guard vLLM's spawn needs).
-``in_process=False`` keeps vLLM's engine-core process (tensor parallelism needs it); the
-same code path then ships state dicts to it over ``collective_rpc``.
+``in_process=False`` keeps vLLM's engine-core and worker processes (tensor parallelism
+needs them); :meth:`VLLMBackend.load_weights` then stages the state dict in a private
+``rm.weights`` publication (shared memory) and each worker pulls and reloads it.
 
 Weight updates: the trainer's state_dict (HF names, e.g. from
 :func:`rlmesh.rl.models.hf.load_hf`) goes to vLLM's layer-wise in-place reload
@@ -32,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,27 @@ def _hf_name(key: str) -> str:
     if key.startswith(_WRAPPER_PREFIX + "model.") or key.startswith(_WRAPPER_PREFIX + "lm_head."):
         return key[len(_WRAPPER_PREFIX):]
     return key
+
+
+def _pull_and_reload(worker: Any, name: str, version: int, directory: str) -> int:
+    """Runs in each vLLM worker process (``in_process=False``): pull ``version`` of the
+    backend's private ``rm.weights`` publication from shared memory and reload it.
+
+    Why not send the tensors through ``collective_rpc``: vLLM's msgpack channel does not
+    carry nested tensors, and shared memory is one copy per worker instead of a pickle.
+    The publication is found through a file directory, since vLLM's processes may live
+    outside any rlmesh runtime (whose KV would otherwise be the directory).
+    """
+    from rlmesh.weights import Subscriber
+    from rlmesh.weights.directory import FileDirectory
+
+    sub = Subscriber(name, directory=FileDirectory(directory))
+    try:
+        sd, got = sub.pull(version=version, timeout=60)
+    finally:
+        sub.close()
+    worker.reload_weights(weights_iterator=[(_hf_name(k), v) for k, v in sd.items()], is_checkpoint_format=True)
+    return int(got)
 
 
 class VLLMBackend:
@@ -76,6 +99,10 @@ class VLLMBackend:
                  full_vocab_logprobs_max: int = 4096, **engine_kwargs: Any) -> None:
         # Read by vLLM when the engine is built, so a later backend in this process may differ.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        if not in_process:
+            # collective_rpc(_pull_and_reload) pickles that function to vLLM's own engine
+            # process over its local IPC sockets; vLLM refuses functions without this.
+            os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         try:
             import vllm
@@ -86,6 +113,8 @@ class VLLMBackend:
             ) from exc
         self._vllm = vllm
         self.in_process = in_process
+        self._publisher: Any = None  # in_process=False: where load_weights stages tensors for the workers
+        self._staged = 0
         t0 = time.perf_counter()
         engine_kwargs.setdefault("enforce_eager", True)
         self.llm = vllm.LLM(model=str(model_path), dtype=dtype, max_model_len=max_model_len, seed=seed,
@@ -120,10 +149,20 @@ class VLLMBackend:
         padding the vocabulary) and re-runs the per-layer weight processing (CPU kernel
         repacking), then the prefix cache, whose KV came from the old weights, is dropped.
         """
-        items = [(_hf_name(k), v.detach()) for k, v in state_dict.items()]
-        if not self.in_process:
-            items = [(k, v.cpu()) for k, v in items]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True})
+        if self.in_process:
+            items = [(_hf_name(k), v.detach()) for k, v in state_dict.items()]
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True})
+        else:
+            from rlmesh.weights import Publisher
+            from rlmesh.weights.directory import FileDirectory
+
+            if self._publisher is None:
+                self._staging_dir = tempfile.TemporaryDirectory(prefix="rlmesh-vllm-weights-")
+                self._publisher = Publisher(f"vllm-backend-{os.getpid()}-{id(self):x}", keep=1,
+                                            directory=FileDirectory(self._staging_dir.name))
+            self._staged += 1
+            self._publisher.publish({k: v.detach() for k, v in state_dict.items()}, version=self._staged)
+            self.llm.collective_rpc(_pull_and_reload, args=(self._publisher.name, self._staged, self._staging_dir.name))
         self.llm.reset_prefix_cache()
 
     # -- sampling -----------------------------------------------------------------------
@@ -176,3 +215,7 @@ class VLLMBackend:
         llm, self.llm = getattr(self, "llm", None), None  # type: ignore[assignment]
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+        if self._publisher is not None:
+            self._publisher.close()
+            self._staging_dir.cleanup()
+            self._publisher = None

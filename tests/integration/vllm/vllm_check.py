@@ -12,7 +12,8 @@ What it shows, on a tiny random-weight Llama written by ``make_tiny_llama``:
    and loads them into the *running* engine: greedy completions become the trainer
    model's greedy completions, and log-probs follow the new weights;
 3. publishing the original weights again (version 2) brings the original outputs back.
-Prints one JSON line of measurements last; exits non-zero on any failed check.
+``--engine-process`` runs it all with vLLM's own engine processes (weights then reach the
+workers through a private shared-memory publication). Prints one JSON line of measurements last; exits non-zero on any failed check.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import tempfile
 import time
 
 os.environ.setdefault("RLMESH_TELEMETRY", "0")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # vLLM logs to stdout; keep the results readable
 
 
 def _max_logprob_gap(model, completions, temperature: float = 1.0) -> float:
@@ -46,6 +48,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model-dir", default=None, help="where to write the tiny model (default: a temp dir)")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--engine-process", action="store_true",
+                    help="in_process=False: vLLM's engine-core and worker processes (the tensor-parallel path)")
     ap.add_argument("--tol", type=float, default=1e-4, help="largest allowed log-prob gap vs the HF model")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -74,7 +78,7 @@ def main() -> int:
         if not ok:
             failures.append(what)
 
-    backend = VLLMBackend(path, dtype=args.dtype)
+    backend = VLLMBackend(path, dtype=args.dtype, in_process=not args.engine_process)
     try:
         results["engine_start_s"] = round(backend.start_seconds, 2)
         trainer, _ = load_hf(path)  # the trainer's model: HFCausalLM keys ("model.model.layers...")
