@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 HB_TIMEOUT_ENV = "RLMESH_HEARTBEAT_TIMEOUT_S"
 INIT_HB_TIMEOUT_ENV = "RLMESH_INIT_HEARTBEAT_TIMEOUT_S"
 START_TIMEOUT_ENV = "RLMESH_START_TIMEOUT_S"
+CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ class ProcRecord:
     actors: list[tuple[dict, list[Any]]] = field(default_factory=list)
     ready: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     rejoin_pending: int = 0
+    start_timeout: float = 60.0
     spawns_pending: int = 0  # actor __init__ calls in flight: heartbeats may pause (imports hold the GIL)
 
     @property
@@ -152,7 +154,8 @@ class Controller:
         self.auth = Authenticator(bytes.fromhex(secret_hex))
         self.sock = tune(zmq_context().socket(zmq.ROUTER))
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.addr = bind_random(self.sock)
+        port = os.environ.get(CONTROLLER_PORT_ENV)
+        self.addr = bind_random(self.sock, port=int(port) if port else None)
         self.auth = self.auth.for_address(self.addr)
         self.hb_timeout = float(os.environ.get(HB_TIMEOUT_ENV, "1.5"))
         self.init_hb_timeout = max(self.hb_timeout, float(os.environ.get(INIT_HB_TIMEOUT_ENV, "30")))
@@ -195,20 +198,50 @@ class Controller:
     # ------------------------------------------------------------------ procs
     def launch_procs(self, proc_mesh: str, n: int, launcher: Launcher, policy: Restart,
                      env: dict[str, str] | None = None, timeout: float | None = None) -> list[ProcRecord]:
+        """Launch ``n`` procs and wait until all joined; if any fails or is late, none is left running.
+
+        ``timeout`` (default ``RLMESH_START_TIMEOUT_S``, 60 s) bounds each proc's start
+        (slow image pulls want more). A failed launch frees the mesh name for a retry.
+        """
         if any(r.proc_mesh == proc_mesh for r in self.procs.values()):
             raise ValueError(f"a proc mesh named {proc_mesh!r} exists already; pass another name=")
+        start_timeout = timeout or self.start_timeout
         base_env = {**self.plugin_env(), **(env or {})}
-        recs = [ProcRecord(f"{proc_mesh}.{i}", proc_mesh, i, launcher, policy, base_env) for i in range(n)]
+        recs = [ProcRecord(f"{proc_mesh}.{i}", proc_mesh, i, launcher, policy, base_env,
+                           start_timeout=start_timeout) for i in range(n)]
         self.submit(lambda: [self._launch(r) for r in recs]).result()
-        deadline = time.monotonic() + (timeout or self.start_timeout)
-        for r in recs:
-            try:
-                r.ready.result(max(0.1, deadline - time.monotonic()))
-            except concurrent.futures.TimeoutError:
-                self.stop_procs([x.proc_id for x in recs])
-                raise ActorError(f"proc {r.proc_id} did not join within {timeout or self.start_timeout}s "
-                                 f"(set {START_TIMEOUT_ENV} to wait longer)") from None
+        deadline = time.monotonic() + start_timeout
+        try:
+            for r in recs:
+                try:
+                    r.ready.result(max(0.1, deadline - time.monotonic()))
+                except concurrent.futures.TimeoutError:
+                    raise ActorError(f"proc {r.proc_id} did not join within {start_timeout}s "
+                                     f"(pass spawn_procs(timeout=...) or set {START_TIMEOUT_ENV})") from None
+        except BaseException:
+            self._abandon(recs)
+            raise
         return recs
+
+    def _abandon(self, recs: list[ProcRecord]) -> None:
+        """Stop what a failed launch started and forget it, so the same name can be used again."""
+        try:
+            self.stop_procs([r.proc_id for r in recs], timeout=3)
+        finally:
+            def forget() -> None:
+                for r in recs:
+                    if r.handle is not None and r.handle.poll() is None:
+                        r.handle.kill()
+                    self.procs.pop(r.proc_id, None)
+                    self.by_ident.pop(r.ident, None)
+
+            if not self._closed:
+                self.submit(forget).result()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` ran (a new ``Controller.get()`` then starts a fresh one)."""
+        return self._closed
 
     def _launch(self, r: ProcRecord) -> None:
         self.procs[r.proc_id] = r
@@ -458,9 +491,9 @@ class Controller:
                     rec.handle.kill()
                     limit = self.init_hb_timeout if rec.spawns_pending else self.hb_timeout
                     self._on_exit(rec, None, None, reason=f"heartbeat timeout ({limit}s without one)")
-                elif rec.state == "starting" and now - rec.started_at > self.start_timeout:
+                elif rec.state == "starting" and now - rec.started_at > rec.start_timeout:
                     rec.handle.kill()
-                    self._on_exit(rec, None, None, reason=f"did not join within {self.start_timeout}s")
+                    self._on_exit(rec, None, None, reason=f"did not join within {rec.start_timeout}s")
             elif rec.state == "restarting" and now >= rec.restart_at:
                 self._relaunch(rec)
         if self._kv_waiters:
@@ -482,7 +515,10 @@ class Controller:
                 spec = fut._rlmesh_specs[0]
                 fut.set_exception(Client._died(spec["mesh"], spec["rank"], "__init__", exit_code, sig, why))
         if not rec.ready.done():
-            rec.ready.set_exception(Client._died(rec.proc_mesh, rec.rank, "(start)", exit_code, sig, why))
+            how = f"signal {sig}" if sig is not None else f"exit code {exit_code}" if exit_code is not None else why
+            rec.ready.set_exception(ActorDied(
+                f"proc {rec.proc_id} ended before it joined ({how}); its stderr above says why",
+                mesh=rec.proc_mesh, rank=rec.rank, endpoint="(start)", exit_code=exit_code, signal=sig))
         if stopping:
             return
         if rec.policy.allows(rec.restarts_used):

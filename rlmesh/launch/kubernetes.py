@@ -149,7 +149,7 @@ class KubernetesCluster:
         if self.launcher.closed:
             return
         controller = Controller.current()
-        if controller is not None and not controller._closed:
+        if controller is not None and not controller.closed:
             ours = [p for p, r in controller.procs.items() if r.launcher is self.launcher]
             if ours:
                 controller.stop_procs(ours, timeout=3)

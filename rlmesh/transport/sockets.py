@@ -33,14 +33,17 @@ def default_bind_host() -> str:
     return os.environ.get(BIND_HOST_ENV, "127.0.0.1")
 
 
-def bind_random(sock: zmq.Socket, host: str | None = None) -> str:
-    """Bind ``sock`` to a free TCP port on ``host`` (loopback by default); return the address peers dial.
+def bind_random(sock: zmq.Socket, host: str | None = None, port: int | None = None) -> str:
+    """Bind ``sock`` to a free TCP port (or ``port``) on ``host`` (loopback by default); return the address peers dial.
 
     When bound to a wildcard (``0.0.0.0``), the advertised address uses
     ``RLMESH_ADVERTISE_HOST`` or this host's name.
     """
     host = host or default_bind_host()
-    port = sock.bind_to_random_port(f"tcp://{host}")
+    if port:
+        sock.bind(f"tcp://{host}:{port}")
+    else:
+        port = sock.bind_to_random_port(f"tcp://{host}")
     adv = host
     if host in ("0.0.0.0", "*", "::"):
         import socket as _socket

@@ -124,3 +124,22 @@ def test_stop_is_idempotent_and_calls_after_stop_fail():
     procs.stop()
     with pytest.raises(rm.ActorDied, match="stopped"):
         c.value.call_one().get(timeout=5)
+
+
+def test_a_failed_launch_leaves_nothing_and_frees_its_name(tmp_path):
+    """Procs that exit at once, or never join: the launch fails, siblings stop, the name can be reused."""
+    with pytest.raises(rm.ActorDied, match=r"ended before it joined \(exit code 1\)"):
+        rm.this_host(python="/bin/false").spawn_procs(per_host={"procs": 2}, name="flaky")
+    stuck = tmp_path / "stuck.sh"
+    stuck.write_text("#!/bin/sh\nexec sleep 60\n")
+    stuck.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(rm.ActorError, match="did not join within 1.0s"):
+        rm.this_host(python=str(stuck)).spawn_procs(per_host={"procs": 2}, name="flaky", timeout=1.0)
+    assert time.monotonic() - t0 < 8
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(stuck) in " ".join(p.info["cmdline"] or [])]
+    procs = rm.this_host().spawn_procs(per_host={"procs": 1}, name="flaky")
+    try:
+        assert procs.spawn("again", Counter).incr.call_one().get(timeout=10) == 1
+    finally:
+        procs.stop()
