@@ -166,7 +166,11 @@ def run_config(cfg: Any, launcher: str = "local") -> dict:
 
 
 def _multirun(overrides: list[str]) -> int:
-    """``-m``: Hydra's sweeper expands the overrides; each job is validated and run in turn."""
+    """``-m``: Hydra's sweeper expands the overrides; each job is validated, then run as its own
+    ``rlmesh run`` process, so every job gets a fresh controller, its own procs and its own
+    telemetry run (and one failing job does not take the sweep down)."""
+    import subprocess
+
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
@@ -177,16 +181,17 @@ def _multirun(overrides: list[str]) -> int:
 
     @hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")
     def job(cfg: Any) -> None:
-        launcher = str(HydraConfig.get().runtime.choices.get("launcher", "local"))
+        task_overrides = list(HydraConfig.get().overrides.task)
         try:
-            run_config(validate(cfg), launcher)
+            validate(cfg)
         except RecipeConfigError as exc:
             failures.append(str(exc))
             print(f"config error: {exc}", file=sys.stderr)
-        finally:
-            import rlmesh as rm
-
-            rm.telemetry.end_run()
+            return
+        print(f"[multirun job {HydraConfig.get().job.num}] rlmesh run {' '.join(task_overrides)}", flush=True)
+        rc = subprocess.call([sys.executable, "-m", "rlmesh.cli", "run", *task_overrides])
+        if rc:
+            failures.append(f"job {task_overrides} exited with {rc}")
 
     saved = sys.argv
     sys.argv = ["rlmesh run", "-m", *overrides]

@@ -186,10 +186,13 @@ class GRPORecipeConfig:
 def grpo_addition() -> GRPORecipeConfig:
     """The measured CPU preset (``recipe=grpo_addition``): 1-2 digit addition, reversed answers,
     200 SFT steps, then GRPO on 128 prompts x 16 samples per step keeping at most 32
-    informative groups, lr 5e-4 (what ``benchmarks/grpo_cpu.py`` measured single-process)."""
+    informative groups, lr 5e-4 (what ``benchmarks/grpo_cpu.py`` measured single-process). The next
+    batch is generated while the current one trains (``max_policy_lag=1``): on 2 cores that
+    overlap is what brings 1000 steps under 15 minutes."""
     return GRPORecipeConfig(
         generator=LLMGeneratorConfig(samples_per_prompt=16, max_new_tokens=4),
         trainer=GRPOConfig(lr=5e-4, max_groups=32, sft_steps=200),
+        buffer=BufferConfig(max_policy_lag=1),
         eval=EvalConfig(every=100, episodes=500, target=None),
         steps=1000, prompts_per_step=128,
     )

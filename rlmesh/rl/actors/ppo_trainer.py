@@ -44,6 +44,13 @@ class PPOTrainer(Trainer):
     def samples_in(self, batch: list[Rollout]) -> int:
         return sum(r.num_steps for r in batch)
 
+    def checkpoint_extra(self) -> dict[str, Any]:
+        return {"shuffle_rng": self._shuffle.get_state()}
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        if "shuffle_rng" in extra:
+            self._shuffle.set_state(extra["shuffle_rng"])
+
     def progress_left(self) -> float:
         """Fraction of the env-step budget not yet trained on (1 -> 0): the annealing factor."""
         return max(0.0, 1.0 - self.samples_seen / self.config.total_steps)

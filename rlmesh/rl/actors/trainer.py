@@ -7,7 +7,8 @@ states, step, version and whatever :meth:`Trainer.checkpoint_extra` adds) and on
 ``train_steps`` telemetry row per step. An algorithm implements :meth:`train_step`.
 
 Version semantics: the published version is the number of train steps taken, so a
-rollout's lag is simply ``trainer step - rollout version``. Version 0 (the initial
+rollout's lag is simply ``trainer step - rollout version`` (after rolling a live trainer back
+to an older checkpoint, versions keep counting up from the newest one instead: they never repeat). Version 0 (the initial
 weights) is published from ``__init__``; generators block on it before their first rollout.
 
 Restarts: with a ``checkpoint_dir``, a restarted trainer proc (``rm.Restart``) reloads
@@ -163,8 +164,10 @@ class Trainer(rm.Actor):
     # -- weights and checkpoints -------------------------------------------------------------------------------
 
     def publish(self) -> None:
-        """Publish ``self.model``'s weights as version ``self.step``."""
-        self.version = self.step
+        """Publish ``self.model``'s weights as version ``self.step`` (or one past the newest
+        published version, if a checkpoint rolled this live trainer back: versions never repeat)."""
+        latest = self.publisher.latest_version()
+        self.version = self.step if latest is None or self.step > latest else latest + 1
         self.publisher.publish(self.model.state_dict(), version=self.version)
 
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
@@ -201,9 +204,5 @@ class Trainer(rm.Actor):
         random.setstate(state["python_rng"])
         self.restore_extra(state.get("extra", {}))
         logger.info("loaded checkpoint %s (step %d)", path, self.step)
-        latest = self.publisher.latest_version()
-        if latest is None or self.step > latest:
-            self.publish()
-        else:
-            self.version = self.step
+        self.publish()
         return True

@@ -1,0 +1,56 @@
+"""Recipe configs compose from the shipped YAML and fail before anything runs, naming the key and the fix."""
+
+import pytest
+
+from rlmesh.recipes_cli import RecipeConfigError, compose, config_dir
+from rlmesh.rl.recipe_config import GRPORecipeConfig, PPORecipeConfig, grpo_addition, ppo_cartpole
+
+
+def test_presets_match_the_python_presets():
+    ppo, launcher = compose(["recipe=ppo_cartpole"])
+    assert isinstance(ppo, PPORecipeConfig) and launcher == "local"
+    want = ppo_cartpole()
+    assert (ppo.generator, ppo.trainer, ppo.buffer, ppo.eval) == (want.generator, want.trainer, want.buffer, want.eval)
+    grpo, _ = compose(["recipe=grpo_addition"])
+    assert isinstance(grpo, GRPORecipeConfig)
+    want = grpo_addition()
+    assert (grpo.generator, grpo.trainer, grpo.task, grpo.steps) == (want.generator, want.trainer, want.task, want.steps)
+
+
+def test_overrides_reach_the_dataclasses():
+    cfg, _ = compose(["recipe=ppo_cartpole", "trainer.lr=1e-4", "generator.replicas=3", "generator=pendulum"])
+    assert cfg.trainer.lr == 1e-4 and cfg.generator.replicas == 3 and cfg.generator.env_id == "Pendulum-v1"
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["trainer.lrr=1"], r"trainer\.lrr is not a config key: did you mean trainer\.lr\?"),
+    (["trainer.lr=abc"], r"trainer\.lr: .*could not be converted to Float"),
+    (["generator.replicas=1.5"], r"generator\.replicas: .*Integer"),
+    (["trainer.lr=-1"], r"trainer\.lr=-1\.0 is invalid: use a positive learning rate"),
+    (["generator=nope"], r"generator=nope is not a preset: use one of .*cartpole"),
+    (["trainer.num_minibatches=1000"], r"trainer\.num_minibatches=1000 is invalid: a rollout batch of 512"),
+    (["buffer.capacity=1", "generator.replicas=2"], r"buffer\.capacity=1 is invalid: hold at least"),
+    (["recipe=grpo_addition", "reward=env"], r"reward\.kind='env' is invalid: GRPO on text needs a verifier"),
+    (["recipe=grpo_addition", "generator=vllm"], r"model\.path=None is invalid: .*set model\.path"),
+    (["recipe=grpo_addition", "prompts_per_step=10", "generator.replicas=3"], r"prompts_per_step=10 is invalid"),
+    (["launcher=kubernetes"], r"launcher\.image is required"),
+    (["telemetry.flush_interval_s=5"], r"telemetry\.flush_interval_s=5\.0 must be in"),
+])
+def test_bad_configs_name_the_key_and_the_fix(overrides, message):
+    with pytest.raises(RecipeConfigError, match=message):
+        compose(overrides)
+
+
+def test_user_config_dir_on_the_search_path(tmp_path):
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "my_cartpole.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - ppo_cartpole\n  - _self_\ntrainer:\n  lr: 0.0007\n")
+    cfg, _ = compose(["recipe=my_cartpole", f"hydra.searchpath=[file://{tmp_path}]"])
+    assert cfg.trainer.lr == 0.0007 and cfg.generator.num_envs == 8
+
+
+def test_configs_are_found_without_a_working_directory(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert (config_dir() / "recipe" / "ppo_cartpole.yaml").exists()
+    cfg, _ = compose(["recipe=ppo_cartpole"])
+    assert cfg.generator.env_id == "CartPole-v1"
