@@ -25,7 +25,7 @@ from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.schedule import AsyncWorkScheduler
 
 
-def main(cfg: PPORecipeConfig, launcher: str = "local") -> dict:
+def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOTrainer) -> dict:
     g, t = cfg.generator, cfg.trainer
     cfg.telemetry.apply()
     run_id = rm.telemetry.start_run(config=cfg)
@@ -35,7 +35,7 @@ def main(cfg: PPORecipeConfig, launcher: str = "local") -> dict:
         # proc 0: buffer + evaluator, proc 1: trainer, procs 2..: one generator each
         buffer = procs.slice(procs=0).spawn("buffer", ReplayBuffer, cfg.buffer)
         evaluator = procs.slice(procs=0).spawn("evaluator", GymGenerator, g)
-        trainer = procs.slice(procs=1).spawn("trainer", PPOTrainer, t, g.env_id, buffer, seed=cfg.run.seed)
+        trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed)
         gens = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", GymGenerator, g, buffer)
         result = asyncio.run(_loop(cfg, gens, trainer, evaluator))
     finally:
@@ -70,7 +70,10 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator) -> dict:
                 work.reissue(item)
                 await asyncio.sleep(0.5)
 
+    evaluated: set[int] = set()
+
     async def evaluate(version: int, env_steps: int) -> None:
+        evaluated.add(version)
         r = await evaluator.evaluate.call_one(cfg.eval.episodes, version, env_steps)
         state["evals"].append((env_steps, r["value"]))
         if cfg.eval.target is not None and r["value"] >= cfg.eval.target and state["solved_s"] is None:
@@ -94,7 +97,7 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator) -> dict:
             bar.update(state["env_steps"], step=m["step"], lag=m["max_lag"],
                        reward=m["metrics"].get("charts/episodic_return"),
                        sps=state["env_steps"] / (time.perf_counter() - start))
-        if not stop.is_set():  # the budget ran out: one last evaluation of the final weights
+        if not stop.is_set() and m["policy_version"] not in evaluated:  # budget spent: evaluate the final weights
             evals.append(asyncio.ensure_future(evaluate(m["policy_version"], state["env_steps"])))
         await asyncio.gather(*evals)
     stop.set()

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Sets up .venv (scripts/setup.sh) and runs the main job end to end on embedded defaults.
+# Sets up .venv (scripts/setup.sh) and runs the main job end to end on embedded defaults:
+# the ppo_cartpole recipe (PPO on CartPole-v1 with generator, buffer, evaluator and trainer
+# actors in local procs, CPU, telemetry in runs/<run>/telemetry.duckdb). It stops once the
+# greedy policy averages >= 475 over 20 fresh episodes and prints a summary and SQL to try.
+# Extra arguments are Hydra overrides: bash scripts/run.sh trainer.lr=1e-3 generator.replicas=2
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 bash scripts/setup.sh
-exec .venv/bin/python examples/hello_mesh.py "$@"
+exec .venv/bin/rlmesh run recipe=ppo_cartpole "$@"
