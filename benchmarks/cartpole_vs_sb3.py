@@ -1,33 +1,43 @@
-"""CartPole-v1: rlmesh's reference PPO vs Stable-Baselines3 PPO (rl-zoo tuned), same run.
+"""CartPole-v1: the rlmesh ``ppo_cartpole`` recipe (actors in procs) and rlmesh's in-process PPO
+core vs Stable-Baselines3 PPO (rl-zoo tuned), in the same run.
 
-Claim: rlmesh's PPO reaches a mean greedy return >= 475 over 20 fresh episodes in no
-more wall-clock time than SB3 with rl-baselines3-zoo's tuned CartPole-v1 settings.
+Claim: the ``ppo_cartpole`` recipe, run through ``rlmesh run`` with generator, buffer,
+evaluator and trainer actors in their own procs and weights through ``rm.weights``, reaches
+a mean greedy return >= 475 over 20 fresh episodes in no more wall-clock time than SB3 with
+rl-baselines3-zoo's tuned CartPole-v1 settings (8 envs, n_steps 32, batch 256, 20 epochs,
+lr 1e-3 linear, clip 0.2 linear, gamma 0.98, lambda 0.8).
 
-Protocol, identical for both: one torch thread; evaluate every ``--eval-every`` env
-steps with :func:`rlmesh.rl.ppo_core.evaluate_greedy` (20 greedy episodes on a fresh
-vector env, the same seed); stop at the first evaluation >= 475. Wall-clock is measured
-from the start of training; "train s" excludes evaluation time, "total s" includes it.
-Env steps count real transitions. ``rlmesh`` steps gymnasium's native vectorised
-CartPole (what ``GymGenerator`` picks by default); ``rlmesh-sync`` steps 8 separate envs in
-a loop like SB3's ``DummyVecEnv``, to show how much of the gap is the env. SB3 is a benchmark-only dependency::
+Protocol: one torch thread per process; evaluate every ``--eval-every`` env steps with
+:func:`rlmesh.rl.rollout.evaluate_greedy` (20 greedy episodes on a fresh vector env);
+stop at the first evaluation >= 475. Env steps count real transitions trained on.
+
+- ``recipe``: ``rlmesh run recipe=ppo_cartpole run.seed=S generator.seed=S`` as a subprocess;
+  seconds are from the start of its controller loop (procs and actors already up; the
+  process's whole wall time, start-up included, is printed as "proc s") to the moment
+  the evaluation >= 475 comes back. Its evaluator runs concurrently with training, so
+  evaluation is inside that time. It generates one rollout ahead (``max_policy_lag=1``).
+- ``core``: :func:`rlmesh.rl.ppo_core.train_ppo`, the same maths in one process.
+- ``sb3``: SB3 PPO, evaluated from a callback. "total s" includes evaluation time for the
+  core and SB3 ("train s" excludes it). SB3 is a benchmark-only dependency::
 
     pip install stable-baselines3 --no-deps   # keeps torch==2.13.0+cpu
 
 Run: ``python benchmarks/cartpole_vs_sb3.py --seeds 0 1 2``
 
-Measured on the shared 2-core machine (seeds 0 1 2; env steps are deterministic per seed,
-seconds depend on load). Steps to >= 475: rlmesh 8602 / 2496 / 8612, SB3 18432 / 10240 /
-14336. Median total seconds, rlmesh vs SB3: 1.03 vs 2.84 (ratio 0.36, load ~4) and
-2.20 vs 11.44 (ratio 0.19, load ~9). The issue's "~22 s" for SB3 used SB3's own
-single-env EvalCallback every 10k steps; here both use the same cheap vectorised eval.
+MEASURED_PLACEHOLDER
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import gymnasium as gym
@@ -40,6 +50,26 @@ from rlmesh.rl.rollout import evaluate_greedy
 
 TARGET = 475.0
 EVAL_EPISODES = 20
+
+def run_recipe(seed: int, eval_every: int, budget: int) -> dict:
+    """The ppo_cartpole recipe through ``rlmesh run``, in a fresh directory; reads its result.json."""
+    with tempfile.TemporaryDirectory(prefix="cartpole-recipe-") as tmp:
+        env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID")}
+        env["RLMESH_RUNS_DIR"] = os.path.join(tmp, "runs")
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "rlmesh.cli", "run", "recipe=ppo_cartpole", f"run.seed={seed}",
+                              f"generator.seed={seed}", f"trainer.total_steps={budget}", f"eval.every={eval_every}",
+                              f"eval.target={TARGET}", "run.progress=false"], cwd=tmp, env=env, capture_output=True,
+                             text=True)
+        proc_s = time.perf_counter() - t0
+        if out.returncode != 0:
+            raise RuntimeError(f"recipe failed:\n{out.stderr[-3000:]}")
+        (result_file,) = [p for p in glob.glob(os.path.join(tmp, "runs", "2*", "result.json"))]
+        with open(result_file) as f:
+            r = json.load(f)
+    last = r["evals"][-1][1] if r["evals"] else float("nan")
+    return {"steps": r["solved_steps"], "train_s": None, "total_s": r["solved_s"], "last_eval": last, "proc_s": proc_s}
+
 
 def run_rlmesh(seed: int, eval_every: int, budget: int, vectorization: str = "auto") -> dict:
     recipe = ppo_cartpole()  # the tuned preset; see its docstring
@@ -114,6 +144,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=2048, help="env steps between evaluations (both)")
     parser.add_argument("--budget", type=int, default=100_000, help="env-step budget per run (both)")
     parser.add_argument("--skip-sb3", action="store_true")
+    parser.add_argument("--only", nargs="+", default=["recipe", "core", "core-sync", "sb3"],
+                        help="which of recipe, core, core-sync, sb3 to run")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -123,28 +155,31 @@ def main() -> None:
           f"sb3 {stable_baselines3.__version__}  numpy {np.__version__}")
     print(f"machine {platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()}  load={os.getloadavg()}")
     print(f"target mean greedy return >= {TARGET} over {EVAL_EPISODES} episodes, eval every {args.eval_every} steps\n")
-    rows: dict[str, list[dict]] = {"rlmesh": [], "rlmesh-sync": [], "sb3": []}
+    runners = {"recipe": run_recipe, "core": run_rlmesh, "core-sync": run_rlmesh_sync, "sb3": run_sb3}
+    chosen = [n for n in runners if n in args.only and not (n == "sb3" and args.skip_sb3)]
+    rows: dict[str, list[dict]] = {name: [] for name in chosen}
     for seed in args.seeds:
-        for name, fn in (("rlmesh", run_rlmesh), ("rlmesh-sync", run_rlmesh_sync), ("sb3", run_sb3)):
-            if name == "sb3" and args.skip_sb3:
-                continue
-            r = fn(seed, args.eval_every, args.budget)
+        for name in chosen:
+            r = runners[name](seed, args.eval_every, args.budget)
             rows[name].append(r)
-            print(f"{name:11s} seed {seed}: steps {fmt(r['steps'], '>6d')}  train s {fmt(r['train_s'], '6.2f')}  "
-                  f"total s {fmt(r['total_s'], '6.2f')}  last eval {r['last_eval']:.1f}", flush=True)
+            extra = f"  proc s {r['proc_s']:6.1f}" if "proc_s" in r else ""
+            print(f"{name:9s} seed {seed}: steps {fmt(r['steps'], '>6d')}  train s {fmt(r['train_s'], '6.2f')}  "
+                  f"total s {fmt(r['total_s'], '6.2f')}  last eval {r['last_eval']:.1f}{extra}", flush=True)
 
     def median(name: str, key: str) -> float | None:
+        if any(r[key] is None for r in rows[name]) and key == "train_s":
+            return None
         vals = [r[key] if r[key] is not None else float("inf") for r in rows[name]]
         return statistics.median(vals) if vals else None
 
     print()
     for name in rows:
         if rows[name]:
-            print(f"{name:11s} median: steps {median(name, 'steps'):.0f}  train s {median(name, 'train_s'):.2f}  "
+            print(f"{name:9s} median: steps {median(name, 'steps'):.0f}  train s {fmt(median(name, 'train_s'), '.2f')}  "
                   f"total s {median(name, 'total_s'):.2f}")
-    if rows["sb3"]:
-        for name in ("rlmesh", "rlmesh-sync"):
-            for key in ("total_s", "train_s", "steps"):
+    if "sb3" in rows:
+        for name in [n for n in rows if n != "sb3"]:
+            for key in ("total_s", "steps"):
                 print(f"ratio {name}/sb3 median {key}: {median(name, key) / median('sb3', key):.3f}")
 
 

@@ -47,8 +47,8 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRP
         d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads)
     cfg.telemetry.apply()
     run_id = rm.telemetry.start_run(config=cfg)
-    n_procs = 2 + cfg.reward.replicas + g.replicas
-    procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": n_procs},
+    n_procs = cfg.proc_meshes()["rl"]
+    procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": n_procs}, name="rl",
                                                      restart=rm.Restart(max_restarts=cfg.run.max_restarts))
     try:
         # proc 0: buffer + evaluator, proc 1: trainer, then reward actors, then generators

@@ -30,7 +30,8 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
     cfg.telemetry.apply()
     run_id = rm.telemetry.start_run(config=cfg)
     restart = rm.Restart(max_restarts=cfg.run.max_restarts)
-    procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": g.replicas + 2}, restart=restart)
+    procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, restart=restart,
+                                                     name="rl")
     try:
         # proc 0: buffer + evaluator, proc 1: trainer, procs 2..: one generator each
         buffer = procs.slice(procs=0).spawn("buffer", ReplayBuffer, cfg.buffer)

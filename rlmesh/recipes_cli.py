@@ -161,8 +161,17 @@ def validate(cfg: Any) -> Any:
 
 
 def run_config(cfg: Any, launcher: str = "local") -> dict:
-    """Run an already validated recipe config with its program."""
-    return load_program(cfg.program).main(cfg, launcher)
+    """Run an already validated recipe config with its program; the program's closing numbers
+    are also written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
+    import json
+
+    result = load_program(cfg.program).main(cfg, launcher)
+    from rlmesh.telemetry.api import current_run_dir
+
+    run_dir = current_run_dir()
+    if run_dir is not None and isinstance(result, dict):
+        (Path(run_dir) / "result.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
 
 
 def _multirun(overrides: list[str]) -> int:

@@ -75,6 +75,11 @@ class PPORecipeConfig:
     """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields)."""
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
+    def proc_meshes(self) -> dict[str, int]:
+        """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer, one per generator
+        (``rlmesh k8s render`` sizes pods from this; ``launcher.meshes.rl.*`` sets their resources)."""
+        return {"rl": self.generator.replicas + 2}
+
     def __post_init__(self) -> None:
         check(self.program == "ppo", "program", self.program, "a PPO config runs with program=ppo")
         per_rollout = self.generator.num_envs * self.generator.num_steps
@@ -163,6 +168,10 @@ class GRPORecipeConfig:
     launcher: Dict[str, Any] = field(default_factory=dict)
     """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields)."""
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+
+    def proc_meshes(self) -> dict[str, int]:
+        """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer, reward actors, generators."""
+        return {"rl": 2 + self.reward.replicas + self.generator.replicas}
 
     def __post_init__(self) -> None:
         check(self.program == "grpo", "program", self.program, "a GRPO config runs with program=grpo")
