@@ -10,8 +10,8 @@ composition errors (unknown key, wrong type, unknown preset) and the dataclasses
 ``__post_init__`` checks (bad value, impossible combination) are reported as one
 ``config error:`` line naming the key and the fix, exit status 2.
 
-Configs ship with the package (``configs/`` of the source tree, installed as
-``rlmesh/configs``); the controller programs are ``recipes/<program>.py``.
+Configs and programs ship with the package: ``configs/`` and ``recipes/<program>.py`` of the
+source tree, which a wheel installs as ``<prefix>/share/rlmesh/{configs,recipes}`` (pyproject.toml).
 """
 
 from __future__ import annotations
@@ -31,19 +31,30 @@ logger = logging.getLogger(__name__)
 _PKG = Path(__file__).resolve().parent
 
 
+def _shipped(name: str) -> list[Path]:
+    """Where ``configs/`` or ``recipes/`` can be: the source tree (editable installs, checkouts),
+    then ``<prefix>/share/rlmesh/`` (a wheel's data files, see pyproject.toml)."""
+    import site
+
+    prefixes = [Path(sys.prefix), Path(site.getuserbase())]
+    return [_PKG.parent / name] + [p / "share" / "rlmesh" / name for p in prefixes]
+
+
 def config_dir() -> Path:
-    """The shipped configs: ``rlmesh/configs`` in an installed wheel, ``configs/`` in a checkout."""
-    for d in (_PKG / "configs", _PKG.parent / "configs"):
+    """The shipped configs (``configs/`` of the source tree, or ``share/rlmesh/configs`` of a wheel install)."""
+    for d in _shipped("configs"):
         if (d / "config.yaml").exists():
             return d
-    raise FileNotFoundError(f"rlmesh's configs are missing (looked in {_PKG / 'configs'} and {_PKG.parent / 'configs'})")
+    raise FileNotFoundError(f"rlmesh's configs are missing (looked in {', '.join(map(str, _shipped('configs')))})")
 
 
 def recipes_dir() -> Path:
-    """The controller programs: ``$RLMESH_RECIPES_DIR``, else ``rlmesh/recipes`` (wheel) or ``recipes/`` (checkout)."""
+    """The controller programs: ``$RLMESH_RECIPES_DIR``, else the shipped ``recipes/``."""
     env = os.environ.get("RLMESH_RECIPES_DIR")
-    for d in ([Path(env)] if env else []) + [_PKG / "recipes", _PKG.parent / "recipes"]:
-        if (d / "ppo.py").exists() or env:
+    if env:
+        return Path(env)
+    for d in _shipped("recipes"):
+        if (d / "ppo.py").exists():
             return d
     raise FileNotFoundError("rlmesh's recipe programs are missing; set RLMESH_RECIPES_DIR to a folder with ppo.py")
 
