@@ -41,9 +41,12 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
         result = asyncio.run(_loop(cfg, gens, trainer, evaluator))
     finally:
         procs.stop()
+    result["run_id"] = run_id
+    if run_id is None:  # telemetry=off: nothing recorded, nothing to summarise
+        return result
     rm.telemetry.flush()
     counts = telemetry_counts(rm.telemetry.query)
-    result.update(run_id=run_id, **counts)
+    result.update(counts)
     ev = counts["last_eval"]
     print_summary(run_id, [
         ("env", g.env_id), ("train steps", str(counts["train_steps"])), ("env steps trained", str(result["env_steps"])),
