@@ -104,8 +104,8 @@ class ProcMesh(NamedMesh):
         restarted proc re-creates the actor exactly as first built.
         """
         validate_actor_class(actor_cls)
-        if name in self._actor_names or any(
-                spec["mesh"] == name for r in self._controller.procs.values() for spec, _ in r.actors):
+        live = (r for r in self._controller.procs.values() if r.state not in ("stopped", "failed"))
+        if name in self._actor_names or any(spec["mesh"] == name for r in live for spec, _ in r.actors):
             raise ValueError(f"an actor mesh named {name!r} exists already; choose another name")
         self._actor_names.add(name)
         ship_by_value_if_needed(actor_cls)

@@ -143,3 +143,6 @@ def test_a_failed_launch_leaves_nothing_and_frees_its_name(tmp_path):
         assert procs.spawn("again", Counter).incr.call_one().get(timeout=10) == 1
     finally:
         procs.stop()
+    # the actor mesh name is free again once its procs stopped
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as more:
+        assert more.spawn("again", Counter).incr.call_one().get(timeout=10) == 1
