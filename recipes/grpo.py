@@ -1,7 +1,7 @@
 """GRPO on a verifiable synthetic task (multi-digit addition), generators, reward actors and
 a trainer in their own procs.
 
-    rlmesh run recipe=grpo_addition                              # ~15 min on 2 CPU cores
+    rlmesh run recipe=grpo_addition                              # ~6 min on 2 CPU cores
     rlmesh run recipe=grpo_addition steps=50 eval.every=10 trainer.sft_steps=50
     rlmesh run recipe=grpo_addition generator=vllm model.path=/models/tiny trainer.sft_steps=0
 

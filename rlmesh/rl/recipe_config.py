@@ -194,14 +194,14 @@ class GRPORecipeConfig:
 
 def grpo_addition() -> GRPORecipeConfig:
     """The measured CPU preset (``recipe=grpo_addition``): 1-2 digit addition, reversed answers,
-    200 SFT steps, then GRPO on 128 prompts x 16 samples per step keeping at most 32
-    informative groups, lr 5e-4 (what ``benchmarks/grpo_cpu.py`` measured single-process). The next
-    batch is generated while the current one trains (``max_policy_lag=1``): on 2 cores that
-    overlap is what brings 1000 steps under 15 minutes."""
+    500 SFT steps (held-out 0.77), then 400 GRPO steps of 128 prompts x 16 samples keeping at most
+    32 informative groups, lr 5e-4, the next batch generated while the current one trains
+    (``max_policy_lag=1``). Measured: held-out 0.77 -> 0.85 at step 100, 0.90 at step 250,
+    6 minutes in all on 2 shared cores (docs/recipes.md)."""
     return GRPORecipeConfig(
         generator=LLMGeneratorConfig(samples_per_prompt=16, max_new_tokens=4),
-        trainer=GRPOConfig(lr=5e-4, max_groups=32, sft_steps=200),
+        trainer=GRPOConfig(lr=5e-4, max_groups=32, sft_steps=500),
         buffer=BufferConfig(max_policy_lag=1),
-        eval=EvalConfig(every=100, episodes=500, target=None),
-        steps=1000, prompts_per_step=128,
+        eval=EvalConfig(every=50, episodes=500, target=None),
+        steps=400, prompts_per_step=128,
     )
