@@ -83,11 +83,11 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("bytes_out", "BIGINT", "result payload size"),
         _c("weight", "BIGINT", "calls this row stands for (>1 when hot calls are sampled); use sum(weight) to count"),
     ), "the worker's span sink"),
-    _T("rollouts", "one row per rollout (episode or completion) from a generator", (
+    _T("rollouts", "one row per rollout from a generator: a num_envs x num_steps segment (gym) or one completion (LLM)", (
         _c("rollout_id", "VARCHAR", "unique id of the rollout"),
         _c("policy_version", "BIGINT", "weight version that produced it"),
-        _c("reward", "DOUBLE", "total reward"),
-        _c("length", "BIGINT", "steps (env) or tokens (LLM)"),
+        _c("reward", "DOUBLE", "the completion's reward (LLM); mean return of the episodes that ended inside (gym, NULL if none)"),
+        _c("length", "BIGINT", "transitions (gym) or tokens (LLM)"),
         _c("env", "VARCHAR", "environment or task name"),
         _c("duration_s", "DOUBLE", "time to produce it"),
         _c("episodes", "BIGINT", "episodes that ended inside it (gym rollouts; NULL for completions)"),
