@@ -65,3 +65,28 @@ def test_checkpoint_restores_everything(tmp_path):
     trainer.publisher.close()
     fresh.publisher.close()
     collector.close()
+
+
+@pytest.mark.timeout(120)
+def test_generator_killed_mid_rollout_is_reissued_and_counted_once():
+    import os
+    import signal
+    import time
+
+    name = f"policy-{uuid.uuid4().hex[:6]}"
+    slow = GymGeneratorConfig(num_envs=2, num_steps=12_000)     # a few seconds per rollout
+    with rm.this_host().spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=1)) as procs:
+        buffer = procs.slice(procs=0).spawn("buffer_kill", ReplayBuffer, BufferConfig(max_policy_lag=0))
+        procs.slice(procs=0).spawn("trainer_kill", PPOTrainer, PPO, "CartPole-v1", buffer, weights=name)
+        gen = procs.slice(procs=1).spawn("gen_kill", GymGenerator, slow, buffer, weights=name)
+        item = WorkItem("rollout-k", 0, 0)
+        pending = gen.collect.call_one(item)
+        time.sleep(1.0)
+        os.kill(procs.pids[1], signal.SIGKILL)
+        with pytest.raises(rm.ActorDied):
+            pending.get()
+        procs.wait_alive(timeout=60)
+        again = gen.collect.call_one(item).get()                 # what the recipe does: same id, next replica
+        assert again["accepted"] and again["rollout_id"] == "rollout-k"
+        stats = buffer.stats.call_one().get()
+        assert stats["buffer/added"] == 1 and stats["buffer/dropped_duplicate"] == 0
