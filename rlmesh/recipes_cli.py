@@ -166,9 +166,26 @@ def validate(cfg: Any) -> Any:
     from omegaconf import OmegaConf
 
     try:
-        return OmegaConf.to_object(cfg)
+        obj = OmegaConf.to_object(cfg)
     except Exception as exc:  # noqa: BLE001
         raise RecipeConfigError(explain(exc)) from exc
+    extra = _extra_keys(obj)
+    if extra:  # `+trainer.lrr=...` forces a key in; a dataclass field it is not
+        raise RecipeConfigError(_unknown_key(extra[0]))
+    return obj
+
+
+def _extra_keys(obj: Any, prefix: str = "") -> list[str]:
+    """Attributes of the config dataclasses that are not fields (added with ``+key=value``)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(obj):
+        return []
+    names = {f.name for f in dataclasses.fields(obj)}
+    out = [f"{prefix}{k}" for k in vars(obj) if k not in names and not k.startswith("_")]
+    for f in dataclasses.fields(obj):
+        out += _extra_keys(getattr(obj, f.name), f"{prefix}{f.name}.")
+    return out
 
 
 def run_config(cfg: Any, launcher: str = "local") -> dict:

@@ -24,6 +24,7 @@ def test_overrides_reach_the_dataclasses():
 
 @pytest.mark.parametrize("overrides,message", [
     (["trainer.lrr=1"], r"trainer\.lrr is not a config key: did you mean trainer\.lr\?"),
+    (["+trainer.lrr=1"], r"trainer\.lrr is not a config key: did you mean trainer\.lr\?"),
     (["trainer.lr=abc"], r"trainer\.lr: .*could not be converted to Float"),
     (["generator.replicas=1.5"], r"generator\.replicas: .*Integer"),
     (["trainer.lr=-1"], r"trainer\.lr=-1\.0 is invalid: use a positive learning rate"),
