@@ -17,5 +17,5 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet "${RLMESH_TORCH:-torch==2.13.0}"
-.venv/bin/python -m pip install --quiet -e ".[dev]" --config-settings editable_mode=compat
+.venv/bin/python -m pip install --quiet -e ".[dev,hf]" --config-settings editable_mode=compat
 echo "$want" > "$stamp"
