@@ -39,7 +39,7 @@ import zmq
 from rlmesh.actor import protocol as P
 from rlmesh.actor.future import Future
 from rlmesh.errors import ActorDied, ActorError, CallTimeout
-from rlmesh.transport.auth import AuthError, Authenticator
+from rlmesh.transport.auth import Authenticator
 from rlmesh.transport.serialization import dumps, loads
 from rlmesh.transport.sockets import bind_random, tune, zmq_context
 
