@@ -121,6 +121,7 @@ class ProcRecord:
     rejoin_pending: int = 0
     start_timeout: float = 60.0
     spawns_pending: int = 0  # actor __init__ calls in flight: heartbeats may pause (imports hold the GIL)
+    down_at: float | None = None  # wall time of the injected fault or, failing that, the death; cleared when serving
 
     @property
     def ident(self) -> bytes:
@@ -332,6 +333,7 @@ class Controller:
             if rec is None or rec.state != "alive" or rec.handle is None:
                 return False
             self._emit("fault_injected", rec, reason=kind)
+            rec.down_at = time.time()  # recovery is timed from the fault, not from its detection
             if kind == "kill":
                 rec.handle.kill()
             else:
@@ -468,7 +470,9 @@ class Controller:
 
     def _restarted(self, rec: ProcRecord) -> None:
         self._mark_alive(rec)
-        self._emit("restarted", rec)
+        took = None if rec.down_at is None else time.time() - rec.down_at
+        rec.down_at = None
+        self._emit("restarted", rec, recovery_s=took)
 
     def _broadcast(self, about: ProcRecord, kind: str, **fields: Any) -> None:
         for other in self.procs.values():
@@ -502,6 +506,8 @@ class Controller:
     def _on_exit(self, rec: ProcRecord, exit_code: int | None, sig: int | None, reason: str) -> None:
         stopping = rec.state == "stopping"
         rec.state = "stopped" if stopping else "dead"
+        if not stopping and rec.down_at is None:
+            rec.down_at = time.time()
         why = reason or ("clean exit" if exit_code == 0 else "")
         # The event goes out first, so a caller woken by ActorDied already finds the death recorded.
         self._emit("stopped" if stopping else "died", rec, exit_code=exit_code, signal=sig, reason=why)

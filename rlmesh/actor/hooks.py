@@ -42,7 +42,9 @@ class ProcEvent:
     ``kind``: ``spawned`` (first start, or a restart's new process joined),
     ``died`` (exit code or signal, or ``reason="heartbeat timeout"``),
     ``restarted`` (its actors were re-created), ``stopped`` (clean shutdown),
-    ``gave_up`` (``max_restarts`` exhausted).
+    ``gave_up`` (``max_restarts`` exhausted), ``fault_injected`` (built-in fault injection).
+    ``recovery_s`` (``restarted`` only): seconds from the injected fault, or else from the
+    death, until the replacement's actors were re-created and serving.
     """
 
     kind: str
@@ -56,6 +58,7 @@ class ProcEvent:
     signal: int | None = None
     reason: str = ""
     actors: tuple[str, ...] = ()
+    recovery_s: float | None = None
     ts: float = field(default_factory=time.time)
 
 

@@ -70,6 +70,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("signal", "BIGINT", "signal that killed it (9 = SIGKILL), else NULL"),
         _c("reason", "VARCHAR", "why, in words (e.g. 'heartbeat timeout')"),
         _c("actors", "VARCHAR", "comma-separated ids of the actors hosted by the proc"),
+        _c("recovery_s", "DOUBLE", "restarted rows: seconds from the fault (or the death) to the replacement serving"),
     ), "the runtime's event sink (controller)"),
     _T("spans", "one row per endpoint call, as seen by the proc that served it", (
         _c("actor_id", "VARCHAR", "id of the serving actor"),

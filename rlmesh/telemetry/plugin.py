@@ -46,7 +46,7 @@ def record_proc_event(ev: hooks.ProcEvent) -> None:
         "mesh": ev.proc_mesh, "rank": ev.rank, "proc": ev.proc_id, "host": ev.host,
         "event": ev.kind, "pid": ev.pid, "incarnation": ev.incarnation,
         "exit_code": ev.exit_code, "signal": ev.signal, "reason": ev.reason or None,
-        "actors": ",".join(ev.actors) or None,
+        "actors": ",".join(ev.actors) or None, "recovery_s": ev.recovery_s,
     }, ts=ev.ts)
 
 
