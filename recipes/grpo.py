@@ -21,12 +21,15 @@ import random
 import time
 
 import rlmesh as rm
+from rlmesh.actor.faults import FaultInjector
 from rlmesh.rl.actors import GRPOTrainer, LLMGenerator, ReplayBuffer, RewardActor
 from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.placement import place
 from rlmesh.rl.recipe_config import GRPORecipeConfig
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
+from rlmesh.rl.resilience import Recovery, RunFailed, WorkLedger, abandon_previous, first_failure, serve_work
+from rlmesh.rl.run_state import begin
 from rlmesh.rl.schedule import AsyncWorkScheduler
 from rlmesh.rl.tasks import AdditionTask
 
@@ -46,7 +49,9 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRP
         vocab_size=task.tokenizer.vocab_size, max_seq_len=task.max_prompt_len + g.max_new_tokens,
         d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads)
     cfg.telemetry.apply()
-    run_id = rm.telemetry.start_run(config=cfg)
+    run = begin(cfg, launcher)  # a new run, or (run.resume) the same run id, database and checkpoints
+    ledger = WorkLedger(run.generation)
+    abandoned = abandon_previous(rm.telemetry.query, ledger) if run.generation else 0
     n_procs = cfg.proc_meshes()["rl"]
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": n_procs}, name="rl",
                                                      restart=rm.Restart(max_restarts=cfg.run.max_restarts))
@@ -60,78 +65,119 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRP
         evaluator = procs.slice(procs=0).spawn("evaluator", LLMGenerator, g, task, None, rewards, backend)
         gens = procs.slice(procs=slice(2 + cfg.reward.replicas, n_procs)).spawn(
             "generator", LLMGenerator, g, task, buffer, rewards, backend)
-        result = asyncio.run(_loop(cfg, task, gens, trainer, evaluator))
+        roles = {"generator": gens, "trainer": trainer, "reward": rewards}
+        with FaultInjector.from_config(cfg.faults, roles) as faults:
+            try:
+                result = asyncio.run(_loop(cfg, task, gens, trainer, evaluator, ledger, run.generation))
+            except RunFailed as exc:
+                _final_checkpoint(trainer, exc)
+                raise
+        result["faults_injected"] = len(faults.injected)
     finally:
         procs.stop()
-    result["run_id"] = run_id
-    if run_id is not None:
+    result.update(run_id=run.run_id, abandoned=abandoned, generation=run.generation)
+    if run.run_id is not None:
         rm.telemetry.flush()
         counts = telemetry_counts(rm.telemetry.query)
         result.update(counts)
         curve = "  ".join(f"{s}:{v:.2f}" for s, v in result["curve"])
-        print_summary(run_id, [
+        print_summary(run.run_id, [
             ("task", task.name), ("train steps", str(counts["train_steps"])),
             ("completions (distinct ids)", f"{counts['rollouts']} ({counts['distinct_ids']})"),
             ("held-out mean_reward by step", curve),
             ("gen tokens/s (per generator)", f"{result['gen_tokens_per_s']:.0f}"),
             ("train samples/s", f"{result['train_samples_per_s']:.0f}"),
             ("wall time", f"{result['wall_s']:.1f} s"), ("weight syncs", str(counts["weight_syncs"])),
+            ("work items", f"{counts['work_issued']} issued, {counts['work_reissued']} re-issued, "
+                           f"{counts['work_dropped']} dropped, {counts['work_lost']} lost"),
+            ("proc failures", f"{counts['proc_deaths']} died, {counts['restarts']} restarted"
+                              + (f", median recovery {counts['median_recovery_s']:.2f} s" if counts["restarts"] else "")),
         ])
     return result
 
 
-async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evaluator) -> dict:
+def _final_checkpoint(trainer, exc: RunFailed) -> None:
+    """Before a failed run stops: a last checkpoint if the trainer still serves (``resume=`` goes on from it)."""
+    try:
+        exc.checkpoint = trainer.save.options(timeout=60).call_one().get()
+    except rm.RlmeshError:
+        exc.checkpoint = None
+    where = f"final checkpoint {exc.checkpoint}" if exc.checkpoint else "the trainer is gone: its newest checkpoint stands"
+    exc.args = (f"{exc.args[0]}; {where}; continue with: rlmesh run resume={rm.telemetry.current_run() or 'RUN'}",)
+
+
+async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evaluator, ledger: WorkLedger,
+                generation: int) -> dict:
     g, seed = cfg.generator, cfg.run.seed
     per_item = cfg.prompts_per_step // g.replicas
     heldout = task.sample(cfg.eval.episodes, random.Random(10_000 + seed), "heldout")
-    work = AsyncWorkScheduler(per_step=g.replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix="group-")
+    prefix = "group-" if generation == 0 else f"group-g{generation}-"  # ids never repeat across resumes
+    work = AsyncWorkScheduler(per_step=g.replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,
+                              on_event=ledger)
+    recovery = Recovery(cfg.run.recovery_timeout_s)
     stop = asyncio.Event()
     state = {"curve": [], "gen_tokens_per_s": 0.0, "train_s": 0.0, "trained": 0}
+    resumed = await trainer.state.call_one()  # a resumed run's trainer starts from its checkpoint
 
-    async def generate(gen) -> None:  # one loop per generator replica
-        while not stop.is_set():
-            item = await work.next_item()
-            problems = task.sample(per_item, random.Random(seed * 1_000_003 + item.index), "train")  # same on re-issue
-            try:
-                r = await gen.generate.call_one(item, problems)
-            except rm.ActorDied:
-                work.reissue(item)
-                await asyncio.sleep(0.5)
-                continue
-            work.finished(r)
-            state["gen_tokens_per_s"] = r["gen_tokens_per_s"]
+    def replica(i: int):
+        one = gens.slice(procs=i)
+        call = one.generate.options(timeout=cfg.run.call_timeout_s)
+
+        def run_item(item):  # the same prompts on a re-issue: seeded by the item's index
+            problems = task.sample(per_item, random.Random(seed * 1_000_003 + generation * 7_919 + item.index), "train")
+            return call.call_one(item, problems)
+
+        return serve_work(work, stop, one, f"generator[{i}]", run_item, recovery,
+                          on_result=lambda r: state.update(gen_tokens_per_s=r["gen_tokens_per_s"]))
 
     async def evaluate(version: int, completions: int) -> None:
-        r = await evaluator.evaluate.call_one(heldout, version, completions)
+        try:
+            r = await evaluator.evaluate.call_one(heldout, version, completions)
+        except (rm.ActorDied, rm.ActorError) as exc:  # its proc (or a reward proc it used) died: skip this one
+            if isinstance(exc, rm.ActorDied):
+                await recovery.wait_back(evaluator, exc, "evaluator")
+            return
         state["curve"].append((version, r["value"]))
         if cfg.eval.target is not None and r["value"] >= cfg.eval.target:
             stop.set()
 
     start = time.perf_counter()
-    evals = [asyncio.ensure_future(evaluate(0, 0))]  # the starting level (after the warm start)
-    loops = [asyncio.ensure_future(generate(gens.slice(procs=i))) for i in range(g.replicas)]
     reward = float("nan")
-    with RunProgress(cfg.steps, "steps", cfg.run.progress) as bar:
-        step = 0
-        while step < cfg.steps and not stop.is_set():
-            m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
-            work.rejected(m["dropped"])
-            if not m["trained"]:
-                continue
-            step = m["step"]
-            work.consumed(g.replicas, m["policy_version"])
-            state["train_s"] += m["duration_s"]
-            state["trained"] += int(m["metrics"].get("train/groups", 0)) * g.samples_per_prompt
-            reward = m["metrics"].get("rollout/reward_mean", reward)
-            if cfg.eval.every and step % cfg.eval.every == 0 or step == cfg.steps:
-                evals.append(asyncio.ensure_future(evaluate(m["policy_version"], m["samples_seen"])))
-            bar.update(step, step=step, reward=reward, lag=m["max_lag"],
-                       sps=m["samples_seen"] / (time.perf_counter() - start))
-        await asyncio.gather(*evals)
-    stop.set()
-    for loop in loops:
-        loop.cancel()
-    await asyncio.gather(*loops, return_exceptions=True)
+
+    async def train() -> None:
+        nonlocal reward
+        evals = [asyncio.ensure_future(evaluate(resumed["policy_version"], resumed["samples_seen"]))]  # starting level
+        with RunProgress(cfg.steps, "steps", cfg.run.progress) as bar:
+            step = resumed["step"]
+            while step < cfg.steps and not stop.is_set():
+                try:
+                    m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
+                except rm.ActorDied as exc:  # restarts from its newest checkpoint and republishes
+                    await recovery.wait_back(trainer, exc, "trainer")
+                    continue
+                work.rejected(m["dropped"], m["drop_reasons"])
+                if not m["trained"]:
+                    continue
+                step = m["step"]
+                work.consumed(m["rollout_ids"], m["policy_version"])
+                state["train_s"] += m["duration_s"]
+                state["trained"] += int(m["metrics"].get("train/groups", 0)) * g.samples_per_prompt
+                reward = m["metrics"].get("rollout/reward_mean", reward)
+                if cfg.eval.every and step % cfg.eval.every == 0 or step == cfg.steps:
+                    evals.append(asyncio.ensure_future(evaluate(m["policy_version"], m["samples_seen"])))
+                bar.update(step, step=step, reward=reward, lag=m["max_lag"],
+                           sps=m["samples_seen"] / (time.perf_counter() - start))
+            await asyncio.gather(*evals)
+
+    loops = [asyncio.ensure_future(replica(i)) for i in range(g.replicas)]
+    try:
+        await first_failure(asyncio.ensure_future(train()), loops)
+    finally:
+        stop.set()
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+    ledger.close_out(work)
     state["wall_s"] = time.perf_counter() - start
     state["train_samples_per_s"] = state["trained"] / max(state["train_s"], 1e-9)
     state["curve"].sort()

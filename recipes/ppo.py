@@ -18,17 +18,22 @@ import asyncio
 import time
 
 import rlmesh as rm
+from rlmesh.actor.faults import FaultInjector
 from rlmesh.rl.actors import GymGenerator, PPOTrainer, ReplayBuffer
 from rlmesh.rl.placement import place
 from rlmesh.rl.recipe_config import PPORecipeConfig
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
+from rlmesh.rl.resilience import Recovery, RunFailed, WorkLedger, abandon_previous, first_failure, serve_work
+from rlmesh.rl.run_state import begin
 from rlmesh.rl.schedule import AsyncWorkScheduler
 
 
 def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOTrainer) -> dict:
     g, t = cfg.generator, cfg.trainer
     cfg.telemetry.apply()
-    run_id = rm.telemetry.start_run(config=cfg)
+    run = begin(cfg, launcher)  # a new run, or (run.resume) the same run id, database and checkpoints
+    ledger = WorkLedger(run.generation)
+    abandoned = abandon_previous(rm.telemetry.query, ledger) if run.generation else 0
     restart = rm.Restart(max_restarts=cfg.run.max_restarts)
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, restart=restart,
                                                      name="rl")
@@ -38,76 +43,112 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
         evaluator = procs.slice(procs=0).spawn("evaluator", GymGenerator, g)
         trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed)
         gens = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", GymGenerator, g, buffer)
-        result = asyncio.run(_loop(cfg, gens, trainer, evaluator))
+        with FaultInjector.from_config(cfg.faults, {"generator": gens, "trainer": trainer}) as faults:
+            try:
+                result = asyncio.run(_loop(cfg, gens, trainer, evaluator, ledger, run.generation))
+            except RunFailed as exc:
+                _final_checkpoint(trainer, exc)
+                raise
+        result["faults_injected"] = len(faults.injected)
     finally:
         procs.stop()
-    result["run_id"] = run_id
-    if run_id is None:  # telemetry=off: nothing recorded, nothing to summarise
+    result.update(run_id=run.run_id, abandoned=abandoned, generation=run.generation)
+    if run.run_id is None:  # telemetry=off: nothing recorded, nothing to summarise
         return result
     rm.telemetry.flush()
     counts = telemetry_counts(rm.telemetry.query)
     result.update(counts)
     ev = counts["last_eval"]
-    print_summary(run_id, [
+    print_summary(run.run_id, [
         ("env", g.env_id), ("train steps", str(counts["train_steps"])), ("env steps trained", str(result["env_steps"])),
         ("rollouts (distinct ids)", f"{counts['rollouts']} ({counts['distinct_ids']})"),
         ("final eval", f"{ev['metric']} {ev['value']:.1f} at step {ev['step']}" if ev else "none"),
         ("solved", f"{result['solved_steps']} env steps, {result['solved_s']:.1f} s" if result["solved_s"] else "no"),
         ("wall time", f"{result['wall_s']:.1f} s"), ("weight syncs", str(counts["weight_syncs"])),
+        ("work items", f"{counts['work_issued']} issued, {counts['work_reissued']} re-issued, "
+                       f"{counts['work_dropped']} dropped, {counts['work_lost']} lost"),
+        ("proc failures", f"{counts['proc_deaths']} died, {counts['restarts']} restarted"
+                          + (f", median recovery {counts['median_recovery_s']:.2f} s" if counts["restarts"] else "")),
     ])
     return result
 
 
-async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator) -> dict:
+def _final_checkpoint(trainer, exc: RunFailed) -> None:
+    """Before a failed run stops: a last checkpoint if the trainer still serves (``resume=`` goes on from it)."""
+    try:
+        exc.checkpoint = trainer.save.options(timeout=60).call_one().get()
+    except rm.RlmeshError:
+        exc.checkpoint = None
+    where = f"final checkpoint {exc.checkpoint}" if exc.checkpoint else "the trainer is gone: its newest checkpoint stands"
+    exc.args = (f"{exc.args[0]}; {where}; continue with: rlmesh run resume={rm.telemetry.current_run() or 'RUN'}",)
+
+
+async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, ledger: WorkLedger, generation: int) -> dict:
     g, t = cfg.generator, cfg.trainer
-    work = AsyncWorkScheduler(per_step=g.replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix="rollout-")
+    prefix = "rollout-" if generation == 0 else f"rollout-g{generation}-"  # ids never repeat across resumes
+    work = AsyncWorkScheduler(per_step=g.replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,
+                              on_event=ledger)
+    recovery = Recovery(cfg.run.recovery_timeout_s)
     stop = asyncio.Event()
     start = time.perf_counter()
-    state = {"env_steps": 0, "solved_steps": None, "solved_s": None, "evals": []}
+    resumed = await trainer.state.call_one()  # a resumed run's trainer starts from its checkpoint
+    state = {"env_steps": resumed["samples_seen"], "solved_steps": None, "solved_s": None, "evals": []}
 
-    async def generate(gen) -> None:  # one loop per generator replica
-        while not stop.is_set():
-            item = await work.next_item()
-            try:
-                work.finished(await gen.collect.call_one(item))
-            except rm.ActorDied:  # its proc died mid-rollout: same id to whoever runs next
-                work.reissue(item)
-                await asyncio.sleep(0.5)
+    def replica(i: int):
+        one = gens.slice(procs=i)
+        call = one.collect.options(timeout=cfg.run.call_timeout_s) if cfg.run.call_timeout_s else one.collect
+        return serve_work(work, stop, one, f"generator[{i}]", lambda item: call.call_one(item), recovery)
 
     evaluated: set[int] = set()
 
     async def evaluate(version: int, env_steps: int) -> None:
         evaluated.add(version)
-        r = await evaluator.evaluate.call_one(cfg.eval.episodes, version, env_steps)
+        try:
+            r = await evaluator.evaluate.call_one(cfg.eval.episodes, version, env_steps)
+        except rm.ActorDied as exc:  # the evaluator's proc died: this evaluation is skipped, the run goes on
+            await recovery.wait_back(evaluator, exc, "evaluator")
+            return
         state["evals"].append((env_steps, r["value"]))
         if cfg.eval.target is not None and r["value"] >= cfg.eval.target and state["solved_s"] is None:
             state.update(solved_steps=env_steps, solved_s=time.perf_counter() - start)
             stop.set()
 
-    loops = [asyncio.ensure_future(generate(gens.slice(procs=i))) for i in range(g.replicas)]
-    evals: list[asyncio.Future] = []
-    next_eval = cfg.eval.every or t.total_steps
-    with RunProgress(t.total_steps, "env steps", cfg.run.progress) as bar:
-        while state["env_steps"] < t.total_steps and not stop.is_set():
-            m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
-            work.rejected(m["dropped"])          # stale inside the buffer: their credit is free
-            if not m["trained"]:
-                continue
-            work.consumed(g.replicas, m["policy_version"])
-            state["env_steps"] = m["samples_seen"]
-            if state["env_steps"] >= next_eval:
-                next_eval += cfg.eval.every or t.total_steps
+    async def train() -> None:
+        evals: list[asyncio.Future] = []
+        every = cfg.eval.every or t.total_steps
+        next_eval = (state["env_steps"] // every + 1) * every
+        m = {"policy_version": resumed["policy_version"]}
+        with RunProgress(t.total_steps, "env steps", cfg.run.progress) as bar:
+            while state["env_steps"] < t.total_steps and not stop.is_set():
+                try:
+                    m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
+                except rm.ActorDied as exc:  # restarts from its newest checkpoint and republishes
+                    await recovery.wait_back(trainer, exc, "trainer")
+                    continue
+                work.rejected(m["dropped"], m["drop_reasons"])  # stale inside the buffer: their credit is free
+                if not m["trained"]:
+                    continue
+                work.consumed(m["rollout_ids"], m["policy_version"])
+                state["env_steps"] = m["samples_seen"]
+                if state["env_steps"] >= next_eval:
+                    next_eval += every
+                    evals.append(asyncio.ensure_future(evaluate(m["policy_version"], state["env_steps"])))
+                bar.update(state["env_steps"], step=m["step"], lag=m["max_lag"],
+                           reward=m["metrics"].get("charts/episodic_return"),
+                           sps=state["env_steps"] / (time.perf_counter() - start))
+            if not stop.is_set() and m["policy_version"] not in evaluated:  # budget spent: evaluate the final weights
                 evals.append(asyncio.ensure_future(evaluate(m["policy_version"], state["env_steps"])))
-            bar.update(state["env_steps"], step=m["step"], lag=m["max_lag"],
-                       reward=m["metrics"].get("charts/episodic_return"),
-                       sps=state["env_steps"] / (time.perf_counter() - start))
-        if not stop.is_set() and m["policy_version"] not in evaluated:  # budget spent: evaluate the final weights
-            evals.append(asyncio.ensure_future(evaluate(m["policy_version"], state["env_steps"])))
-        await asyncio.gather(*evals)
-    stop.set()
-    for loop in loops:
-        loop.cancel()
-    await asyncio.gather(*loops, return_exceptions=True)
+            await asyncio.gather(*evals)
+
+    loops = [asyncio.ensure_future(replica(i)) for i in range(g.replicas)]
+    try:
+        await first_failure(asyncio.ensure_future(train()), loops)
+    finally:
+        stop.set()
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+    ledger.close_out(work)
     state["wall_s"] = time.perf_counter() - start
     state["issued"], state["reissued"] = work.issued, work.reissued
     return state

@@ -4,6 +4,8 @@
     rlmesh run -m recipe=ppo_cartpole trainer.lr=1e-3,2e-3 run.seed=0,1     # multirun sweep
     rlmesh run recipe=my_recipe hydra.searchpath=[file:///home/me/configs]   # your own configs
     rlmesh run recipe=ppo_cartpole --cfg job                                 # print the config, run nothing
+    rlmesh run resume=latest                     # continue a run whose controller died (or resume=RUN_ID)
+    rlmesh run recipe=ppo_cartpole faults=generator_kill                     # prove it survives (docs/faults.md)
 
 Everything that can be wrong with a config is found here, before any proc starts:
 composition errors (unknown key, wrong type, unknown preset) and the dataclasses'
@@ -252,8 +254,15 @@ def run_main(argv: list[str]) -> int:
     overrides = [a for a in argv if a not in ("--cfg", "job")]
     logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    resume = next((a.split("=", 1)[1] for a in overrides if a.startswith("resume=")), None)
     try:
-        cfg, launcher = compose(overrides)
+        if resume is not None:  # the saved config of that run, with the other overrides on top
+            from rlmesh.rl.run_state import resume_config
+
+            _runs_dir_override(overrides)
+            cfg, launcher = resume_config(resume, overrides)
+        else:
+            cfg, launcher = compose(overrides)
     except RecipeConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
@@ -262,5 +271,21 @@ def run_main(argv: list[str]) -> int:
 
         print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         return 0
-    run_config(cfg, launcher)
+    from rlmesh.rl.resilience import RunFailed
+
+    try:
+        run_config(cfg, launcher)
+    except RunFailed as exc:
+        import rlmesh as rm
+
+        rm.telemetry.end_run("failed")
+        print(f"run failed: {exc}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _runs_dir_override(overrides: list[str]) -> None:
+    """``telemetry.runs_dir=...`` next to ``resume=``: look for the run there."""
+    for o in overrides:
+        if o.startswith("telemetry.runs_dir="):
+            os.environ["RLMESH_RUNS_DIR"] = o.split("=", 1)[1]

@@ -16,24 +16,32 @@ import logging
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
-from rlmesh.actor.controller import Controller
+from rlmesh.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 
+KINDS = ("kill", "hang")
+
+
 @dataclass
 class FaultConfig:
-    """The ``faults=`` settings of a recipe."""
+    """The ``faults=`` settings of a recipe: ``faults.kill=generator faults.every_s=15 faults.seed=1``.
 
-    kind: str = "none"
-    """``none``, ``kill`` (SIGKILL) or ``hang`` (heartbeats stop; the proc stops serving)."""
-    target: str = "generator"
-    """Which mesh's procs to hit (a recipe maps role names to meshes)."""
+    Set one of ``kill`` (SIGKILL) or ``hang`` (the proc's heartbeat thread stops and it stops
+    serving, like a proc stuck in a C call) to the role whose procs to hit; the recipe maps
+    roles (``generator``, ``trainer``, ``reward``) to its meshes.
+    """
+
+    kill: Optional[str] = None
+    """Role whose procs are SIGKILLed on the schedule (null: none)."""
+    hang: Optional[str] = None
+    """Role whose procs are hung on the schedule (null: none)."""
     every_s: float = 20.0
     """Seconds between injections (the first comes after ``start_after_s``)."""
-    start_after_s: float | None = None
+    start_after_s: Optional[float] = None
     """Delay before the first injection; defaults to ``every_s``."""
     max_faults: int = -1
     """Stop after this many injections; -1 = no limit."""
@@ -41,10 +49,31 @@ class FaultConfig:
     """RNG seed for choosing victims."""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("none", "kill", "hang"):
-            raise ValueError(f"faults.kind={self.kind!r}: use none, kill or hang")
+        if self.kill and self.hang:
+            raise ConfigError(f"faults.kill={self.kill!r} and faults.hang={self.hang!r}: set one of them (one "
+                              "schedule per run), the other to null")
         if self.every_s <= 0:
-            raise ValueError(f"faults.every_s={self.every_s!r} must be > 0 seconds")
+            raise ConfigError(f"faults.every_s={self.every_s!r}: use a positive number of seconds")
+        if self.start_after_s is not None and self.start_after_s < 0:
+            raise ConfigError(f"faults.start_after_s={self.start_after_s!r}: use 0 or more seconds (or null)")
+        if self.max_faults < -1 or self.max_faults == 0:
+            raise ConfigError(f"faults.max_faults={self.max_faults!r}: use -1 (no limit) or 1 or more")
+
+    @property
+    def kind(self) -> str:
+        """``kill``, ``hang`` or ``none``."""
+        return "kill" if self.kill else "hang" if self.hang else "none"
+
+    @property
+    def target(self) -> str | None:
+        """The role to hit (``None`` when no faults are configured)."""
+        return self.kill or self.hang
+
+    def check_roles(self, roles: Any) -> None:
+        """Raise a :class:`ConfigError` naming the key when the target is not one of ``roles``."""
+        if self.target is not None and self.target not in roles:
+            raise ConfigError(f"faults.{self.kind}={self.target!r} is not a role of this recipe: use one of "
+                              f"{', '.join(sorted(roles))}")
 
 
 def _proc_ids(target: Any) -> list[str]:
@@ -61,7 +90,10 @@ class FaultInjector:
 
     def __init__(self, target: Any, kind: str = "kill", every_s: float = 20.0, seed: int = 0,
                  max_faults: int = -1, start_after_s: float | None = None):
-        FaultConfig(kind=kind, every_s=every_s, seed=seed, max_faults=max_faults)  # validates
+        if kind not in KINDS + ("none",):
+            raise ValueError(f"fault kind {kind!r}: use kill, hang or none")
+        if every_s <= 0:
+            raise ValueError(f"every_s={every_s!r} must be > 0 seconds")
         self.proc_ids = _proc_ids(target)
         self.kind = kind
         self.every_s = every_s
@@ -73,7 +105,10 @@ class FaultInjector:
         self._thread = threading.Thread(target=self._run, name="rlmesh-faults", daemon=True)
 
     @classmethod
-    def from_config(cls, cfg: FaultConfig, target: Any) -> "FaultInjector":
+    def from_config(cls, cfg: FaultConfig, roles: dict[str, Any]) -> "FaultInjector":
+        """The injector ``cfg`` describes, aimed at ``roles[cfg.target]`` (a no-op one when ``cfg`` sets none)."""
+        cfg.check_roles(roles)
+        target = roles[cfg.target] if cfg.target else next(iter(roles.values()))
         return cls(target, cfg.kind, cfg.every_s, cfg.seed, cfg.max_faults, cfg.start_after_s)
 
     def start(self) -> "FaultInjector":
@@ -93,6 +128,8 @@ class FaultInjector:
         self.stop()
 
     def _run(self) -> None:
+        from rlmesh.actor.controller import Controller  # lazily: FaultConfig is imported by config code
+
         controller = Controller.get()
         wait = self.start_after_s
         while not self._stop.wait(wait):

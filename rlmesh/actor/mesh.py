@@ -105,14 +105,17 @@ class Endpoint:
         return self._send(0, dumps((args, kwargs)))
 
     def choose(self, *args: Any, **kwargs: Any) -> Future:
-        """Call one actor: the one with the fewest calls outstanding from this process (ties round-robin)."""
+        """Call one actor: the one with the fewest calls outstanding from this process (ties round-robin),
+        among those whose proc is not known to be dead (a proc being restarted is skipped while others serve)."""
         n = len(self._mesh)
         client = get_client()
         start = next(self._mesh._rr)
         best, best_load = 0, None
         for i in range(n):
             r = (start + i) % n
-            load = client.outstanding(self._mesh._point(r).actor_id)
+            entry = client.directory.get(self._mesh._point(r).proc_id)
+            down = entry is not None and not entry.alive
+            load = client.outstanding(self._mesh._point(r).actor_id) + (1 << 30 if down else 0)
             if best_load is None or load < best_load:
                 best, best_load = r, load
                 if load == 0:

@@ -11,6 +11,11 @@ unit-tested here is what runs distributed. Invariants it keeps:
   example the same work re-issued after a generator restart, whose original also
   arrived) is dropped and reported; a sampled rollout is consumed.
 - **Bounded**: beyond ``capacity`` the oldest rollouts are evicted (and reported).
+- **Nothing lost to a trainer restart**: a batch sampled with ``lease=True`` stays on
+  lease until the trainer says a checkpoint covers it (:meth:`ReplayBufferCore.settle`).
+  A restarted trainer reports the cursor of its checkpoint, and every batch leased after
+  it (sampled by the dead incarnation, trained or not, but lost with it) goes back to the
+  front of the queue, oldest first, to be trained again or dropped as stale with a reason.
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ class SampleResult:
     dropped: list[Dropped] = field(default_factory=list)
     max_lag: int | None = None
     """Largest version lag inside the batch (None when empty): what the progress bar shows."""
+    lease: int | None = None
+    """Lease id of the batch (``sample(lease=True)`` with a non-empty batch): the trainer's buffer cursor."""
+    requeued: list[str] = field(default_factory=list)
+    """Ids put back by :meth:`ReplayBufferCore.settle` on this call (a restarted trainer's lost batches)."""
 
 
 class ReplayBufferCore:
@@ -69,6 +78,9 @@ class ReplayBufferCore:
         self._added = 0
         self._sampled = 0
         self._sampled_samples = 0
+        self._leases: dict[int, list[BufferedRollout]] = {}
+        self._next_lease = 1
+        self._requeued = 0
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -114,12 +126,36 @@ class ReplayBufferCore:
         """Rollouts that :meth:`sample` could return now (fresh enough), without dropping anything."""
         return sum(current_version - r.policy_version <= self.config.max_policy_lag for r in self._queue)
 
-    def sample(self, batch_size: int, current_version: int, partial: bool = False) -> SampleResult:
+    def settle(self, cursor: int, durable: int) -> list[BufferedRollout]:
+        """The trainer's word on its leases: it has trained every batch up to lease ``cursor``,
+        and its newest checkpoint covers every batch up to lease ``durable`` (<= ``cursor``).
+
+        Leases up to ``durable`` are forgotten (safe in a checkpoint). Leases after ``cursor``
+        were taken by a trainer incarnation that died with them: they go back to the front of
+        the queue, oldest first, and are returned. A live trainer calls this with its own
+        cursor, which requeues nothing; a restarted one with its checkpoint's, which requeues
+        what the dead incarnation sampled after that checkpoint.
+        """
+        if durable > cursor:
+            raise ValueError(f"settle: durable lease {durable} is after the trained cursor {cursor}")
+        self._next_lease = max(self._next_lease, cursor + 1)  # a resumed trainer's cursor came from another buffer
+        for lid in [lid for lid in self._leases if lid <= durable]:
+            del self._leases[lid]
+        orphans = [r for lid in sorted(self._leases) if lid > cursor for r in self._leases.pop(lid)]
+        self._queue.extendleft(reversed(orphans))
+        self._requeued += len(orphans)
+        if orphans:
+            logger.info("requeued %d rollouts leased after cursor %d (a restarted trainer lost them)", len(orphans),
+                        cursor)
+        return orphans
+
+    def sample(self, batch_size: int, current_version: int, partial: bool = False, lease: bool = False) -> SampleResult:
         """Consume up to ``batch_size`` of the oldest fresh rollouts.
 
         Stale rollouts are dropped first (and reported in ``dropped``). If fewer than
         ``batch_size`` remain, nothing is consumed and ``rollouts`` is empty, unless
-        ``partial=True``, which returns what there is.
+        ``partial=True``, which returns what there is. ``lease=True`` keeps the batch on a
+        lease (``result.lease``) until :meth:`settle` says a checkpoint covers it.
         """
         if batch_size < 1:
             raise ValueError(f"sample: batch_size must be >= 1, got {batch_size}")
@@ -130,7 +166,12 @@ class ReplayBufferCore:
         self._sampled += len(batch)
         self._sampled_samples += sum(r.num_samples for r in batch)
         max_lag = max((current_version - r.policy_version for r in batch), default=None)
-        return SampleResult(batch, dropped, max_lag)
+        lease_id = None
+        if lease and batch:
+            lease_id = self._next_lease
+            self._next_lease += 1
+            self._leases[lease_id] = batch
+        return SampleResult(batch, dropped, max_lag, lease_id)
 
     def stats(self) -> dict[str, float]:
         """Counters since creation, namespaced for telemetry (``buffer/...``)."""
@@ -139,6 +180,8 @@ class ReplayBufferCore:
             "buffer/added": float(self._added),
             "buffer/sampled": float(self._sampled),
             "buffer/sampled_samples": float(self._sampled_samples),
+            "buffer/leased": float(sum(len(b) for b in self._leases.values())),
+            "buffer/requeued": float(self._requeued),
         }
         for reason in ("stale", "duplicate", "capacity"):
             out[f"buffer/dropped_{reason}"] = float(self._dropped_total[reason])

@@ -93,14 +93,19 @@ class TrainerConfig:
     ``trainer.checkpoint_every=...``)."""
 
     checkpoint_dir: str | None = None
-    """Where checkpoints go; ``None`` disables them (a restarted trainer then starts over)."""
-    checkpoint_every: int = 0
-    """Save every this many train steps; 0 = only at the end."""
+    """Where checkpoints go. ``None``: the recipes use ``<run dir>/checkpoints`` (so every run can
+    be resumed); a ``Trainer`` built by hand without one saves none (a restart then starts over)."""
+    checkpoint_every: int = 1
+    """Save every this many train steps (0 = only at the end). A restarted trainer rolls back to
+    its newest checkpoint; what it trained since is requeued from the buffer, or dropped as stale."""
+    checkpoint_keep: int = 3
+    """Newest checkpoints kept on disk (older ones are deleted after each save)."""
     publish_every: int = 1
     """Publish weights to generators every this many train steps."""
 
     def __post_init__(self) -> None:
         check(self.checkpoint_every >= 0, "trainer.checkpoint_every", self.checkpoint_every, "use 0 or more")
+        check(self.checkpoint_keep >= 1, "trainer.checkpoint_keep", self.checkpoint_keep, "keep at least 1 checkpoint")
         check(self.publish_every >= 1, "trainer.publish_every", self.publish_every, "use 1 or more")
 
 

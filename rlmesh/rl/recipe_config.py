@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from rlmesh.actor.faults import FaultConfig
 from rlmesh.rl.config import (
     BufferConfig,
     GRPOConfig,
@@ -33,15 +34,35 @@ class RunConfig:
     """Seeds the trainer; generator replicas derive their env seeds from ``generator.seed``."""
     progress: bool = True
     """Show the live progress bar (rich) on a terminal."""
-    max_restarts: int = 0
+    max_restarts: int = 3
     """Restart policy of every proc (``rm.Restart``): 0 never, -1 forever. A restarted trainer
-    resumes from ``trainer.checkpoint_dir``; a generator's lost work is re-issued."""
+    resumes from its newest checkpoint; a generator's lost work is re-issued. Once a proc has
+    used them up, the run stops (after a final checkpoint) with a message naming it."""
     train_timeout_s: float = 120.0
     """How long one train call waits for enough fresh rollouts before the controller checks again."""
+    call_timeout_s: Optional[float] = None
+    """Give up on one generator call after this long and re-issue its work (null: no limit; a
+    hung proc is still caught by its heartbeat)."""
+    recovery_timeout_s: float = 120.0
+    """How long the controller waits for a failed proc's replacement before the run fails."""
+    resume: Optional[str] = None
+    """A run id to continue (``rlmesh run resume=RUN|latest`` sets it): same run id, same
+    telemetry database, the trainer's newest checkpoint."""
 
     def __post_init__(self) -> None:
         check(self.max_restarts >= -1, "run.max_restarts", self.max_restarts, "use -1 (forever), 0 (never) or more")
         check(self.train_timeout_s > 0, "run.train_timeout_s", self.train_timeout_s, "use a positive number of seconds")
+        check(self.call_timeout_s is None or self.call_timeout_s > 0, "run.call_timeout_s", self.call_timeout_s,
+              "use a positive number of seconds, or null for no limit")
+        check(self.recovery_timeout_s > 0, "run.recovery_timeout_s", self.recovery_timeout_s,
+              "use a positive number of seconds")
+
+
+def check_faults(faults: FaultConfig, run: RunConfig, roles: tuple[str, ...]) -> None:
+    """Fault injection aims at a role the recipe has, and the procs it hits may be restarted."""
+    faults.check_roles(roles)
+    check(faults.target is None or run.max_restarts != 0, "run.max_restarts", run.max_restarts,
+          f"faults.{faults.kind}={faults.target} kills procs: allow restarts (run.max_restarts=3, or -1 for forever)")
 
 
 @dataclass
@@ -74,6 +95,8 @@ class PPORecipeConfig:
     launcher: Dict[str, Any] = field(default_factory=dict)
     """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields)."""
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    """Built-in fault injection (``faults=generator_kill``, ``faults.kill=trainer``); off by default."""
 
     def proc_meshes(self) -> dict[str, int]:
         """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer, one per generator
@@ -82,6 +105,7 @@ class PPORecipeConfig:
 
     def __post_init__(self) -> None:
         check(self.program == "ppo", "program", self.program, "a PPO config runs with program=ppo")
+        check_faults(self.faults, self.run, ("generator", "trainer"))
         per_rollout = self.generator.num_envs * self.generator.num_steps
         batch = per_rollout * self.generator.replicas
         check(batch >= self.trainer.num_minibatches, "trainer.num_minibatches", self.trainer.num_minibatches,
@@ -168,6 +192,8 @@ class GRPORecipeConfig:
     launcher: Dict[str, Any] = field(default_factory=dict)
     """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields)."""
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    """Built-in fault injection (``faults=generator_kill``, ``faults.kill=reward``); off by default."""
 
     def proc_meshes(self) -> dict[str, int]:
         """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer, reward actors, generators."""
@@ -175,6 +201,7 @@ class GRPORecipeConfig:
 
     def __post_init__(self) -> None:
         check(self.program == "grpo", "program", self.program, "a GRPO config runs with program=grpo")
+        check_faults(self.faults, self.run, ("generator", "trainer", "reward"))
         check(self.reward.kind != "env", "reward.kind", self.reward.kind,
                "GRPO on text needs a verifier: use 'exact_match' or 'numeric' (or 'model' with a subclass)")
         check(self.generator.samples_per_prompt >= 2, "generator.samples_per_prompt",

@@ -81,4 +81,41 @@ def telemetry_counts(query: Any) -> dict[str, Any]:
     out.update(one("SELECT count(*) AS weight_syncs, avg(duration_s) AS sync_s FROM weight_syncs"))
     last = query("SELECT metric, value, step FROM evals ORDER BY ts DESC LIMIT 1").to_pylist()
     out["last_eval"] = last[0] if last else None
+    out.update(work_account(query))
+    out.update(one("SELECT count(*) FILTER (WHERE event = 'died') AS proc_deaths, "
+                   "count(*) FILTER (WHERE event = 'restarted') AS restarts, "
+                   "median(recovery_s) FILTER (WHERE event = 'restarted') AS median_recovery_s FROM actors"))
     return out
+
+
+WORK_ACCOUNT_SQL = """
+WITH per_id AS (
+  SELECT work_id,
+         bool_or(event = 'issued') AS issued,
+         count(*) FILTER (WHERE event = 'reissued') AS reissues,
+         count(*) FILTER (WHERE event = 'rescored') AS rescores,
+         bool_or(event = 'completed') AS completed,
+         count(*) FILTER (WHERE event IN ('consumed', 'dropped', 'abandoned', 'unused')) AS endings,
+         bool_or(event = 'consumed') AS consumed, bool_or(event = 'dropped') AS dropped,
+         bool_or(event = 'abandoned') AS abandoned, bool_or(event = 'unused') AS unused
+  FROM work_items GROUP BY work_id)
+SELECT count(*) FILTER (WHERE issued) AS issued,
+       count(*) FILTER (WHERE completed) AS completed,
+       coalesce(sum(reissues), 0) AS reissued,
+       coalesce(sum(rescores), 0) AS rescored,
+       count(*) FILTER (WHERE consumed) AS consumed,
+       count(*) FILTER (WHERE dropped) AS dropped,
+       count(*) FILTER (WHERE abandoned) AS abandoned,
+       count(*) FILTER (WHERE unused) AS unused,
+       count(*) FILTER (WHERE issued AND endings = 0) AS lost,
+       count(*) FILTER (WHERE endings > 1) AS counted_twice
+FROM per_id"""
+"""Every issued work id ends exactly once: consumed by a train step, dropped (with a reason),
+abandoned by a dead controller, or unused when the run ended. ``lost`` and ``counted_twice``
+must be 0 (docs/faults.md)."""
+
+
+def work_account(query: Any) -> dict[str, int]:
+    """The ``work_items`` account of a run (see :data:`WORK_ACCOUNT_SQL`)."""
+    row = query(WORK_ACCOUNT_SQL).to_pylist()[0]
+    return {f"work_{k}": int(v or 0) for k, v in row.items()}

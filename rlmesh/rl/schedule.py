@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterable
 
 
 @dataclass(frozen=True)
@@ -34,21 +34,37 @@ class WorkItem:
 
 
 class WorkScheduler:
-    """Issues :class:`WorkItem` s within the staleness credit (see the module docstring)."""
+    """Issues :class:`WorkItem` s within the staleness credit (see the module docstring).
 
-    def __init__(self, per_step: int, max_policy_lag: int, prefix: str = "w") -> None:
+    Credit is held per work id, so releasing is idempotent: a rollout a restarted trainer
+    gets back from the buffer and trains again, or a stale drop reported twice, frees
+    nothing twice. ``on_event(event, item_or_id, reason)`` sees every transition
+    (``issued``, ``reissued``, ``completed``, ``dropped``, ``consumed``); the recipes
+    turn them into ``work_items`` telemetry rows, the account of every issued id.
+    """
+
+    def __init__(self, per_step: int, max_policy_lag: int, prefix: str = "w",
+                 on_event: Callable[[str, str, str], None] | None = None) -> None:
         if per_step < 1:
             raise ValueError(f"WorkScheduler: per_step must be >= 1, got {per_step}")
         if max_policy_lag < 0:
             raise ValueError(f"WorkScheduler: max_policy_lag must be >= 0, got {max_policy_lag}")
         self.per_step, self.max_policy_lag, self.prefix = per_step, max_policy_lag, prefix
+        self.on_event = on_event
         self.version = 0
         """Newest version the trainer is known to have published."""
-        self.outstanding = 0
+        self._held: set[str] = set()
         self._next = 0
         self._retry: deque[WorkItem] = deque()
         self.issued = 0
         self.reissued = 0
+        self.completed = 0
+        self.dropped = 0
+
+    @property
+    def outstanding(self) -> int:
+        """Items holding credit: issued, not yet consumed by a train step or dropped."""
+        return len(self._held)
 
     @property
     def capacity(self) -> int:
@@ -70,28 +86,51 @@ class WorkScheduler:
             return None
         item = WorkItem(f"{self.prefix}{self._next:07d}", self.version, self._next)
         self._next += 1
-        self.outstanding += 1
+        self._held.add(item.work_id)
         self.issued += 1
+        self._event("issued", item.work_id, "")
         return item
 
-    def reissue(self, item: WorkItem) -> None:
-        """The generator running ``item`` died: run it again elsewhere, same id, no new credit."""
+    def reissue(self, item: WorkItem, reason: str = "") -> None:
+        """The generator running ``item`` died or timed out: run it again elsewhere, same id, no new credit."""
         self._retry.append(item)
         self.reissued += 1
+        self._event("reissued", item.work_id, reason)
 
-    def rejected(self, n: int = 1) -> None:
-        """``n`` items were dropped by the buffer (stale or duplicate): their credit is free again."""
-        self._release(n)
+    def completed_item(self, work_id: str) -> None:
+        """A generator delivered ``work_id`` and the buffer accepted it."""
+        self.completed += 1
+        self._event("completed", work_id, "")
 
-    def consumed(self, n: int, version: int) -> None:
-        """A train step consumed ``n`` items and published ``version``."""
-        self._release(n)
+    def rejected(self, work_ids: Iterable[str], reasons: Iterable[str] | None = None) -> None:
+        """These items were dropped (by the buffer: stale, capacity): their credit is free again."""
+        ids = list(work_ids)
+        why = list(reasons) if reasons is not None else ["dropped"] * len(ids)
+        for wid, reason in zip(ids, why):
+            if wid in self._held:
+                self.dropped += 1
+                self._event("dropped", wid, reason)
+        self._release(ids)
+
+    def consumed(self, work_ids: Iterable[str], version: int) -> None:
+        """A train step consumed these items and published ``version``."""
+        ids = list(work_ids)
+        for wid in ids:
+            if wid in self._held:
+                self._event("consumed", wid, "")
+        self._release(ids)
         self.version = max(self.version, version)
 
-    def _release(self, n: int) -> None:
-        if n < 0 or n > self.outstanding:
-            raise ValueError(f"WorkScheduler: cannot release {n} items, {self.outstanding} outstanding")
-        self.outstanding -= n
+    def in_flight(self) -> list[str]:
+        """Ids still holding credit (at the end of a run: generated or running, never trained on)."""
+        return sorted(self._held)
+
+    def _release(self, work_ids: list[str]) -> None:
+        self._held.difference_update(work_ids)
+
+    def _event(self, event: str, work_id: str, reason: str) -> None:
+        if self.on_event is not None:
+            self.on_event(event, work_id, reason)
 
 
 class AsyncWorkScheduler(WorkScheduler):
@@ -101,14 +140,15 @@ class AsyncWorkScheduler(WorkScheduler):
     the training loop calls :meth:`consumed` / :meth:`rejected`, which wake them.
     """
 
-    def __init__(self, per_step: int, max_policy_lag: int, prefix: str = "w") -> None:
-        super().__init__(per_step, max_policy_lag, prefix)
+    def __init__(self, per_step: int, max_policy_lag: int, prefix: str = "w",
+                 on_event: Callable[[str, str, str], None] | None = None) -> None:
+        super().__init__(per_step, max_policy_lag, prefix, on_event)
         import asyncio
 
         self._asyncio = asyncio
         self._credit: Any = None
 
-    def _event(self) -> Any:
+    def _wake(self) -> Any:
         if self._credit is None:
             self._credit = self._asyncio.Event()
         return self._credit
@@ -119,21 +159,25 @@ class AsyncWorkScheduler(WorkScheduler):
             item = self.issue()
             if item is not None:
                 return item
-            ev = self._event()
+            ev = self._wake()
             ev.clear()
             await ev.wait()
 
     def finished(self, result: dict[str, Any]) -> None:
-        """A generator returned ``result`` for an item: free its credit if the buffer refused it as
-        stale (a refused duplicate's credit is still held by the original that did land)."""
-        if not result["accepted"] and result.get("reason") != "duplicate":
-            self.rejected(1)
+        """A generator returned ``result`` for an item: accepted, or refused as stale (its credit
+        is free); a refused duplicate is re-issued work whose original landed and holds the credit."""
+        if result["accepted"]:
+            self.completed_item(result["rollout_id"])
+        elif result.get("reason") != "duplicate":
+            self.rejected([result["rollout_id"]], [result.get("reason") or "refused"])
+        else:
+            self._event("duplicate", result["rollout_id"], "the original landed first")
 
-    def reissue(self, item: WorkItem) -> None:
-        super().reissue(item)
-        self._event().set()
+    def reissue(self, item: WorkItem, reason: str = "") -> None:
+        super().reissue(item, reason)
+        self._wake().set()
 
-    def _release(self, n: int) -> None:
-        super()._release(n)
-        if n:
-            self._event().set()
+    def _release(self, work_ids: list[str]) -> None:
+        super()._release(work_ids)
+        if work_ids:
+            self._wake().set()

@@ -91,12 +91,14 @@ def current_run() -> str | None:
     return api.current_run()
 
 
-def start_run(config: Any = None, *, run_id: str | None = None, runs_dir: str | None = None) -> str | None:
+def start_run(config: Any = None, *, run_id: str | None = None, runs_dir: str | None = None,
+              resume: bool = False) -> str | None:
     """Start the run explicitly (normally implicit), e.g. to store its config; returns the run id
-    (``None`` when telemetry is off)."""
+    (``None`` when telemetry is off). ``resume=True`` continues run ``run_id`` (its controller
+    died): the same id and database, appended to."""
     from rlmesh.telemetry import api
 
-    return api.start_run(_jsonable(config), run_id=run_id, runs_dir=runs_dir)
+    return api.start_run(_jsonable(config), run_id=run_id, runs_dir=runs_dir, resume=resume)
 
 
 def set_config(config: Any) -> None:

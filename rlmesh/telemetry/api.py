@@ -123,11 +123,13 @@ def _start_worker(addr: str, run_id: str) -> None:
 
 
 def start_run(config: Any = None, *, run_id: str | None = None,
-              runs_dir: str | os.PathLike[str] | None = None) -> str | None:
+              runs_dir: str | os.PathLike[str] | None = None, resume: bool = False) -> str | None:
     """Start this controller's run now (normally implicit); returns its id (``None`` when telemetry is off).
 
     Call it explicitly to attach a config (``runs.config``) or choose where the run goes;
     if a run is already going, ``config`` is stored on it and its id returned.
+    ``resume=True`` with the ``run_id`` of an earlier run (its controller died) appends to
+    that run's database instead: same id, its ``runs`` row back to ``running``.
     """
     global _svc, _health, _hooked
     if not enabled():
@@ -142,9 +144,11 @@ def start_run(config: Any = None, *, run_id: str | None = None,
         from rlmesh.telemetry.service import TelemetryService
 
         root = Path(runs_dir).resolve() if runs_dir else runs.runs_dir()
+        if resume and not run_id:
+            raise ValueError("start_run(resume=True) needs the run_id of the run to continue")
         run_id = run_id or runs.new_run_id()
-        d = runs.create_run_dir(run_id, root)
-        _svc = TelemetryService(d, run_id, _auth(), config).start()
+        d = runs.reopen_run_dir(run_id, root) if resume else runs.create_run_dir(run_id, root)
+        _svc = TelemetryService(d, run_id, _auth(), config, resume=resume).start()
         _set(Recorder(run_id, _svc.ingest))
         _health = HealthSampler(_rec.record_trusted, run_id).start()
         if not _hooked:

@@ -119,6 +119,22 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("env_steps", "BIGINT", "trained env steps (gym) or completions (LLM) before these weights"),
         _c("duration_s", "DOUBLE", "time the evaluation took"),
     ), "rlmesh.rl evaluators"),
+    _T("work_items", "every transition of every work item a recipe's controller issued: the account that shows nothing was lost or counted twice", (
+        _c("work_id", "VARCHAR", "the item's id (= the rollout id in the buffer; LLM completions are <work_id>/<k>)"),
+        _c("event", "VARCHAR", "issued | reissued | completed | duplicate | consumed | dropped | abandoned | unused | rescored (a reward proc died while scoring it)"),
+        _c("reason", "VARCHAR", "why (reissued: the error; dropped: stale/capacity; abandoned/unused: in words)"),
+        _c("attempt", "BIGINT", "re-issues of this id so far (0 = first attempt)"),
+        _c("generation", "BIGINT", "0 for the run's first controller, +1 per resume (rlmesh run resume=...)"),
+    ), "rlmesh.rl recipes (the controller's work scheduler)"),
+    _T("checkpoints", "one row per trainer checkpoint written or loaded", (
+        _c("event", "VARCHAR", "save | load"),
+        _c("step", "BIGINT", "trainer step the checkpoint holds"),
+        _c("policy_version", "BIGINT", "weight version published with it"),
+        _c("path", "VARCHAR", "the checkpoint file"),
+        _c("bytes", "BIGINT", "file size"),
+        _c("buffer_cursor", "BIGINT", "lease id of the last batch trained (the buffer requeues what came after)"),
+        _c("duration_s", "DOUBLE", "time to write, or to load and republish"),
+    ), "rlmesh.rl trainers"),
     _T("weight_syncs", "one row per weight transfer to one subscriber", (
         _c("name", "VARCHAR", "published weights name, e.g. 'policy'"),
         _c("version", "BIGINT", "version transferred"),

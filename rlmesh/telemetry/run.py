@@ -51,6 +51,29 @@ def create_run_dir(run_id: str, root: Path | None = None) -> Path:
     return d
 
 
+def reopen_run_dir(run_id: str, root: Path | None = None) -> Path:
+    """An existing ``runs/<run_id>/`` to append to (a resumed run); ``runs/latest`` points at it again.
+
+    Refuses a run whose controller is still alive (two writers on one database).
+    """
+    root = root or runs_dir()
+    d = root / run_id
+    if not (d / DB_NAME).exists():
+        raise RunNotFoundError(f"cannot resume run {run_id!r}: no {d / DB_NAME}")
+    info = read_json(d / RUN_JSON) or {}
+    if run_status(info) == "running":
+        raise RunNotFoundError(f"cannot resume run {run_id!r}: its controller (pid {info.get('pid')}) is still "
+                               "running; stop it first")
+    tmp = root / f".latest-{run_id}"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run_id)
+        os.replace(tmp, root / "latest")
+    except OSError:
+        tmp.unlink(missing_ok=True)
+    return d
+
+
 def write_json(path: Path, data: dict[str, Any], private: bool = False) -> None:
     """Write atomically (rename), so readers never see half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -50,7 +50,7 @@ def _rows(item: Any) -> int:
 class TelemetryService:
     """Start with :meth:`start`; :meth:`stop` finalises the ``runs`` row and closes the file."""
 
-    def __init__(self, run_dir: Path, run_id: str, auth: Authenticator, config: Any = None):
+    def __init__(self, run_dir: Path, run_id: str, auth: Authenticator, config: Any = None, resume: bool = False):
         self.run_dir = Path(run_dir)
         self.run_id = run_id
         self.auth = auth
@@ -66,7 +66,15 @@ class TelemetryService:
         self.ingest_addr = self.query_addr = ""
         self._last_recv = 0.0
         self._run_json_at = time.monotonic()
-        self._insert_run_row(config)
+        self.resumed = resume and bool(self.store.con.execute(
+            "SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchone()[0])
+        if self.resumed:  # a resumed run: the same row goes back to running
+            self.store.execute_write("UPDATE runs SET status = 'running', end_ts = NULL, pid = ?, argv = ? WHERE id = ?",
+                                     [os.getpid(), " ".join(sys.argv), run_id])
+            if config is not None:
+                self.set_config(config)
+        else:
+            self._insert_run_row(config)
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> "TelemetryService":

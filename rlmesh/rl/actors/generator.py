@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 import rlmesh as rm
+from rlmesh.errors import WeightSyncError
 from rlmesh.weights import Subscriber
 
 logger = logging.getLogger(__name__)
@@ -56,15 +57,21 @@ class Generator(rm.Actor):
         Blocks (up to ``timeout``) while the trainer has not published ``min_version`` yet:
         that wait is what bounds the policy lag (see :mod:`rlmesh.rl.schedule`).
         """
-        latest = self._sub.latest_version()
+        try:
+            latest = self._sub.latest_version(timeout=1.0 if self.version >= min_version else None)
+        except WeightSyncError:
+            if self.version < min_version:
+                raise
+            latest = None  # the publisher is gone (its trainer is restarting): go on with the weights we hold
         if self.version >= min_version and (latest is None or latest <= self.version):
             return self.version
+        floor = max(0, min_version, self.version)  # never load a version older than the one held
         target = self.weight_target()
         if target is None:  # engine takes whole state dicts only (a backend without in-place tensors)
-            sd, v = self._sub.pull(min_version=max(0, min_version), timeout=timeout)
+            sd, v = self._sub.pull(min_version=floor, timeout=timeout)
             self.load_state_dict(sd)
         else:
-            v = self._sub.pull_into(target, min_version=max(0, min_version), timeout=timeout)
+            v = self._sub.pull_into(target, min_version=floor, timeout=timeout)
         self.version = int(v)
         self.on_weights(self.version)
         return self.version

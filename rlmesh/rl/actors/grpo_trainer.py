@@ -57,6 +57,15 @@ class GRPOTrainer(Trainer):
     def samples_in(self, batch: list[dict[str, Any]]) -> int:
         return sum(len(item["completions"]) for item in batch)
 
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """The frozen KL reference (the post-warm-start model): a resumed trainer skips :meth:`setup`."""
+        return {"ref_model": self.ref_model.state_dict()} if self.ref_model is not None else {}
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        if "ref_model" in extra:
+            self.ref_model = frozen_copy(self.model)
+            self.ref_model.load_state_dict(extra["ref_model"])
+
     # -- hooks -------------------------------------------------------------------------------------------------
 
     def compute_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:

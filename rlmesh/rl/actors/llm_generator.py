@@ -11,6 +11,7 @@ Each completion gets its own ``rollouts`` row, id ``<work_id>/<k>``.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -19,6 +20,8 @@ from rlmesh.rl.actors.generator import Generator
 from rlmesh.rl.backends.base import Completion, SamplingParams, make_backend
 from rlmesh.rl.config import LLMGeneratorConfig
 from rlmesh.rl.schedule import WorkItem
+
+logger = logging.getLogger(__name__)
 
 
 class LLMGenerator(Generator):
@@ -35,6 +38,8 @@ class LLMGenerator(Generator):
                  backend_kwargs: dict[str, Any] | None = None, weights: str = "policy") -> None:
         super().__init__(buffer, weights)
         self.config, self.task, self.reward = config, task, reward
+        self.score_retry_s = 120.0
+        """How long scoring retries on other reward replicas while reward procs are being replaced."""
         self.backend = make_backend(config.backend, **(backend_kwargs or {}))
         self.tokens_generated = 0
         self.generate_seconds = 0.0
@@ -67,7 +72,19 @@ class LLMGenerator(Generator):
         items = [{"rollout_id": ids[i], "text": c.text, "answer": problems[i // n].answer} for i, c in enumerate(flat)]
         if self.reward is None:
             raise RuntimeError("LLMGenerator needs a reward actor mesh to score completions (reward=...)")
-        return list(self.reward.score.choose(items).get())
+        deadline = time.monotonic() + self.score_retry_s
+        while True:
+            try:
+                return list(self.reward.score.choose(items).get())
+            except rm.ActorDied as exc:  # a reward proc died mid-call: score on a live replica (or its replacement)
+                if time.monotonic() > deadline:
+                    raise
+                logger.warning("scoring %s on %s failed (%s); retrying on a live reward replica", ids[0].split("/")[0],
+                               exc.mesh, exc)
+                rm.telemetry.record("work_items", work_id=ids[0].split("/")[0], event="rescored",
+                                    reason=f"reward proc died: {str(exc).splitlines()[0][:200]}", attempt=0,
+                                    generation=None)
+                time.sleep(0.05)
 
     @rm.endpoint
     def generate(self, item: WorkItem, problems: list[Any]) -> dict[str, Any]:

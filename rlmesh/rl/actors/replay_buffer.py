@@ -42,19 +42,29 @@ class ReplayBuffer(rm.Actor):
         return next((d.reason for d in dropped if d.rollout_id == rollout_id), "")
 
     @rm.endpoint
-    async def sample(self, batch_size: int, current_version: int, timeout: float = 60.0) -> SampleResult:
+    async def sample(self, batch_size: int, current_version: int, timeout: float = 60.0,
+                     cursor: int | None = None, durable: int | None = None) -> SampleResult:
         """Up to ``timeout`` s: the oldest ``batch_size`` rollouts within ``max_policy_lag`` of
-        ``current_version``; empty if not enough arrived. Drops on the way are in ``dropped``."""
+        ``current_version``; empty if not enough arrived. Drops on the way are in ``dropped``.
+
+        With ``cursor`` (the trainer's buffer cursor: the lease of the last batch it trained)
+        and ``durable`` (the cursor its newest checkpoint holds), the batch is leased and
+        earlier leases are settled (:meth:`ReplayBufferCore.settle`): a restarted trainer
+        gets back what its dead incarnation sampled after its checkpoint.
+        """
         self.version = max(self.version, current_version)
+        requeued: list[str] = []
+        if cursor is not None:
+            requeued = [r.rollout_id for r in self.core.settle(cursor, cursor if durable is None else durable)]
         deadline = time.monotonic() + timeout
         dropped: list[Dropped] = []
         while True:
-            res = self.core.sample(batch_size, current_version)
+            res = self.core.sample(batch_size, current_version, lease=cursor is not None)
             dropped += res.dropped
             self._report(res.dropped)
             left = deadline - time.monotonic()
             if res.rollouts or left <= 0:
-                res.dropped = dropped
+                res.dropped, res.requeued = dropped, requeued
                 return res
             event = self._wake()
             event.clear()

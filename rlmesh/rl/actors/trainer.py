@@ -11,8 +11,13 @@ rollout's lag is simply ``trainer step - rollout version`` (after rolling a live
 to an older checkpoint, versions keep counting up from the newest one instead: they never repeat). Version 0 (the initial
 weights) is published from ``__init__``; generators block on it before their first rollout.
 
-Restarts: with a ``checkpoint_dir``, a restarted trainer proc (``rm.Restart``) reloads
-the newest checkpoint in :meth:`on_restart` and republishes, so generators follow it.
+Restarts: with a ``checkpoint_dir``, a restarted trainer proc (``rm.Restart``) reloads the
+newest checkpoint in ``__init__`` (skipping :meth:`setup`, whose result the checkpoint holds)
+and republishes, so generators follow it. The checkpoint holds the **buffer cursor** (the
+lease of the last batch trained, see :meth:`rlmesh.rl.buffer.ReplayBufferCore.settle`): the
+buffer gives back whatever the dead incarnation sampled after it. The newest version
+ever published is kept in the runtime's KV, so a restarted trainer publishes past it and a
+generator never loads a version older than the one it holds.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import numpy as np
 import torch
 
 import rlmesh as rm
+from rlmesh.actor import kv
 from rlmesh.rl.config import TrainerConfig
 from rlmesh.weights import Publisher
 
@@ -55,12 +61,20 @@ class Trainer(rm.Actor):
         self.version = 0
         self.samples_seen = 0
         """Samples trained on so far (transitions or completions): drives schedules such as lr annealing."""
+        self.cursor = 0
+        """Buffer cursor: the lease id of the last batch trained (0 = none yet)."""
+        self.durable_cursor = 0
+        """The cursor the newest checkpoint holds: the buffer may forget leases up to it."""
+        self.weights = weights
         self.model = self.build_model()
         self.optimizer = self.build_optimizer()
         self.publisher = Publisher(weights)
-        self.setup()
-        if not self.load_checkpoint():
+        newest = self.newest_checkpoint()
+        if newest is None:
+            self.setup()
             self.publish()
+        else:
+            self.load_checkpoint(newest)
 
     # -- hooks -------------------------------------------------------------------------------------------------
 
@@ -106,21 +120,24 @@ class Trainer(rm.Actor):
         """
         if self.buffer is None:
             raise RuntimeError(f"{type(self).__name__} was built without a buffer; call train_step() directly")
-        res = self.buffer.sample.call_one(batch_size, self.version, timeout).get()
-        dropped = {"stale": sum(d.reason == "stale" for d in res.dropped), "other": len(res.dropped)}
+        res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor, self.durable_cursor).get()
+        dropped = [d.rollout_id for d in res.dropped]
+        common = {"dropped": dropped, "drop_reasons": [d.reason for d in res.dropped], "requeued": res.requeued}
         if not res.rollouts:
-            return {"trained": False, "dropped": dropped["other"], "step": self.step, "policy_version": self.version}
-        out = self.learn([r.data for r in res.rollouts], max_lag=res.max_lag or 0)
-        out.update(trained=True, dropped=dropped["other"], rollout_ids=[r.rollout_id for r in res.rollouts])
+            return {"trained": False, "step": self.step, "policy_version": self.version, **common}
+        out = self.learn([r.data for r in res.rollouts], max_lag=res.max_lag or 0, cursor=res.lease)
+        out.update(trained=True, rollout_ids=[r.rollout_id for r in res.rollouts], **common)
         return out
 
-    def learn(self, batch: list[Any], max_lag: int = 0) -> dict[str, Any]:
-        """:meth:`train_step` plus the bookkeeping: counters, publish, checkpoint, telemetry."""
+    def learn(self, batch: list[Any], max_lag: int = 0, cursor: int | None = None) -> dict[str, Any]:
+        """:meth:`train_step` plus the bookkeeping: counters, buffer cursor, publish, checkpoint, telemetry."""
         t0 = time.perf_counter()
         samples = self.samples_in(batch)
         metrics = self.train_step(batch)
         self.step += 1
         self.samples_seen += samples
+        if cursor is not None:
+            self.cursor = cursor
         if self.step % self.config.publish_every == 0:
             self.publish()
         every = self.config.checkpoint_every
@@ -153,8 +170,9 @@ class Trainer(rm.Actor):
         return {"step": self.step, "policy_version": self.version, "samples_seen": self.samples_seen}
 
     def on_restart(self) -> None:
-        """A restarted proc reloads the newest checkpoint (``__init__`` already tried) and republishes."""
-        logger.info("%s restarted at step %d (version %d)", type(self).__name__, self.step, self.version)
+        """Runs after ``__init__`` in a replacement proc, which already reloaded the newest checkpoint."""
+        logger.info("%s restarted at step %d (version %d, buffer cursor %d)", type(self).__name__, self.step,
+                    self.version, self.cursor)
 
     def on_stop(self) -> None:
         if self.config.checkpoint_dir:
@@ -164,11 +182,25 @@ class Trainer(rm.Actor):
     # -- weights and checkpoints -------------------------------------------------------------------------------
 
     def publish(self) -> None:
-        """Publish ``self.model``'s weights as version ``self.step`` (or one past the newest
-        published version, if a checkpoint rolled this live trainer back: versions never repeat)."""
-        latest = self.publisher.latest_version()
-        self.version = self.step if latest is None or self.step > latest else latest + 1
+        """Publish ``self.model``'s weights as version ``self.step``, or one past the newest version
+        this job ever published under the name (a checkpoint rolled the trainer back, or a
+        restarted proc resumed from one): versions never repeat and never go down."""
+        newest = self._newest_published()
+        self.version = self.step if newest is None or self.step > newest else newest + 1
         self.publisher.publish(self.model.state_dict(), version=self.version)
+        kv.put(self._version_key(), self.version)
+
+    def _version_key(self) -> str:
+        return f"rlmesh.rl/weights/{self.weights}/newest_version"
+
+    def _newest_published(self) -> int | None:
+        latest = self.publisher.latest_version()
+        try:
+            earlier = int(kv.get(self._version_key(), timeout=0))
+        except KeyError:
+            earlier = None
+        known = [v for v in (latest, earlier) if v is not None]
+        return max(known) if known else None
 
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Atomically write model, optimiser, RNG states, counters and :meth:`checkpoint_extra`."""
@@ -178,31 +210,53 @@ class Trainer(rm.Actor):
             path = Path(self.config.checkpoint_dir) / f"step_{self.step:08d}.pt"
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-                 "version": self.version, "samples_seen": self.samples_seen, "torch_rng": torch.get_rng_state(),
-                 "numpy_rng": np.random.get_state(), "python_rng": random.getstate(), "extra": self.checkpoint_extra()}
+                 "version": self.version, "samples_seen": self.samples_seen, "buffer_cursor": self.cursor,
+                 "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(), "python_rng": random.getstate(),
+                 "extra": self.checkpoint_extra()}
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path)
+        self.durable_cursor = self.cursor
+        self._prune_checkpoints(path.parent)
+        self._record_checkpoint("save", path, time.perf_counter() - t0)
         return path
+
+    def _prune_checkpoints(self, d: Path) -> None:
+        keep = getattr(self.config, "checkpoint_keep", 3)
+        for old in sorted(d.glob("step_*.pt"))[:-keep]:
+            old.unlink(missing_ok=True)
+
+    def _record_checkpoint(self, event: str, path: Path, took: float) -> None:
+        size = path.stat().st_size if path.exists() else None
+        rm.telemetry.record("checkpoints", event=event, step=self.step, policy_version=self.version, path=str(path),
+                            bytes=size, buffer_cursor=self.cursor, duration_s=took)
+
+    def newest_checkpoint(self) -> Path | None:
+        """The newest ``step_*.pt`` in ``checkpoint_dir`` (``None`` without a directory or a file)."""
+        d = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
+        found = sorted(d.glob("step_*.pt")) if d and d.is_dir() else []
+        return found[-1] if found else None
 
     def load_checkpoint(self, path: str | os.PathLike[str] | None = None) -> bool:
         """Restore from ``path``, or the newest ``step_*.pt`` in ``checkpoint_dir``; republish.
         Returns ``False`` when there is nothing to load."""
+        t0 = time.perf_counter()
+        path = Path(path) if path is not None else self.newest_checkpoint()
         if path is None:
-            d = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
-            found = sorted(d.glob("step_*.pt")) if d and d.is_dir() else []
-            if not found:
-                return False
-            path = found[-1]
+            return False
         state = torch.load(path, weights_only=False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
+        self.cursor = self.durable_cursor = int(state.get("buffer_cursor", 0))
         torch.set_rng_state(state["torch_rng"])
         np.random.set_state(state["numpy_rng"])
         random.setstate(state["python_rng"])
         self.restore_extra(state.get("extra", {}))
-        logger.info("loaded checkpoint %s (step %d)", path, self.step)
         self.publish()
+        took = time.perf_counter() - t0
+        logger.info("loaded checkpoint %s (step %d, buffer cursor %d) in %.3f s", path, self.step, self.cursor, took)
+        self._record_checkpoint("load", path, took)
         return True

@@ -45,7 +45,8 @@ def test_reissued_work_is_a_duplicate_and_stale_rollouts_are_dropped():
 
 
 def test_checkpoint_restores_everything(tmp_path):
-    cfg = PPOConfig(total_steps=10_000, num_minibatches=2, update_epochs=2, checkpoint_dir=str(tmp_path))
+    cfg = PPOConfig(total_steps=10_000, num_minibatches=2, update_epochs=2, checkpoint_dir=str(tmp_path),
+                    checkpoint_every=0)  # saved by hand below
     trainer = PPOTrainer(cfg, "CartPole-v1", weights=f"ckpt-{uuid.uuid4().hex[:6]}", seed=3)
     collector = RolloutCollector(GEN, ActorCritic(*__import__("rlmesh.rl.actors.gym_generator", fromlist=["x"])
                                                   .env_spaces("CartPole-v1")), seed=1)

@@ -1,8 +1,11 @@
-"""The work scheduler's credit rule: lag 0 is lockstep, lag L lets L batches run ahead, drops free credit."""
+"""The work scheduler's credit rule: lag 0 is lockstep, lag L lets L batches run ahead, drops free
+credit, and credit is held per id so nothing is released twice (a requeued rollout trained again)."""
+
+import asyncio
 
 import pytest
 
-from rlmesh.rl.schedule import WorkScheduler
+from rlmesh.rl.schedule import AsyncWorkScheduler, WorkScheduler
 
 
 def drain(s: WorkScheduler) -> list:
@@ -12,39 +15,63 @@ def drain(s: WorkScheduler) -> list:
     return out
 
 
+def ids(items) -> list[str]:
+    return [i.work_id for i in items]
+
+
 def test_on_policy_issues_one_batch_per_version():
     s = WorkScheduler(per_step=2, max_policy_lag=0)
     first = drain(s)
-    assert [i.min_version for i in first] == [0, 0] and len({i.work_id for i in first}) == 2
-    s.consumed(2, version=1)
+    assert [i.min_version for i in first] == [0, 0] and len(set(ids(first))) == 2
+    s.consumed(ids(first), version=1)
     second = drain(s)
     assert [i.min_version for i in second] == [1, 1] and [i.index for i in second] == [2, 3]
 
 
 def test_lag_one_runs_one_batch_ahead():
     s = WorkScheduler(per_step=3, max_policy_lag=1)
-    assert len(drain(s)) == 6 and s.capacity == 6
-    s.consumed(3, version=1)
+    items = drain(s)
+    assert len(items) == 6 and s.capacity == 6
+    s.consumed(ids(items[:3]), version=1)
     assert [i.min_version for i in drain(s)] == [1, 1, 1]
 
 
 def test_rejected_items_free_credit_and_reissue_keeps_the_id():
     s = WorkScheduler(per_step=2, max_policy_lag=0)
     a, b = drain(s)
-    s.rejected(1)                       # a stale drop
+    s.rejected([a.work_id], ["stale"])
     (c,) = drain(s)
     assert c.work_id not in (a.work_id, b.work_id)
-    s.reissue(b)                        # b's generator died: same id again, no new credit
+    s.reissue(b, "generator died")      # b's generator died: same id again, no new credit
     again = s.issue()
     assert again.work_id == b.work_id and s.outstanding == 2 and s.reissued == 1
     assert s.issue() is None
 
 
-def test_release_more_than_outstanding_is_an_error():
-    s = WorkScheduler(per_step=1, max_policy_lag=0)
-    s.issue()
-    with pytest.raises(ValueError, match="cannot release 2"):
-        s.consumed(2, version=1)
+def test_releasing_twice_or_unknown_ids_frees_nothing_more():
+    s = WorkScheduler(per_step=2, max_policy_lag=0)
+    a, b = drain(s)
+    s.consumed([a.work_id], version=1)
+    s.consumed([a.work_id, "never-issued"], version=2)  # a requeued rollout trained again after a trainer restart
+    assert s.outstanding == 1 and s.in_flight() == [b.work_id] and s.version == 2
+    assert len(drain(s)) == 1
+
+
+def test_events_account_for_every_issued_id():
+    events: list[tuple[str, str, str]] = []
+    s = AsyncWorkScheduler(per_step=2, max_policy_lag=0, prefix="r-", on_event=lambda *e: events.append(e))
+    a = asyncio.run(s.next_item())
+    b = asyncio.run(s.next_item())
+    s.reissue(a, "generator died (signal 9)")
+    s.finished({"rollout_id": a.work_id, "accepted": True})
+    s.finished({"rollout_id": a.work_id, "accepted": False, "reason": "duplicate"})
+    s.finished({"rollout_id": b.work_id, "accepted": False, "reason": "stale"})
+    s.consumed([a.work_id], version=1)
+    assert events == [("issued", "r-0000000", ""), ("issued", "r-0000001", ""),
+                      ("reissued", "r-0000000", "generator died (signal 9)"), ("completed", "r-0000000", ""),
+                      ("duplicate", "r-0000000", "the original landed first"), ("dropped", "r-0000001", "stale"),
+                      ("consumed", "r-0000000", "")]
+    assert s.outstanding == 0 and (s.issued, s.reissued, s.completed, s.dropped) == (2, 1, 1, 1)
 
 
 @pytest.mark.parametrize("per_step,lag", [(0, 0), (1, -1)])

@@ -1,0 +1,170 @@
+"""Keeping a recipe's run going through proc failures: what its controller loop does when a
+call fails, and the account of every work item it issued.
+
+Why here and not in each recipe: PPO and GRPO (and any user's recipe) need the same three
+things, and each is easy to get subtly wrong in a loop:
+
+- **A replica loop that survives its proc** (:func:`serve_work`): a generator call that
+  fails with ``ActorDied`` (SIGKILL, a hang caught by heartbeat) or ``CallTimeout`` puts the
+  item back with the same id for whichever replica is free next, waits for its own proc's
+  replacement, and carries on. The other replicas never pause.
+- **Waiting for a replacement** (:meth:`Recovery.wait_back`), and turning "the supervisor
+  gave up" (``max_restarts`` exhausted) into :class:`RunFailed`, one message naming the
+  mesh, the rank and the last error.
+- **The ledger** (:class:`WorkLedger`): one ``work_items`` telemetry row per transition of
+  every issued id, so a run's SQL can prove nothing was lost or counted twice
+  (``docs/faults.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+import rlmesh as rm
+from rlmesh.errors import RlmeshError
+from rlmesh.rl.schedule import AsyncWorkScheduler, WorkItem
+
+logger = logging.getLogger(__name__)
+
+TERMINAL_EVENTS = ("consumed", "dropped", "abandoned", "unused")
+"""A work id's account ends with exactly one of these (``docs/faults.md``)."""
+
+
+class RunFailed(RlmeshError):
+    """A recipe run stopped because a proc failed for good (its restarts were used up)."""
+
+    def __init__(self, message: str, mesh: str = "", rank: int = -1, last_error: str = "",
+                 checkpoint: str | None = None) -> None:
+        super().__init__(message)
+        self.mesh, self.rank, self.last_error, self.checkpoint = mesh, rank, last_error, checkpoint
+
+
+def short_error(exc: BaseException) -> str:
+    """First line of an error, for reasons in telemetry rows and messages."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+class WorkLedger:
+    """The scheduler's event callback: every transition of a work id becomes a ``work_items`` row.
+
+    ``attempt`` counts re-issues of the id so far; ``generation`` tells a resumed run's
+    controller apart from the one before it (0 for the first controller, +1 per resume).
+    """
+
+    def __init__(self, generation: int = 0) -> None:
+        self.generation = generation
+        self.attempts: dict[str, int] = {}
+
+    def __call__(self, event: str, work_id: str, reason: str) -> None:
+        if event == "reissued":
+            self.attempts[work_id] = self.attempts.get(work_id, 0) + 1
+        rm.telemetry.record("work_items", work_id=work_id, event=event, reason=reason or None,
+                            attempt=self.attempts.get(work_id, 0), generation=self.generation)
+
+    def close_out(self, work: AsyncWorkScheduler, why: str = "the run ended before a train step used it") -> int:
+        """End-of-run: ids still holding credit (generated or running, never trained on) are ``unused``."""
+        left = work.in_flight()
+        for wid in left:
+            self("unused", wid, why)
+        return len(left)
+
+
+def abandon_previous(query: Callable[[str], Any], ledger: WorkLedger) -> int:
+    """A resumed run: ids the dead controller issued and never closed are ``abandoned`` (their
+    generators and the buffer died with it). Returns how many."""
+    terminal = ", ".join(f"'{e}'" for e in TERMINAL_EVENTS)
+    rows = query(f"SELECT work_id FROM work_items GROUP BY work_id HAVING bool_or(event = 'issued') "
+                 f"AND count(*) FILTER (WHERE event IN ({terminal})) = 0 ORDER BY work_id").to_pylist()
+    for r in rows:
+        ledger("abandoned", r["work_id"], "the controller died; a resumed run starts with a fresh buffer")
+    return len(rows)
+
+
+class Recovery:
+    """Waits for the replacement of a failed proc, or raises :class:`RunFailed` when there will be none.
+
+    ``timeout_s`` bounds one wait (a replacement that never joins is a failure too).
+    """
+
+    def __init__(self, timeout_s: float = 120.0, poll_s: float = 0.02) -> None:
+        self.timeout_s, self.poll_s = timeout_s, poll_s
+        self.failures = 0
+
+    @staticmethod
+    def _records(mesh: Any) -> list[Any]:
+        from rlmesh.actor.controller import Controller
+
+        procs = Controller.get().procs
+        ids = dict.fromkeys(mesh._point(r).proc_id for r in range(len(mesh)))
+        return [procs[p] for p in ids if p in procs]
+
+    def gave_up(self, mesh: Any) -> Any | None:
+        """The first proc behind ``mesh`` the supervisor will not restart again, if any."""
+        return next((r for r in self._records(mesh) if r.state in ("failed", "stopped")), None)
+
+    async def wait_back(self, mesh: Any, error: BaseException, role: str) -> None:
+        """After ``error`` from ``mesh`` (one replica or the trainer): return once every proc behind
+        it serves again; raise :class:`RunFailed` if the supervisor gave up on one."""
+        self.failures += 1
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            recs = self._records(mesh)
+            bad = next((r for r in recs if r.state in ("failed", "stopped")), None)
+            if bad is not None:
+                raise self.failed(role, bad, error)
+            if all(r.state == "alive" for r in recs):
+                return
+            if time.monotonic() > deadline:
+                raise RunFailed(f"{role} {mesh._name}: no replacement serving {self.timeout_s:.0f} s after "
+                                f"{short_error(error)}", mesh=mesh._name, last_error=short_error(error))
+            await asyncio.sleep(self.poll_s)
+
+    @staticmethod
+    def failed(role: str, rec: Any, error: BaseException) -> RunFailed:
+        used = rec.restarts_used
+        return RunFailed(
+            f"{role} {rec.proc_mesh}[{rec.rank}] (proc {rec.proc_id}) failed for good: its restarts are used up "
+            f"(max_restarts={rec.policy.max_restarts}, {used} used); last error: {short_error(error)}",
+            mesh=rec.proc_mesh, rank=rec.rank, last_error=short_error(error))
+
+
+async def serve_work(work: AsyncWorkScheduler, stop: asyncio.Event, replica: Any, role: str,
+                     call: Callable[[WorkItem], Awaitable[dict[str, Any]]], recovery: Recovery,
+                     on_result: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """One replica's loop: take an item, run it, report it; on ``ActorDied``/``CallTimeout`` re-issue
+    the item (same id, for whichever replica is free first) and wait for this replica to serve again."""
+    while not stop.is_set():
+        item = await work.next_item()
+        try:
+            result = await call(item)
+        except (rm.ActorDied, rm.CallTimeout) as exc:
+            work.reissue(item, short_error(exc))
+            logger.warning("%s: %s; re-issued %s", role, short_error(exc), item.work_id)
+            await recovery.wait_back(replica, exc, role)
+            continue
+        work.finished(result)
+        if on_result is not None:
+            on_result(result)
+
+
+async def first_failure(main: "asyncio.Future[Any]", loops: list["asyncio.Future[Any]"]) -> Any:
+    """Run ``main`` to its end while ``loops`` run beside it; the first exception in any of them
+    (a :class:`RunFailed` from a replica loop) cancels the rest and is raised."""
+    pending = {main, *loops}
+    while True:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for f in done:
+            if f.cancelled():
+                continue
+            exc = f.exception()
+            if exc is not None:
+                for p in pending:
+                    p.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                raise exc
+        if main in done:
+            return main.result()

@@ -1,0 +1,103 @@
+"""A recipe run's identity on disk: starting a run, or continuing one whose controller died.
+
+``rlmesh run ... resume=RUN`` (or ``resume=latest``) must continue *the same* run: the
+same run id and telemetry database, the trainer's newest checkpoint, the same config.
+So each run keeps, next to its database, what it was started with (``recipe.json``: program,
+launcher, config as YAML) and its checkpoints (``checkpoints/``, unless
+``trainer.checkpoint_dir`` says otherwise). :func:`begin` is what a recipe's ``main`` calls
+first; :func:`resume_config` is how the CLI rebuilds the config of the run to continue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rlmesh as rm
+from rlmesh.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+RECIPE_JSON = "recipe.json"
+
+
+@dataclass
+class RunStart:
+    """What :func:`begin` returns: the run's id and directory (``None`` with telemetry off) and
+    its *generation*: 0 for the first controller, +1 for each resume."""
+
+    run_id: str | None
+    run_dir: Path | None
+    generation: int
+
+
+def begin(cfg: Any, launcher: str) -> RunStart:
+    """Start (or, with ``cfg.run.resume``, continue) the run of recipe config ``cfg``.
+
+    Sets ``cfg.trainer.checkpoint_dir`` to ``<run dir>/checkpoints`` when unset, so every
+    run can be resumed and a restarted trainer finds its checkpoints.
+    """
+    from omegaconf import OmegaConf
+
+    resume = cfg.run.resume
+    if resume and not cfg.telemetry.enabled:
+        raise ConfigError(f"run.resume={resume!r} needs telemetry (the run's database and checkpoints live in its "
+                          "run directory): drop telemetry=off")
+    run_id = rm.telemetry.start_run(config=cfg, run_id=resume or None, resume=bool(resume))
+    from rlmesh.telemetry.api import current_run_dir
+
+    run_dir = current_run_dir()
+    if run_dir is None:
+        return RunStart(run_id, None, 0)
+    if cfg.trainer.checkpoint_dir is None:
+        cfg.trainer.checkpoint_dir = str(run_dir / "checkpoints")
+    path = run_dir / RECIPE_JSON
+    saved = json.loads(path.read_text()) if path.exists() else None
+    generation = saved["generation"] + 1 if resume and saved else 0
+    if saved is None or not resume:
+        plain = OmegaConf.to_container(OmegaConf.structured(cfg))
+        plain["run"]["resume"] = None
+        saved = {"program": cfg.program, "launcher": launcher, "config": OmegaConf.to_yaml(plain)}
+    saved["generation"] = generation
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(saved, indent=1))
+    tmp.replace(path)
+    if resume:
+        logger.warning("resuming run %s (controller generation %d) from %s", run_id, generation,
+                       cfg.trainer.checkpoint_dir)
+    return RunStart(run_id, run_dir, generation)
+
+
+def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
+    """The config and launcher of run ``spec`` (an id, ``latest`` or a run directory) with
+    ``overrides`` applied on top, validated like a fresh ``rlmesh run``; ``run.resume`` set."""
+    from omegaconf import OmegaConf
+
+    from rlmesh.recipes_cli import RecipeConfigError, validate
+    from rlmesh.rl.config_store import SCHEMAS
+    from rlmesh.telemetry import run as runs
+
+    try:
+        run_dir = runs.resolve_run(spec)
+    except Exception as exc:  # noqa: BLE001 - RunNotFoundError names the runs it knows
+        raise RecipeConfigError(f"resume={spec}: {exc}") from exc
+    path = run_dir / RECIPE_JSON
+    if not path.exists():
+        raise RecipeConfigError(f"resume={spec}: {run_dir} has no {RECIPE_JSON} (the run was not started by a "
+                                "recipe of this version); start a new run instead")
+    saved = json.loads(path.read_text())
+    schema = SCHEMAS.get(saved["program"])
+    if schema is None:
+        raise RecipeConfigError(f"resume={spec}: program {saved['program']!r} has no schema here")
+    base = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.create(saved["config"]))
+    try:
+        extra = OmegaConf.from_dotlist([o for o in overrides if not o.startswith(("recipe=", "resume="))])
+        cfg = OmegaConf.merge(base, extra, {"run": {"resume": run_dir.name}})
+    except Exception as exc:  # noqa: BLE001
+        from rlmesh.recipes_cli import explain
+
+        raise RecipeConfigError(explain(exc)) from exc
+    return validate(cfg), saved["launcher"]
