@@ -75,6 +75,7 @@ class LaunchRequest:
     rank: int
     incarnation: int
     env: dict[str, str]
+    restartable: bool = False  # the mesh's Restart policy allows restarts (local launcher: keep a warm template)
 
 
 class ProcHandle(Protocol):
@@ -94,7 +95,22 @@ class ProcHandle(Protocol):
 
 
 class Launcher(Protocol):
+    """Optional extras, looked up with ``getattr``: ``preload(proc_mesh, modules)`` (the modules the mesh's
+    actor classes live in), ``release(proc_mesh)`` (the mesh is gone) and ``close()`` (the controller is)."""
+
     def launch(self, req: LaunchRequest) -> ProcHandle: ...
+
+
+def _launcher_call(launchers: Any, method: str, *args: Any) -> None:
+    """Call an optional launcher method once per distinct launcher; errors are logged, never raised."""
+    for launcher in {id(x): x for x in launchers}.values():
+        fn = getattr(launcher, method, None)
+        if fn is None:
+            continue
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001
+            logger.warning("launcher %s(%s) failed", method, ", ".join(map(repr, args)), exc_info=True)
 
 
 @dataclass
@@ -238,6 +254,8 @@ class Controller:
 
             if not self._closed:
                 self.submit(forget).result()
+            if recs:
+                _launcher_call((r.launcher for r in recs), "release", recs[0].proc_mesh)
 
     @property
     def closed(self) -> bool:
@@ -250,7 +268,8 @@ class Controller:
         r.started_at = time.monotonic()
         env = {**r.env, SECRET_ENV: os.environ[SECRET_ENV], JOB_ID_ENV: self.job_id}
         try:
-            r.handle = r.launcher.launch(LaunchRequest(self.addr, r.proc_id, r.proc_mesh, r.rank, r.incarnation, env))
+            r.handle = r.launcher.launch(LaunchRequest(self.addr, r.proc_id, r.proc_mesh, r.rank, r.incarnation, env,
+                                                       restartable=r.policy.max_restarts != 0))
         except Exception as exc:
             logger.exception("launching %s failed", r.proc_id)
             r.state = "failed"
@@ -287,7 +306,21 @@ class Controller:
         if errors:
             raise errors[0]
         self.submit(lambda: [self.procs[p].actors.append((s, cls_payload)) for p, s in placements]).result()
+        self._preload(placements, cls_payload)
         return result
+
+    def _preload(self, placements: list[tuple[str, dict]], cls_payload: list[Any]) -> None:
+        """Tell launchers that keep warm templates (local fork server) which modules these actors need."""
+        from rlmesh.launch.forkserver import modules_in_payload
+
+        recs = [self.procs[p] for p, _ in placements if p in self.procs]
+        restartable = [r for r in recs if r.policy.max_restarts != 0]
+        if not restartable:
+            return
+        modules = modules_in_payload(cls_payload)
+        if modules:
+            for mesh in dict.fromkeys(r.proc_mesh for r in restartable):
+                _launcher_call((r.launcher for r in restartable if r.proc_mesh == mesh), "preload", mesh, modules)
 
     def _send_spawn(self, rec: ProcRecord, specs: list[dict], cls_payload: list[Any], restarted: bool,
                     fut: concurrent.futures.Future) -> None:
@@ -613,6 +646,7 @@ class Controller:
         for r in self.procs.values():
             if r.handle is not None and r.handle.poll() is None:
                 r.handle.kill()
+        _launcher_call((r.launcher for r in self.procs.values()), "close")
         reset_client()
         self.client.close()
         self.sock.close(0)

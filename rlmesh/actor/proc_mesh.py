@@ -127,6 +127,12 @@ class ProcMesh(NamedMesh):
     def stop(self, timeout: float = 5.0) -> None:
         """Stop these procs: actors' ``on_stop`` run, shutdown hooks run, processes exit."""
         self._controller.stop_procs([self._proc_ids[i] for i in self._shape.indices], timeout)
+        if self._root:  # the whole mesh is gone: launchers drop what they keep for it (a warm template)
+            recs = [r for p in self._proc_ids if (r := self._controller.procs.get(p)) is not None]
+            for launcher in {id(r.launcher): r.launcher for r in recs}.values():
+                release = getattr(launcher, "release", None)
+                if release is not None:
+                    release(self._name)
 
     def __enter__(self) -> "ProcMesh":
         return self

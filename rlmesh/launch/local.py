@@ -5,19 +5,29 @@ test files import the same way), its working directory and environment, plus the
 job secret and plugin variables from the controller. They die with the
 controller: ``PR_SET_PDEATHSIG`` on Linux, and a controller-silence timeout
 everywhere.
+
+Relaunches of procs whose mesh may restart are forked from a warm template
+(:mod:`rlmesh.launch.forkserver`) instead of starting Python again, unless
+``RLMESH_FORKSERVER=0`` or ``LocalLauncher(fork_server=False)``.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import subprocess
 import sys
-from typing import Any
+import threading
+from typing import Any, Iterable
 
-from rlmesh.actor.controller import LaunchRequest, Restart
+from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
+from rlmesh.launch import forkserver
+from rlmesh.launch.forkserver import ForkedProcHandle, ForkServer
+
+logger = logging.getLogger(__name__)
 
 
 class LocalProcHandle:
@@ -38,14 +48,35 @@ class LocalProcHandle:
             pass
 
 
-class LocalLauncher:
-    """Starts ``python -m rlmesh.worker`` children. ``python`` defaults to this interpreter."""
+def _wake_supervisor() -> None:
+    """A forked proc's exit was reported: have the supervisor poll now rather than at its next 50 ms tick."""
+    c = Controller.current()
+    if c is not None and not c.closed:
+        c.submit(lambda: None)
 
-    def __init__(self, python: str | None = None, extra_env: dict[str, str] | None = None):
+
+class LocalLauncher:
+    """Starts ``python -m rlmesh.worker`` children. ``python`` defaults to this interpreter.
+
+    ``fork_server``: fork relaunched procs of restartable meshes from a warm
+    template (default: on unless ``RLMESH_FORKSERVER=0``). ``fork_preload``: the
+    modules the template imports up front (those of the mesh's actor classes
+    follow once actors are spawned).
+    """
+
+    def __init__(self, python: str | None = None, extra_env: dict[str, str] | None = None,
+                 fork_server: bool | None = None, fork_preload: Iterable[str] = forkserver.DEFAULT_PRELOAD):
         self.python = python or sys.executable
         self.extra_env = extra_env or {}
+        self.fork_server = fork_server
+        self.fork_preload = tuple(fork_preload)
+        self._servers: dict[str, ForkServer] = {}
+        self._lock = threading.Lock()
 
-    def launch(self, req: LaunchRequest) -> LocalProcHandle:
+    def _fork_enabled(self) -> bool:
+        return forkserver.enabled_by_env() if self.fork_server is None else self.fork_server
+
+    def _env(self, req: LaunchRequest) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
         env.update(req.env)
@@ -53,10 +84,66 @@ class LocalLauncher:
         if env.get("PYTHONPATH"):
             paths.append(env["PYTHONPATH"])
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        cmd = [self.python, "-m", "rlmesh.worker", "--controller", req.controller_addr, "--proc-id", req.proc_id,
-               "--proc-mesh", req.proc_mesh, "--rank", str(req.rank), "--incarnation", str(req.incarnation),
-               "--parent-pid", str(os.getpid())]
+        return env
+
+    def launch(self, req: LaunchRequest) -> LocalProcHandle | ForkedProcHandle:
+        env = self._env(req)
+        argv = ["--controller", req.controller_addr, "--proc-id", req.proc_id, "--proc-mesh", req.proc_mesh,
+                "--rank", str(req.rank), "--incarnation", str(req.incarnation)]
+        if getattr(req, "restartable", False) and self._fork_enabled():
+            handle = self._via_fork_server(req, env, argv)
+            if handle is not None:
+                return handle
+        cmd = [self.python, "-m", "rlmesh.worker", *argv, "--parent-pid", str(os.getpid())]
         return LocalProcHandle(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
+
+    def _via_fork_server(self, req: LaunchRequest, env: dict[str, str], argv: list[str]) -> ForkedProcHandle | None:
+        """First launch: start the mesh's template (in the background) and return None; relaunch: fork it."""
+        with self._lock:
+            srv = self._servers.get(req.proc_mesh)
+            if srv is None and req.incarnation == 0:
+                try:
+                    self._servers[req.proc_mesh] = ForkServer(self.python, env, os.getcwd(), self.fork_preload,
+                                                              name=req.proc_mesh, on_exit=_wake_supervisor)
+                except Exception:  # noqa: BLE001 - procs still start the plain way
+                    logger.warning("could not start a fork server for %s; its restarts start Python afresh",
+                                   req.proc_mesh, exc_info=True)
+                return None
+        if srv is None or req.incarnation == 0:
+            return None
+        if srv.usable:
+            try:
+                return srv.fork(argv + ["--parent-pid", str(srv.pid)], env, os.getcwd())
+            except OSError:
+                srv.dead = True
+        if not srv.warned:
+            srv.warned = True
+            logger.warning("fork server of %s is %s: restarting %s with a fresh Python", req.proc_mesh,
+                           "gone" if srv.dead else "not ready yet", req.proc_id)
+        return None
+
+    def preload(self, proc_mesh: str, modules: list[str]) -> None:
+        """Have ``proc_mesh``'s template import ``modules`` (the actor classes' modules), so restarts skip it."""
+        srv = self._servers.get(proc_mesh)
+        if srv is not None:
+            srv.preload(modules)
+
+    def wait_fork_server(self, proc_mesh: str, timeout: float = 30.0) -> bool:
+        """Block until ``proc_mesh``'s template is ready to fork (False: none, dead, or not in time)."""
+        srv = self._servers.get(proc_mesh)
+        return srv is not None and srv.ready.wait(timeout) and not srv.dead
+
+    def release(self, proc_mesh: str) -> None:
+        """The mesh stopped: stop its template (and anything it forked that is still running)."""
+        with self._lock:
+            srv = self._servers.pop(proc_mesh, None)
+        if srv is not None:
+            srv.close()
+
+    def close(self) -> None:
+        """Stop every template (the controller shuts down)."""
+        for name in list(self._servers):
+            self.release(name)
 
 
 class HostMesh:

@@ -1,0 +1,226 @@
+"""Warm restarts: relaunched procs of restartable meshes are forked from the local launcher's fork server.
+
+Real processes throughout: a replacement forked from the template serves, has its own
+env and identity, is seen dead when killed again, and nothing (template or children)
+outlives ``procs.stop()`` or a SIGKILLed controller.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+import rlmesh as rm
+from rlmesh.actor import hooks
+from rlmesh.launch.forkserver import modules_in_payload
+from rlmesh.transport.serialization import dumps
+
+pytestmark = pytest.mark.timeout(90)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+# A module imported by name (not shipped by value) that imports torch: what the template preloads.
+PROBE = textwrap.dedent("""
+    import os
+    import torch
+    import rlmesh as rm
+
+    class Probe(rm.Actor):
+        @rm.endpoint
+        def info(self):
+            c = rm.context()
+            return {"pid": os.getpid(), "ppid": os.getppid(), "incarnation": c.proc.incarnation,
+                    "rank": c.rank, "proc_id": c.proc.proc_id, "proc_rank": c.proc.rank,
+                    "mark": os.environ.get("FS_MARK"), "cwd": os.getcwd(),
+                    "torch": float(torch.ones(2).sum())}
+""")
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fsmod")
+    (d / "fs_probe_actors.py").write_text(PROBE)
+    sys.path.insert(0, str(d))
+    try:
+        import fs_probe_actors
+
+        yield fs_probe_actors.Probe
+    finally:
+        sys.path.remove(str(d))
+        sys.modules.pop("fs_probe_actors", None)
+
+
+@pytest.fixture
+def events():
+    got = []
+    hooks.add_event_sink(got.append)
+    yield got
+    hooks.remove_event_sink(got.append)
+
+
+def gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_gone(pids, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not all(gone(p) for p in pids):
+        assert time.monotonic() < deadline, f"procs still alive: {[p for p in pids if not gone(p)]}"
+        time.sleep(0.05)
+
+
+def wait_event(events, kind, incarnation, rank, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        hit = [e for e in events if e.kind == kind and e.incarnation == incarnation and e.rank == rank]
+        if hit:
+            return hit[-1]
+        assert time.monotonic() < deadline, f"no {kind!r} event for rank {rank} incarnation {incarnation}"
+        time.sleep(0.005)
+
+
+def launcher_of(procs):
+    return procs._controller.procs[procs._proc_ids[0]].launcher
+
+
+def test_payload_names_the_actor_module(probe):
+    mods = modules_in_payload(dumps((probe, (), {})))
+    assert "fs_probe_actors" in mods and "__main__" not in mods
+
+
+def test_restarts_are_forked_warm_and_nothing_outlives_stop(probe, events):
+    procs = rm.this_host().spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=2),
+                                       env={"FS_MARK": "per-mesh"})
+    seen = set()
+    try:
+        p = procs.spawn("probe", probe)
+        first = p.info.call().get(timeout=30).values()
+        seen.update(i["pid"] for i in first)
+        launcher = launcher_of(procs)
+        assert launcher.wait_fork_server(procs._name, 30), "the fork server never became ready"
+        server_pid = launcher._servers[procs._name].pid
+        assert psutil.Process(server_pid).ppid() == os.getpid()
+
+        # (1) SIGKILL rank 1: the replacement is forked from the template and serves.
+        old = procs.pids[1]
+        os.kill(old, signal.SIGKILL)
+        ev = wait_event(events, "restarted", 1, 1)
+        print(f"\nforked restart: recovery_s={ev.recovery_s:.3f}")
+        assert ev.recovery_s is not None and ev.recovery_s < 10
+        info = p.info.call().get(timeout=30).values()[1]
+        seen.add(info["pid"])
+        assert info["pid"] != old and info["pid"] == procs.pids[1]
+        assert info["ppid"] == server_pid  # forked, not started by the controller
+        # (3) env and identity as a fresh worker of this proc would have them
+        assert (info["incarnation"], info["rank"], info["proc_rank"]) == (1, 1, 1)
+        assert info["proc_id"] == procs._proc_ids[1]
+        assert info["mark"] == "per-mesh" and info["cwd"] == os.getcwd() and info["torch"] == 2.0
+        assert procs.incarnations() == [0, 1]
+
+        # (2) the forked replacement's death is seen through poll() too, and the next restart works.
+        t0 = time.monotonic()
+        os.kill(info["pid"], signal.SIGKILL)
+        died = wait_event(events, "died", 1, 1)
+        assert died.signal == signal.SIGKILL and time.monotonic() - t0 < 1.0
+        ev2 = wait_event(events, "restarted", 2, 1)
+        print(f"second forked restart: recovery_s={ev2.recovery_s:.3f}")
+        info2 = p.info.call().get(timeout=30).values()[1]
+        seen.add(info2["pid"])
+        assert info2["incarnation"] == 2 and info2["ppid"] == server_pid and info2["mark"] == "per-mesh"
+        assert p.info.call().get(timeout=30).values()[0]["incarnation"] == 0
+    finally:
+        procs.stop()
+    # (5) no template, no forked child left
+    wait_gone([*seen, server_pid], 10)
+    assert procs._name not in launcher._servers
+
+
+def test_a_dead_fork_server_takes_its_children_and_restarts_fall_back(probe, events, caplog):
+    with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=3)) as procs:
+        p = procs.spawn("probe", probe)
+        launcher = launcher_of(procs)
+        assert launcher.wait_fork_server(procs._name, 30)
+        server_pid = launcher._servers[procs._name].pid
+        os.kill(procs.pids[0], signal.SIGKILL)
+        wait_event(events, "restarted", 1, 0)
+        forked = p.info.call().get(timeout=30).values()[0]
+        assert forked["ppid"] == server_pid
+        os.kill(server_pid, signal.SIGKILL)  # its children die with it (PR_SET_PDEATHSIG) ...
+        wait_event(events, "died", 1, 0)
+        wait_event(events, "restarted", 2, 0, timeout=30)  # ... and the next replacement is a plain Popen
+        info = p.info.call().get(timeout=30).values()[0]
+        assert info["incarnation"] == 2 and info["ppid"] == os.getpid()
+        assert gone(forked["pid"])
+    assert any("fork server" in r.getMessage() and "gone" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("how", ["env", "arg"])
+def test_opt_out_restarts_with_a_fresh_python(probe, events, monkeypatch, how):
+    if how == "env":
+        monkeypatch.setenv("RLMESH_FORKSERVER", "0")
+    host = rm.this_host() if how == "env" else rm.this_host(fork_server=False)
+    with host.spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=1)) as procs:
+        p = procs.spawn("probe", probe)
+        old = p.info.call().get(timeout=30).values()[0]["pid"]
+        assert launcher_of(procs)._servers == {}
+        os.kill(old, signal.SIGKILL)
+        wait_event(events, "restarted", 1, 0, timeout=30)
+        info = p.info.call().get(timeout=30).values()[0]
+        assert info["incarnation"] == 1 and info["pid"] != old and info["ppid"] == os.getpid()
+
+
+def test_no_restart_policy_no_fork_server(probe):
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        procs.spawn("probe", probe).info.call().get(timeout=30)
+        assert launcher_of(procs)._servers == {}
+
+
+CONTROLLER = textwrap.dedent("""
+    import os, signal, sys, time
+    import rlmesh as rm
+    from rlmesh.actor import hooks
+
+    class Pinger(rm.Actor):
+        @rm.endpoint
+        def pid(self):
+            return os.getpid()
+
+    if __name__ == "__main__":
+        ev = []
+        hooks.add_event_sink(ev.append)
+        procs = rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=3))
+        p = procs.spawn("p", Pinger)
+        first = p.pid.call().get(timeout=30).values()[0]
+        launcher = procs._controller.procs[procs._proc_ids[0]].launcher
+        assert launcher.wait_fork_server(procs._name, 30)
+        os.kill(first, signal.SIGKILL)
+        while not [e for e in ev if e.kind == "restarted"]:
+            time.sleep(0.01)
+        forked = p.pid.call().get(timeout=30).values()[0]
+        print(launcher._servers[procs._name].pid, forked, flush=True)
+        time.sleep(600)
+""")
+
+
+def test_no_orphans_after_controller_sigkill(tmp_path):
+    script = tmp_path / "controller.py"
+    script.write_text(CONTROLLER)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    for k in ("RLMESH_SECRET", "RLMESH_JOB_ID", "RLMESH_FORKSERVER"):
+        env.pop(k, None)
+    ctl = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        server_pid, forked = (int(x) for x in ctl.stdout.readline().split())
+        assert psutil.Process(forked).ppid() == server_pid
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(10)
+        wait_gone([server_pid, forked], 10)
+    finally:
+        ctl.kill()
