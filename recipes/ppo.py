@@ -23,7 +23,8 @@ from rlmesh.rl.actors import GymGenerator, PPOTrainer, ReplayBuffer
 from rlmesh.rl.placement import place
 from rlmesh.rl.recipe_config import PPORecipeConfig
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
-from rlmesh.rl.resilience import Recovery, RunFailed, WorkLedger, abandon_previous, first_failure, serve_work
+from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
+                                  first_failure, serve_work)
 from rlmesh.rl.run_state import begin
 from rlmesh.rl.schedule import AsyncWorkScheduler
 
@@ -47,7 +48,7 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
             try:
                 result = asyncio.run(_loop(cfg, gens, trainer, evaluator, ledger, run.generation))
             except RunFailed as exc:
-                _final_checkpoint(trainer, exc)
+                final_checkpoint(trainer, buffer, exc)
                 raise
         result["faults_injected"] = len(faults.injected)
     finally:
@@ -71,16 +72,6 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
                           + (f", median recovery {counts['median_recovery_s']:.2f} s" if counts["restarts"] else "")),
     ])
     return result
-
-
-def _final_checkpoint(trainer, exc: RunFailed) -> None:
-    """Before a failed run stops: a last checkpoint if the trainer still serves (``resume=`` goes on from it)."""
-    try:
-        exc.checkpoint = trainer.save.options(timeout=60).call_one().get()
-    except rm.RlmeshError:
-        exc.checkpoint = None
-    where = f"final checkpoint {exc.checkpoint}" if exc.checkpoint else "the trainer is gone: its newest checkpoint stands"
-    exc.args = (f"{exc.args[0]}; {where}; continue with: rlmesh run resume={rm.telemetry.current_run() or 'RUN'}",)
 
 
 async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, ledger: WorkLedger, generation: int) -> dict:
@@ -141,14 +132,18 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, ledger: WorkLedg
             await asyncio.gather(*evals)
 
     loops = [asyncio.ensure_future(replica(i)) for i in range(g.replicas)]
+    ended = "the run ended before a train step used it"
     try:
         await first_failure(asyncio.ensure_future(train()), loops)
+    except BaseException:
+        ended = "the run failed before a train step used it"
+        raise
     finally:
         stop.set()
         for loop in loops:
             loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
-    ledger.close_out(work)
+        ledger.close_out(work, ended)
     state["wall_s"] = time.perf_counter() - start
     state["issued"], state["reissued"] = work.issued, work.reissued
     return state

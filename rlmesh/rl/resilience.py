@@ -132,6 +132,20 @@ class Recovery:
             mesh=rec.proc_mesh, rank=rec.rank, last_error=short_error(error))
 
 
+def final_checkpoint(trainer, buffer, exc: RunFailed) -> None:
+    """Before a failed run stops: a last checkpoint if the trainer still serves (``resume=`` goes on from it)."""
+    try:
+        buffer.interrupt.options(timeout=10).call_one().get()  # a train call waiting for rollouts returns now
+    except rm.RlmeshError:
+        pass
+    try:
+        exc.checkpoint = trainer.save.options(timeout=60).call_one().get()
+    except rm.RlmeshError:
+        exc.checkpoint = None
+    where = f"final checkpoint {exc.checkpoint}" if exc.checkpoint else "the trainer is gone: its newest checkpoint stands"
+    exc.args = (f"{exc.args[0]}; {where}; continue with: rlmesh run resume={rm.telemetry.current_run() or 'RUN'}",)
+
+
 async def serve_work(work: AsyncWorkScheduler, stop: asyncio.Event, replica: Any, role: str,
                      call: Callable[[WorkItem], Awaitable[dict[str, Any]]], recovery: Recovery,
                      on_result: Callable[[dict[str, Any]], None] | None = None) -> None:

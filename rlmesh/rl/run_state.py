@@ -52,6 +52,8 @@ def begin(cfg: Any, launcher: str) -> RunStart:
     run_dir = current_run_dir()
     if run_dir is None:
         return RunStart(run_id, None, 0)
+    if resume:
+        reap_leftover_procs(rm.telemetry.query, run_id)
     if cfg.trainer.checkpoint_dir is None:
         cfg.trainer.checkpoint_dir = str(run_dir / "checkpoints")
     path = run_dir / RECIPE_JSON
@@ -69,6 +71,40 @@ def begin(cfg: Any, launcher: str) -> RunStart:
         logger.warning("resuming run %s (controller generation %d) from %s", run_id, generation,
                        cfg.trainer.checkpoint_dir)
     return RunStart(run_id, run_dir, generation)
+
+
+def reap_leftover_procs(query: Any, run_id: str, wait_s: float = 5.0) -> list[int]:
+    """SIGKILL workers of the dead controller that are still winding down on this host (they exit
+    within seconds of losing it, but a trainer still writing a checkpoint must not race the
+    resumed one). Returns the pids killed."""
+    import os
+    import signal
+    import socket
+    import time
+
+    from rlmesh.telemetry.api import RUN_ID_ENV
+
+    rows = query("SELECT DISTINCT pid FROM actors WHERE event = 'spawned' AND pid IS NOT NULL "
+                 f"AND host = '{socket.gethostname()}'").to_pylist()
+    killed = []
+    for pid in (int(r["pid"]) for r in rows):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                mine = f"{RUN_ID_ENV}={run_id}".encode() in f.read().split(b"\0")  # a worker of this run, not a reused pid
+        except OSError:
+            continue  # gone already (or not ours to read)
+        if mine and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                pass
+    deadline = time.monotonic() + wait_s
+    while killed and time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in killed):
+        time.sleep(0.02)
+    if killed:
+        logger.warning("resume: killed %d procs left over from the dead controller: %s", len(killed), killed)
+    return killed
 
 
 def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:

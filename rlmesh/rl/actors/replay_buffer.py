@@ -26,6 +26,7 @@ class ReplayBuffer(rm.Actor):
         self.version = 0
         """The trainer's version as of its last ``sample`` call (for drops at ``add`` time)."""
         self._event: asyncio.Event | None = None
+        self._interrupts = 0
 
     def _wake(self) -> asyncio.Event:
         if self._event is None:
@@ -58,12 +59,13 @@ class ReplayBuffer(rm.Actor):
             requeued = [r.rollout_id for r in self.core.settle(cursor, cursor if durable is None else durable)]
         deadline = time.monotonic() + timeout
         dropped: list[Dropped] = []
+        interrupts = self._interrupts
         while True:
             res = self.core.sample(batch_size, current_version, lease=cursor is not None)
             dropped += res.dropped
             self._report(res.dropped)
             left = deadline - time.monotonic()
-            if res.rollouts or left <= 0:
+            if res.rollouts or left <= 0 or self._interrupts != interrupts:
                 res.dropped, res.requeued = dropped, requeued
                 return res
             event = self._wake()
@@ -72,6 +74,13 @@ class ReplayBuffer(rm.Actor):
                 await asyncio.wait_for(event.wait(), timeout=min(left, 1.0))
             except asyncio.TimeoutError:
                 pass
+
+    @rm.endpoint
+    async def interrupt(self) -> None:
+        """Make every ``sample`` call waiting now return at once (empty unless enough arrived): a
+        run that is stopping must not wait out a trainer blocked on rollouts that will never come."""
+        self._interrupts += 1
+        self._wake().set()
 
     @rm.endpoint
     async def stats(self) -> dict[str, float]:

@@ -1,0 +1,212 @@
+"""Chaos tests: the recipes run as a user runs them (``rlmesh run`` in a subprocess) while real procs
+are SIGKILLed or hung by the built-in fault injection, and the run's telemetry database must prove
+the invariants of docs/faults.md: every issued work id accounted for exactly once (none lost, none
+counted twice), versions never going down, the trainer resuming from its checkpoint, recovery
+times recorded, and a controller killed with SIGKILL continued by ``resume=latest``."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+RLMESH = [sys.executable, "-m", "rlmesh.cli", "run"]
+
+# ~5-10 s of training on 2 cores: long enough for a few injected faults, short for the suite.
+PPO = ["recipe=ppo_cartpole", "generator.replicas=2", "generator.num_envs=4", "generator.num_steps=32",
+       "trainer.total_steps=40000", "trainer.update_epochs=2", "trainer.num_minibatches=2", "eval.every=0",
+       "eval.episodes=3", "eval.target=null", "telemetry.health_interval_s=0", "run.progress=false",
+       "run.max_restarts=-1"]
+GRPO = ["recipe=grpo_addition", "buffer=on_policy", "steps=150", "prompts_per_step=8", "generator.samples_per_prompt=4",
+        "trainer.sft_steps=5", "trainer.max_groups=null", "eval.every=0", "eval.episodes=10", "model.d_model=32",
+        "model.n_layers=1", "model.n_heads=2", "telemetry.health_interval_s=0", "run.progress=false",
+        "generator.replicas=2", "reward.replicas=2", "run.max_restarts=-1"]
+
+
+def env_for(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID", "RLMESH_RUNS_DIR")}
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra or {})
+    return env
+
+
+def run(args: list[str], cwd: Path, timeout: float = 150, env: dict[str, str] | None = None):
+    return subprocess.run(args, cwd=cwd, env=env_for(env), capture_output=True, text=True, timeout=timeout)
+
+
+def only_run(cwd: Path) -> Path:
+    (db,) = sorted({p.parent.resolve() for p in (cwd / "runs").glob("2*/telemetry.duckdb")})
+    return db
+
+
+def q(run_dir: Path, sql: str) -> list[tuple]:
+    with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def account(run_dir: Path) -> dict[str, int]:
+    from rlmesh.rl.report import WORK_ACCOUNT_SQL
+
+    with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as con:
+        cur = con.execute(WORK_ACCOUNT_SQL)
+        return dict(zip([d[0] for d in cur.description], cur.fetchone()))
+
+
+def assert_invariants(run_dir: Path) -> dict[str, int]:
+    """What must hold after any fault: nothing lost, nothing twice, versions and steps in order."""
+    acc = account(run_dir)
+    assert acc["issued"] > 0 and acc["lost"] == 0 and acc["counted_twice"] == 0, acc
+    assert acc["consumed"] + acc["dropped"] + acc["abandoned"] + acc["unused"] == acc["issued"], acc
+    rows, distinct = q(run_dir, "SELECT count(*), count(DISTINCT rollout_id) FROM rollouts")[0]
+    assert rows == distinct                                     # no rollout counted twice
+    # published versions only go up, across trainer restarts and resumes
+    versions = [v for (v,) in q(run_dir, "SELECT policy_version FROM train_steps ORDER BY ts")]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions)
+    # no generator ever loaded a version older than one it held (per reader incarnation: a fresh
+    # replacement starts from nothing and pulls the newest)
+    back = q(run_dir, """SELECT count(*) FROM (
+        SELECT version < max(version) OVER (PARTITION BY proc, pid ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING
+                                            AND 1 PRECEDING) AS older
+        FROM weight_syncs JOIN (SELECT DISTINCT proc, pid, incarnation FROM actors WHERE event = 'spawned') a
+             USING (proc)) WHERE older""")
+    assert back == [(0,)]
+    return acc
+
+
+@pytest.mark.timeout(240)
+def test_generators_killed_every_second_lose_nothing(tmp_path):
+    out = run(RLMESH + PPO + ["faults.kill=generator", "faults.every_s=1", "faults.start_after_s=1",
+                              "faults.max_faults=3", "faults.seed=2", "trainer.total_steps=80000"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = only_run(tmp_path)
+    acc = assert_invariants(db)
+    kills = q(db, "SELECT count(*) FROM actors WHERE event = 'fault_injected' AND reason = 'kill'")[0][0]
+    restarts = q(db, "SELECT count(*), max(recovery_s), min(recovery_s) FROM actors WHERE event = 'restarted'")[0]
+    # (the last kill may land as the run ends, before its replacement joins)
+    assert kills >= 2 and kills - 1 <= restarts[0] <= kills and 0 < restarts[2] <= restarts[1] < 30, (kills, restarts)
+    assert acc["reissued"] >= 1                                 # a kill mid-rollout re-issued its item
+    reasons = q(db, "SELECT reason FROM work_items WHERE event = 'reissued'")
+    assert all("ActorDied" in r and "signal 9" in r for (r,) in reasons), reasons
+    steps = [s for (s,) in q(db, "SELECT step FROM train_steps ORDER BY ts")]
+    assert steps == list(range(1, len(steps) + 1))               # the trainer never stopped or repeated
+
+
+@pytest.mark.timeout(240)
+def test_trainer_killed_resumes_from_its_checkpoint(tmp_path):
+    out = run(RLMESH + PPO + ["faults.kill=trainer", "faults.start_after_s=2.5", "faults.max_faults=1"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = only_run(tmp_path)
+    assert_invariants(db)
+    (killed_at,), = q(db, "SELECT epoch(ts) FROM actors WHERE event = 'fault_injected'")
+    loads = q(db, "SELECT step, policy_version, buffer_cursor FROM checkpoints WHERE event = 'load'")
+    assert len(loads) == 1
+    step, version, cursor = loads[0]
+    assert step >= 1 and cursor >= 1 and version > step or version == step
+    before = q(db, f"SELECT max(step), max(policy_version) FROM train_steps WHERE epoch(ts) < {killed_at}")[0]
+    after = [s for (s,) in q(db, f"SELECT step FROM train_steps WHERE epoch(ts) > {killed_at} ORDER BY ts")]
+    # training continued from the checkpointed step (every step is checkpointed, so at most the step in
+    # flight is redone; the killed proc's last ~0.2 s of rows never reached the database, so the
+    # checkpoint may be newer than its last recorded row), and the first version published after the
+    # restart is past every earlier one
+    assert step >= before[0] and after[0] == step + 1
+    assert version > before[1]
+    (rec,), = q(db, "SELECT recovery_s FROM actors WHERE event = 'restarted'")
+    assert 0 < rec < 30
+    assert json.loads((db / "result.json").read_text())["env_steps"] >= 40000     # the whole budget, trained
+
+
+@pytest.mark.timeout(240)
+def test_hung_generator_is_detected_by_heartbeat(tmp_path):
+    out = run(RLMESH + PPO + ["faults.hang=generator", "faults.start_after_s=1", "faults.max_faults=1"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = only_run(tmp_path)
+    assert_invariants(db)
+    died = q(db, "SELECT reason FROM actors WHERE event = 'died'")
+    assert len(died) == 1 and "heartbeat timeout" in died[0][0], died
+    assert q(db, "SELECT count(*) FROM actors WHERE event = 'restarted'")[0][0] == 1
+
+
+@pytest.mark.timeout(240)
+def test_call_timeout_reissues_work_from_a_stuck_proc(tmp_path):
+    # heartbeats would catch the hang after 60 s only: the call timeout re-issues the work first
+    out = run(RLMESH + PPO + ["faults.hang=generator", "faults.start_after_s=1", "faults.max_faults=1",
+                              "run.call_timeout_s=2", "trainer.total_steps=80000"], tmp_path,
+              env={"RLMESH_HEARTBEAT_TIMEOUT_S": "60"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = only_run(tmp_path)
+    assert_invariants(db)
+    reasons = [r for (r,) in q(db, "SELECT reason FROM work_items WHERE event = 'reissued'")]
+    assert reasons and all(r.startswith("CallTimeout") for r in reasons), reasons
+
+
+@pytest.mark.timeout(180)
+def test_repeated_failure_stops_with_a_clear_message_and_a_final_checkpoint(tmp_path):
+    out = run(RLMESH + PPO + ["run.max_restarts=1", "generator.replicas=1", "faults.kill=generator",
+                              "faults.every_s=1.5", "faults.start_after_s=1", "trainer.total_steps=10000000"], tmp_path)
+    assert out.returncode == 1, out.stderr[-3000:]
+    msg = out.stderr.strip().splitlines()[-1]
+    assert msg.startswith("run failed: generator[0] rl[2]") and "max_restarts=1" in msg, msg
+    assert "last error: ActorDied" in msg and "final checkpoint" in msg and "resume=" in msg, msg
+    db = only_run(tmp_path)
+    ckpt = Path(msg.split("final checkpoint ")[1].split(";")[0])
+    assert ckpt.is_file() and ckpt.parent == db / "checkpoints"
+    assert q(db, "SELECT status FROM runs") == [("failed",)]
+    assert q(db, "SELECT count(*) FROM actors WHERE event = 'gave_up'")[0][0] == 1
+    assert account(db)["lost"] == 0
+
+
+@pytest.mark.timeout(300)
+def test_controller_killed_then_resume_latest_continues_the_same_run(tmp_path):
+    args = RLMESH + PPO + ["trainer.total_steps=30000"]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env_for(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    ckpts: list[Path] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        ckpts = sorted(tmp_path.glob("runs/2*/checkpoints/step_*.pt"))
+        if ckpts and int(ckpts[-1].stem.split("_")[1]) >= 8:
+            time.sleep(1.5)                                      # let its first work_items rows reach the file
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    os.kill(proc.pid, signal.SIGKILL)                           # the controller, mid-run
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    run_dir = ckpts[-1].parents[1]
+    time.sleep(1.0)                                              # its workers notice and exit
+    out = run(RLMESH + ["resume=latest"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert only_run(tmp_path) == run_dir.resolve()               # the same run, the same database
+    acc = assert_invariants(run_dir)
+    assert q(run_dir, "SELECT status FROM runs") == [("ok",)]
+    gens = dict(q(run_dir, "SELECT generation, count(DISTINCT work_id) FROM work_items WHERE event = 'issued' "
+                           "GROUP BY 1"))
+    assert set(gens) == {0, 1} and acc["abandoned"] >= 1         # the dead controller's open items, accounted
+    loads = q(run_dir, "SELECT step FROM checkpoints WHERE event = 'load'")
+    assert len(loads) == 1 and loads[0][0] >= 8
+    resumed_from = loads[0][0]
+    after = [s for (s,) in q(run_dir, "SELECT step FROM train_steps WHERE ts > (SELECT max(ts) FROM checkpoints "
+                                      "WHERE event = 'load') ORDER BY ts")]
+    assert after == list(range(resumed_from + 1, resumed_from + 1 + len(after))) and after
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["env_steps"] >= 30000 and result["generation"] == 1 and result["abandoned"] == acc["abandoned"]
+
+
+@pytest.mark.timeout(300)
+def test_grpo_with_reward_procs_killed(tmp_path):
+    out = run(RLMESH + GRPO + ["faults.kill=reward", "faults.every_s=1", "faults.start_after_s=1",
+                               "faults.max_faults=2"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = only_run(tmp_path)
+    acc = assert_invariants(db)
+    assert q(db, "SELECT count(*) FROM actors WHERE event = 'restarted' AND actors LIKE '%reward%'")[0][0] == 2
+    assert q(db, "SELECT max(step) FROM train_steps")[0][0] == 150
+    # every trained completion was scored by a reward actor exactly as its rollout row says
+    mismatch = q(db, "SELECT count(*) FROM rollouts r LEFT JOIN rewards w USING (rollout_id) "
+                     "WHERE w.reward IS NULL OR w.reward <> r.reward")[0][0]
+    assert mismatch == 0 and acc["consumed"] >= 300
