@@ -1,0 +1,306 @@
+"""Recovery under faults: ``ppo_cartpole`` and ``grpo_addition`` run clean, with generators
+(and, for GRPO, reward procs) SIGKILLed on a schedule, and with the trainer SIGKILLed once
+mid-run, in the same invocation; each variant against the clean run measured here.
+
+Claim (targets, docs/faults.md): a killed generator or reward proc serves again in < 1 s
+(median ``recovery_s``); a killed trainer serves again in < 3 s plus its checkpoint load;
+no work item is lost (``lost`` = 0 in every variant: every issued id ends exactly once); PPO's
+final greedy return stays >= 475 in every variant; with generator kills every ~15 s the
+wall time stays within 1.3x of the clean run.
+
+Protocol: each variant is its own ``python -m rlmesh.cli run`` subprocess (its own
+controller, procs and telemetry run, in a fresh ``RLMESH_RUNS_DIR``) with a fixed budget
+and no early stop (``eval.target=null``), so the variants do the same work:
+
+- PPO: ``recipe=ppo_cartpole trainer.total_steps=--ppo-steps generator.replicas=2``.
+- GRPO: ``recipe=grpo_addition steps=--grpo-steps prompts_per_step=32
+  generator.samples_per_prompt=8 trainer.sft_steps=200 eval.every=max(20, steps // 8)
+  eval.episodes=200 generator.replicas=2 reward.replicas=2``. At this size a step takes
+  ~0.12-0.15 s here, so the default 400 steps make a ~1 minute loop: long enough for a few
+  kills every 15 s (60 steps would be ~8 s, shorter than the first kill).
+- variants: ``none``; ``faults.kill=generator faults.every_s=--every-s``; ``faults.kill=trainer
+  faults.max_faults=1 faults.start_after_s=`` 40% of the clean run's wall time; and for GRPO
+  ``faults.kill=reward faults.every_s=--every-s``. All with ``run.max_restarts=-1`` so a proc hit
+  more than three times is still restarted.
+
+Numbers come from each run's ``telemetry.duckdb`` (read-only, after the run) and
+``result.json``: "wall s" is the controller loop's wall time (``result.json`` ``wall_s``; the
+subprocess's whole time, start-up included, is "proc s"); "final eval" the last ``evals`` row
+by ts (PPO: greedy mean return over 20 fresh episodes; GRPO: held-out mean reward); "train
+reward" (GRPO) the mean of ``rollout/reward_mean`` over the last 5 train steps; the work
+columns :data:`rlmesh.rl.report.WORK_ACCOUNT_SQL`; "kills" the ``fault_injected`` rows;
+recovery the ``recovery_s`` of ``actors`` ``restarted`` rows, split by the role the proc hosts
+(its ``actors`` column); "ckpt load s" the ``checkpoints`` ``load`` rows.
+
+It measures, it does not assert speed: it exits 0 whatever the targets say, and 1 only if a
+run failed or lost work (``lost`` > 0).
+
+Run: ``python benchmarks/recovery.py`` (about 10-15 minutes on the shared 2-core machine);
+``--only ppo|grpo``; ``--quick`` for a smoke run (PPO 60000 steps, GRPO 15 steps, faults
+every 4 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import duckdb
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import banner  # noqa: E402
+
+from rlmesh.rl.report import WORK_ACCOUNT_SQL  # noqa: E402
+
+PPO_TARGET = 475.0
+GEN_RECOVERY_S = 1.0
+TRAINER_RECOVERY_S = 3.0
+WALL_RATIO = 1.3
+TRAINER_KILL_AT = 0.4  # of the clean run's wall time
+
+PPO_BASE = ["recipe=ppo_cartpole", "eval.target=null", "generator.replicas=2"]
+GRPO_BASE = ["recipe=grpo_addition", "eval.target=null", "prompts_per_step=32", "generator.samples_per_prompt=8",
+             "trainer.sft_steps=200", "eval.episodes=200", "generator.replicas=2",
+             "reward.replicas=2"]
+KEEP: str | None = None  # --keep
+
+COMMON = ["run.progress=false", "run.max_restarts=-1", "faults.seed=1"]
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def read_run(db: str, result: dict) -> dict:
+    """The numbers of one finished run, from its telemetry database and result.json."""
+    con = duckdb.connect(db, read_only=True)
+    try:
+        work = {f"work_{k}": int(v or 0) for k, v in _rows(con, WORK_ACCOUNT_SQL)[0].items()}
+        last = _rows(con, "SELECT metric, value, step FROM evals ORDER BY ts DESC LIMIT 1")
+        kills = _rows(con, "SELECT count(*) AS n FROM actors WHERE event = 'fault_injected'")[0]["n"]
+        restarts = _rows(con, "SELECT r.proc, r.mesh, r.rank, r.recovery_s, "
+                              "(SELECT max(a.actors) FROM actors a WHERE a.proc = r.proc AND a.actors IS NOT NULL) "
+                              "AS hosted FROM actors r WHERE r.event = 'restarted' ORDER BY r.ts")
+        loads = [r["duration_s"] for r in _rows(con, "SELECT duration_s FROM checkpoints WHERE event = 'load' "
+                                                     "ORDER BY ts")]
+        metrics = [r["metrics"] for r in _rows(con, "SELECT metrics FROM train_steps ORDER BY ts DESC LIMIT 5")]
+    finally:
+        con.close()
+    rec: dict[str, list[float]] = {"generator": [], "reward": [], "trainer": [], "other": []}
+    for r in restarts:
+        hosted = (r["hosted"] or "").split(",")
+        role = next((role for role in ("trainer", "generator", "reward")
+                     if any(a.strip().startswith(role) for a in hosted)), "other")
+        if r["recovery_s"] is not None:
+            rec[role].append(float(r["recovery_s"]))
+    rewards = []
+    for m in metrics:
+        m = json.loads(m) if isinstance(m, str) else (m or {})
+        if m.get("rollout/reward_mean") is not None:
+            rewards.append(float(m["rollout/reward_mean"]))
+    return {**work, "wall_s": result.get("wall_s"), "kills": int(kills), "restarts": len(restarts),
+            "eval": last[0]["value"] if last else None, "eval_metric": last[0]["metric"] if last else None,
+            "train_reward": statistics.mean(rewards) if rewards else None,
+            "rec": rec, "ckpt_load": loads}
+
+
+def run_variant(name: str, overrides: list[str], timeout: float) -> dict:
+    """One ``rlmesh run`` subprocess in a fresh runs directory; its numbers, or ``failed`` with why."""
+    with tempfile.TemporaryDirectory(prefix="rlmesh-recovery-") as tmp:
+        if KEEP:
+            tmp = os.path.join(KEEP, f"{overrides[0].split('=', 1)[1]}-{name}")
+            os.makedirs(tmp, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID")}
+        env["RLMESH_RUNS_DIR"] = os.path.join(tmp, "runs")
+        cmd = [sys.executable, "-m", "rlmesh.cli", "run", *overrides]
+        t0 = time.perf_counter()
+        try:
+            out = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout)
+            rc, stderr = out.returncode, out.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, stderr = "timeout", (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) \
+                else (exc.stderr or "")
+        proc_s = time.perf_counter() - t0
+        runs = [d for d in glob.glob(os.path.join(tmp, "runs", "*")) if not os.path.islink(d)]  # not runs/latest
+        results = [f for d in runs for f in glob.glob(os.path.join(d, "result.json"))]
+        dbs = [f for d in runs for f in glob.glob(os.path.join(d, "telemetry.duckdb"))]
+        row: dict[str, Any] = {"name": name, "proc_s": proc_s, "cmd": "rlmesh run " + " ".join(overrides)}
+        if rc != 0 or len(results) != 1 or len(dbs) != 1:
+            row.update(failed=f"rc={rc}, {len(results)} result.json, {len(dbs)} telemetry.duckdb",
+                       stderr=stderr[-3000:])
+            return row
+        with open(results[0]) as f:
+            result = json.load(f)
+        try:
+            row.update(read_run(dbs[0], result))
+        except Exception as exc:  # noqa: BLE001 - report, do not crash the other variants
+            row.update(failed=f"reading the telemetry: {type(exc).__name__}: {exc}", stderr=stderr[-3000:])
+        return row
+
+
+def fmt(x: float | int | None, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def print_row_line(r: dict) -> None:
+    if "failed" in r:
+        print(f"  {r['name']:10s} FAILED ({r['failed']}) after {r['proc_s']:.1f} s\n    command: {r['cmd']}\n"
+              f"    stderr tail:\n" + "\n".join("      " + ln for ln in r["stderr"].splitlines()[-25:]), flush=True)
+    else:
+        print(f"  {r['name']:10s} done: wall {r['wall_s']:.1f} s (proc {r['proc_s']:.1f} s), kills {r['kills']}, "
+              f"restarts {r['restarts']}, final eval {fmt(r['eval'], '.3f')}, lost {r['work_lost']}", flush=True)
+
+
+def print_table(title: str, rows: list[dict], grpo: bool) -> None:
+    clean = next((r for r in rows if r["name"] == "none" and "failed" not in r), None)
+    cols = ["variant", "wall s", "proc s", "/clean", "final eval"] + (["train rew"] if grpo else []) + \
+           ["issued", "completed", "re-issued", "dropped", "lost", "twice", "kills", "med rec s", "trainer rec s",
+            "ckpt load s"]
+    widths = [max(len(c), 10) for c in cols]
+    widths[0] = 10
+    print(f"\n## {title}")
+    print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths))))
+    for r in rows:
+        if "failed" in r:
+            cells = [r["name"], "FAILED"] + [""] * (len(cols) - 2)
+        else:
+            ratio = r["wall_s"] / clean["wall_s"] if clean else None
+            rec = r["rec"]["generator"] + r["rec"]["reward"]
+            cells = [r["name"], fmt(r["wall_s"], ".1f"), fmt(r["proc_s"], ".1f"), fmt(ratio, ".2f"),
+                     fmt(r["eval"], ".3f" if grpo else ".1f")]
+            if grpo:
+                cells.append(fmt(r["train_reward"], ".3f"))
+            cells += [str(r["work_issued"]), str(r["work_completed"]), str(r["work_reissued"]),
+                      str(r["work_dropped"]), str(r["work_lost"]), str(r["work_counted_twice"]), str(r["kills"]),
+                      fmt(_median(rec), ".2f"), fmt(_median(r["rec"]["trainer"]), ".2f"),
+                      fmt(_median(r["ckpt_load"]), ".2f")]
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+
+
+def targets(rows: list[dict], grpo: bool) -> None:
+    by = {r["name"]: r for r in rows}
+    ok = lambda cond: "met    " if cond else "NOT met"  # noqa: E731
+
+    def good(name: str) -> dict | None:
+        r = by.get(name)
+        return r if r is not None and "failed" not in r else None
+
+    print()
+    for role in ("generator", "reward"):
+        r = good(role)
+        if role not in by:
+            continue
+        if r is None:
+            print(f"  NOT met  {role} recovery < {GEN_RECOVERY_S:.0f} s: the run failed")
+            continue
+        med = _median(r["rec"][role])
+        print(f"  {ok(med is not None and med < GEN_RECOVERY_S)}  {role} recovery < {GEN_RECOVERY_S:.0f} s: median "
+              f"{fmt(med, '.2f')} s over {len(r['rec'][role])} restarts ({r['kills']} kills; all: "
+              f"{', '.join(f'{x:.2f}' for x in r['rec'][role]) or 'none'})")
+    r = good("trainer")
+    if r is None:
+        print(f"  NOT met  trainer recovery < {TRAINER_RECOVERY_S:.0f} s + checkpoint load: the run failed")
+    else:
+        tr, load = _median(r["rec"]["trainer"]), _median(r["ckpt_load"]) or 0.0
+        print(f"  {ok(tr is not None and tr < TRAINER_RECOVERY_S + load)}  trainer recovery < "
+              f"{TRAINER_RECOVERY_S:.0f} s + checkpoint load: {fmt(tr, '.2f')} s, checkpoint load "
+              f"{fmt(_median(r['ckpt_load']), '.2f')} s ({len(r['rec']['trainer'])} restarts, {r['kills']} kills)")
+    done = [r for r in rows if "failed" not in r]
+    failed = [r["name"] for r in rows if "failed" in r]
+    lost = {r["name"]: r["work_lost"] for r in done}
+    twice = {r["name"]: r["work_counted_twice"] for r in done}
+    print(f"  {ok(not failed and not any(lost.values()))}  lost = 0 in every variant: "
+          + ", ".join(f"{k} {v}" for k, v in lost.items()) + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(f"  {ok(not failed and not any(twice.values()))}  counted twice = 0 in every variant: "
+          + ", ".join(f"{k} {v}" for k, v in twice.items()))
+    evals = ", ".join(f"{r['name']} {fmt(r['eval'], '.3f' if grpo else '.1f')}" for r in done)
+    if not grpo:
+        print(f"  {ok(not failed and all(r['eval'] is not None and r['eval'] >= PPO_TARGET for r in done))}  "
+              f"final return >= {PPO_TARGET:.0f} in every variant: {evals}")
+    else:
+        clean = good("none")
+        diffs = ", ".join(f"{r['name']} {r['eval'] - clean['eval']:+.3f}" for r in done
+                          if clean and r is not clean and r["eval"] is not None and clean["eval"] is not None)
+        print(f"  (info)   held-out mean reward: {evals}" + (f"; vs clean: {diffs}" if diffs else ""))
+        print("  (info)   train reward (last 5 steps): "
+              + ", ".join(f"{r['name']} {fmt(r['train_reward'], '.3f')}" for r in done))
+    clean, gen = good("none"), good("generator")
+    if clean and gen:
+        ratio = gen["wall_s"] / clean["wall_s"]
+        print(f"  {ok(ratio <= WALL_RATIO)}  wall with generator kills <= {WALL_RATIO}x clean: {gen['wall_s']:.1f} s / "
+              f"{clean['wall_s']:.1f} s = {ratio:.2f}x ({gen['kills']} kills)")
+    else:
+        print(f"  NOT met  wall with generator kills <= {WALL_RATIO}x clean: a run failed")
+
+
+def run_recipe(title: str, base: list[str], roles: list[str], every_s: float, timeout: float, grpo: bool) -> list[dict]:
+    print(f"\n# {title}: rlmesh run {' '.join(base + COMMON)}", flush=True)
+    base = base + COMMON
+    rows = [run_variant("none", base, timeout)]
+    print_row_line(rows[0])
+    clean_wall = rows[0].get("wall_s") or 30.0
+    for role in roles:
+        if role == "trainer":
+            at = round(TRAINER_KILL_AT * clean_wall, 1)
+            faults = ["faults.kill=trainer", "faults.max_faults=1", f"faults.start_after_s={at}"]
+        else:
+            faults = [f"faults.kill={role}", f"faults.every_s={every_s}"]
+        rows.append(run_variant(role, base + faults, timeout))
+        print_row_line(rows[-1])
+    print_table(title, rows, grpo)
+    targets(rows, grpo)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=["ppo", "grpo"], help="run one recipe only")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: ppo 60000 steps, grpo 15 steps, faults every 4 s")
+    parser.add_argument("--ppo-steps", type=int, default=None, help="PPO trainer.total_steps (default 300000)")
+    parser.add_argument("--grpo-steps", type=int, default=None, help="GRPO steps (default 400)")
+    parser.add_argument("--every-s", type=float, default=None, help="seconds between generator/reward kills (15)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds before one run counts as failed")
+    parser.add_argument("--keep", metavar="DIR", help="keep each run's directory under DIR/<recipe>-<variant>")
+    args = parser.parse_args()
+    global KEEP
+    KEEP = os.path.abspath(args.keep) if args.keep else None
+    ppo_steps = args.ppo_steps or (60_000 if args.quick else 300_000)
+    grpo_steps = args.grpo_steps or (15 if args.quick else 400)
+    every_s = args.every_s or (4.0 if args.quick else 15.0)
+
+    banner("recovery under faults: ppo_cartpole and grpo_addition" + (" (--quick)" if args.quick else ""),
+           "torch", "duckdb")
+    print(f"# load: {os.getloadavg()}; kills every {every_s:g} s; trainer killed once at "
+          f"{TRAINER_KILL_AT:.0%} of the clean wall time")
+    rows: list[dict] = []
+    if args.only in (None, "ppo"):
+        rows += run_recipe("ppo_cartpole", PPO_BASE + [f"trainer.total_steps={ppo_steps}"],
+                           ["generator", "trainer"], every_s, args.timeout, grpo=False)
+    if args.only in (None, "grpo"):
+        rows += run_recipe("grpo_addition (small)",
+                           GRPO_BASE + [f"steps={grpo_steps}", f"eval.every={max(20, grpo_steps // 8)}"],
+                           ["generator", "trainer", "reward"], every_s, args.timeout, grpo=True)
+    bad = [r["name"] for r in rows if "failed" in r or r.get("work_lost", 0) > 0]
+    if bad:
+        print(f"\nexit 1: {len(bad)} run(s) failed or lost work")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
