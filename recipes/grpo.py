@@ -146,6 +146,7 @@ async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evalua
                 except rm.ActorDied as exc:  # restarts from its newest checkpoint and republishes
                     await recovery.wait_back(trainer, exc, "trainer")
                     continue
+                work.requeued(m["requeued"])
                 work.rejected(m["dropped"], m["drop_reasons"])
                 if not m["trained"]:
                     continue

@@ -116,6 +116,7 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, ledger: WorkLedg
                 except rm.ActorDied as exc:  # restarts from its newest checkpoint and republishes
                     await recovery.wait_back(trainer, exc, "trainer")
                     continue
+                work.requeued(m["requeued"])
                 work.rejected(m["dropped"], m["drop_reasons"])  # stale inside the buffer: their credit is free
                 if not m["trained"]:
                     continue

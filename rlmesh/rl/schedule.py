@@ -121,6 +121,12 @@ class WorkScheduler:
         self._release(ids)
         self.version = max(self.version, version)
 
+    def requeued(self, work_ids: Iterable[str]) -> None:
+        """The buffer gave these back to a restarted trainer (sampled by its dead incarnation after
+        its checkpoint): they will be trained again or dropped; credit is unchanged."""
+        for wid in work_ids:
+            self._event("requeued", wid, "sampled by a trainer that died; its checkpoint predates them")
+
     def in_flight(self) -> list[str]:
         """Ids still holding credit (at the end of a run: generated or running, never trained on)."""
         return sorted(self._held)

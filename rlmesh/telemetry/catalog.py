@@ -121,7 +121,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
     ), "rlmesh.rl evaluators"),
     _T("work_items", "every transition of every work item a recipe's controller issued: the account that shows nothing was lost or counted twice", (
         _c("work_id", "VARCHAR", "the item's id (= the rollout id in the buffer; LLM completions are <work_id>/<k>)"),
-        _c("event", "VARCHAR", "issued | reissued | completed | duplicate | consumed | dropped | abandoned | unused | rescored (a reward proc died while scoring it)"),
+        _c("event", "VARCHAR", "issued | reissued | completed | duplicate | requeued | consumed | dropped | abandoned | unused | rescored (a reward proc died while scoring it)"),
         _c("reason", "VARCHAR", "why (reissued: the error; dropped: stale/capacity; abandoned/unused: in words)"),
         _c("attempt", "BIGINT", "re-issues of this id so far (0 = first attempt)"),
         _c("generation", "BIGINT", "0 for the run's first controller, +1 per resume (rlmesh run resume=...)"),

@@ -78,3 +78,45 @@ def test_future_versions_are_a_caller_error():
     buf.add(_r(0, 3))
     with pytest.raises(ValueError, match="ahead of the trainer"):
         buf.sample(1, current_version=2)
+
+
+def fill(buf: ReplayBufferCore, ids: list[str], version: int = 0) -> None:
+    for i in ids:
+        buf.add(BufferedRollout(i, version))
+
+
+def test_a_restarted_trainer_gets_back_what_its_dead_incarnation_sampled():
+    buf = ReplayBufferCore(BufferConfig(max_policy_lag=5, capacity=100))
+    fill(buf, ["a", "b", "c", "d", "e", "f"])
+    one = buf.sample(2, 0, lease=True)            # lease 1: trained, then checkpointed
+    assert buf.settle(cursor=one.lease, durable=0) == []
+    two = buf.sample(2, 0, lease=True)            # lease 2: trained, not yet checkpointed
+    buf.settle(cursor=two.lease, durable=one.lease)
+    buf.sample(1, 0, lease=True)                  # lease 3: sampled, the trainer dies mid-step
+    # the replacement restores the checkpoint taken after lease 1: leases 2 and 3 come back, oldest first
+    back = buf.settle(cursor=one.lease, durable=one.lease)
+    assert [r.rollout_id for r in back] == ["c", "d", "e"]
+    assert [r.rollout_id for r in buf.sample(4, 0, lease=True).rollouts] == ["c", "d", "e", "f"]
+    assert buf.stats()["buffer/requeued"] == 3
+
+
+def test_requeued_rollouts_are_still_subject_to_the_staleness_bound():
+    buf = ReplayBufferCore(BufferConfig(max_policy_lag=1, capacity=100))
+    fill(buf, ["a", "b"], version=3)
+    buf.sample(2, 3, lease=True)
+    buf.settle(cursor=0, durable=0)               # a trainer restarted from an older checkpoint ...
+    res = buf.sample(2, 6)                        # ... publishes past the newest version: both are stale now
+    assert res.rollouts == [] and {(d.rollout_id, d.reason, d.lag) for d in res.dropped} == {("a", "stale", 3),
+                                                                                            ("b", "stale", 3)}
+
+
+def test_settled_leases_are_forgotten_and_lease_ids_continue_after_a_resumed_cursor():
+    buf = ReplayBufferCore(BufferConfig(max_policy_lag=5, capacity=100))
+    fill(buf, ["a", "b"])
+    buf.settle(cursor=151, durable=151)           # a trainer resumed by a new controller, new buffer
+    lease = buf.sample(1, 0, lease=True).lease
+    assert lease == 152
+    buf.settle(cursor=lease, durable=lease)
+    assert buf.stats()["buffer/leased"] == 0 and buf.settle(cursor=lease, durable=lease) == []
+    with pytest.raises(ValueError, match="durable lease 3 is after the trained cursor 2"):
+        buf.settle(cursor=2, durable=3)

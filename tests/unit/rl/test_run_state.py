@@ -1,0 +1,71 @@
+"""resume=: finding the run, rebuilding its saved config with overrides on top, refusing what cannot resume."""
+
+import json
+import os
+import socket
+
+import pytest
+from omegaconf import OmegaConf
+
+from rlmesh.recipes_cli import RecipeConfigError
+from rlmesh.rl.recipe_config import ppo_cartpole
+from rlmesh.rl.run_state import RECIPE_JSON, resume_config
+from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.errors import RunNotFoundError
+
+
+@pytest.fixture
+def runs_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLMESH_RUNS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def make_run(root, run_id, recipe=True, status="crashed", pid=999_999):
+    d = root / run_id
+    d.mkdir()
+    (d / runs.DB_NAME).write_bytes(b"")
+    (d / runs.RUN_JSON).write_text(json.dumps({"id": run_id, "status": status, "pid": pid,
+                                               "host": socket.gethostname()}))
+    if recipe:
+        cfg = OmegaConf.to_container(OmegaConf.structured(ppo_cartpole()))
+        cfg["trainer"]["lr"] = 0.005
+        (d / RECIPE_JSON).write_text(json.dumps({"program": "ppo", "launcher": "local", "generation": 0,
+                                                  "config": OmegaConf.to_yaml(cfg)}))
+    return d
+
+
+def test_saved_config_with_overrides_on_top(runs_dir):
+    make_run(runs_dir, "20260101-000000-aaaa")
+    cfg, launcher = resume_config("20260101-000000-aaaa", ["recipe=ignored", "resume=x", "generator.replicas=3"])
+    assert launcher == "local" and cfg.run.resume == "20260101-000000-aaaa"
+    assert cfg.trainer.lr == 0.005 and cfg.generator.replicas == 3 and cfg.eval.target == 475.0
+
+
+def test_latest_resolves_through_the_runs_dir(runs_dir):
+    make_run(runs_dir, "20260101-000000-aaaa")
+    make_run(runs_dir, "20260102-000000-bbbb")
+    cfg, _ = resume_config("latest", [])
+    assert cfg.run.resume == "20260102-000000-bbbb"
+
+
+def test_unknown_runs_and_runs_without_a_recipe_are_config_errors(runs_dir):
+    make_run(runs_dir, "20260101-000000-aaaa", recipe=False)
+    with pytest.raises(RecipeConfigError, match="resume=nope: no telemetry run 'nope'.*recent runs: 20260101-000000-aaaa"):
+        resume_config("nope", [])
+    with pytest.raises(RecipeConfigError, match="has no recipe.json"):
+        resume_config("20260101-000000-aaaa", [])
+
+
+def test_bad_overrides_name_the_key(runs_dir):
+    make_run(runs_dir, "20260101-000000-aaaa")
+    with pytest.raises(RecipeConfigError, match="generator.replicas"):
+        resume_config("20260101-000000-aaaa", ["generator.replicas=0"])
+
+
+def test_a_run_whose_controller_is_alive_cannot_be_reopened(runs_dir):
+    make_run(runs_dir, "20260101-000000-aaaa", status="running", pid=os.getpid())
+    with pytest.raises(RunNotFoundError, match="still running"):
+        runs.reopen_run_dir("20260101-000000-aaaa", runs_dir)
+    make_run(runs_dir, "20260101-000000-bbbb", status="running")          # its pid is gone: crashed
+    assert runs.reopen_run_dir("20260101-000000-bbbb", runs_dir) == runs_dir / "20260101-000000-bbbb"
+    assert (runs_dir / "latest").resolve() == (runs_dir / "20260101-000000-bbbb").resolve()
