@@ -66,10 +66,10 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRP
         evaluator = procs.slice(procs=0).spawn("evaluator", LLMGenerator, g, task, None, rewards, backend)
         gens = procs.slice(procs=slice(2 + cfg.reward.replicas, n_procs)).spawn(
             "generator", LLMGenerator, g, task, buffer, rewards, backend)
-        roles = {"generator": gens, "trainer": trainer, "reward": rewards}
+        roles = {"generator": gens, "trainer": trainer, "reward": rewards, "buffer": buffer}
         with FaultInjector.from_config(cfg.faults, roles) as faults:
             try:
-                result = asyncio.run(_loop(cfg, task, gens, trainer, evaluator, ledger, run.generation))
+                result = asyncio.run(_loop(cfg, task, gens, trainer, evaluator, buffer, ledger, run.generation))
             except RunFailed as exc:
                 final_checkpoint(trainer, buffer, exc)
                 raise
@@ -97,7 +97,7 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRP
     return result
 
 
-async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evaluator, ledger: WorkLedger,
+async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evaluator, buffer, ledger: WorkLedger,
                 generation: int) -> dict:
     g, seed = cfg.generator, cfg.run.seed
     per_item = cfg.prompts_per_step // g.replicas
@@ -105,7 +105,7 @@ async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evalua
     prefix = "group-" if generation == 0 else f"group-g{generation}-"  # ids never repeat across resumes
     work = AsyncWorkScheduler(per_step=g.replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,
                               on_event=ledger)
-    recovery = Recovery(cfg.run.recovery_timeout_s)
+    recovery = Recovery(cfg.run.recovery_timeout_s, meshes={"buffer": buffer, "trainer": trainer})
     stop = asyncio.Event()
     state = {"curve": [], "gen_tokens_per_s": 0.0, "train_s": 0.0, "trained": 0}
     resumed = await trainer.state.call_one()  # a resumed run's trainer starts from its checkpoint
@@ -143,8 +143,11 @@ async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evalua
             while step < cfg.steps and not stop.is_set():
                 try:
                     m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
-                except rm.ActorDied as exc:  # restarts from its newest checkpoint and republishes
-                    await recovery.wait_back(trainer, exc, "trainer")
+                except rm.ActorDied as exc:  # the trainer (restarts from its newest checkpoint) or the buffer died
+                    dead = recovery.died(exc, trainer)
+                    await recovery.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
+                    if dead is not trainer:
+                        work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
                     continue
                 work.requeued(m["requeued"])
                 work.rejected(m["dropped"], m["drop_reasons"])

@@ -44,9 +44,10 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
         evaluator = procs.slice(procs=0).spawn("evaluator", GymGenerator, g)
         trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed)
         gens = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", GymGenerator, g, buffer)
-        with FaultInjector.from_config(cfg.faults, {"generator": gens, "trainer": trainer}) as faults:
+        roles = {"generator": gens, "trainer": trainer, "buffer": buffer}  # buffer: its proc hosts the evaluator too
+        with FaultInjector.from_config(cfg.faults, roles) as faults:
             try:
-                result = asyncio.run(_loop(cfg, gens, trainer, evaluator, ledger, run.generation))
+                result = asyncio.run(_loop(cfg, gens, trainer, evaluator, buffer, ledger, run.generation))
             except RunFailed as exc:
                 final_checkpoint(trainer, buffer, exc)
                 raise
@@ -74,12 +75,12 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
     return result
 
 
-async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, ledger: WorkLedger, generation: int) -> dict:
+async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, buffer, ledger: WorkLedger, generation: int) -> dict:
     g, t = cfg.generator, cfg.trainer
     prefix = "rollout-" if generation == 0 else f"rollout-g{generation}-"  # ids never repeat across resumes
     work = AsyncWorkScheduler(per_step=g.replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,
                               on_event=ledger)
-    recovery = Recovery(cfg.run.recovery_timeout_s)
+    recovery = Recovery(cfg.run.recovery_timeout_s, meshes={"buffer": buffer, "trainer": trainer})
     stop = asyncio.Event()
     start = time.perf_counter()
     resumed = await trainer.state.call_one()  # a resumed run's trainer starts from its checkpoint
@@ -113,8 +114,11 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, ledger: WorkLedg
             while state["env_steps"] < t.total_steps and not stop.is_set():
                 try:
                     m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
-                except rm.ActorDied as exc:  # restarts from its newest checkpoint and republishes
-                    await recovery.wait_back(trainer, exc, "trainer")
+                except rm.ActorDied as exc:  # the trainer (restarts from its newest checkpoint) or the buffer died
+                    dead = recovery.died(exc, trainer)
+                    await recovery.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
+                    if dead is not trainer:
+                        work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
                     continue
                 work.requeued(m["requeued"])
                 work.rejected(m["dropped"], m["drop_reasons"])  # stale inside the buffer: their credit is free

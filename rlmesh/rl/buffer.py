@@ -173,6 +173,10 @@ class ReplayBufferCore:
             self._leases[lease_id] = batch
         return SampleResult(batch, dropped, max_lag, lease_id)
 
+    def holding(self) -> list[str]:
+        """Ids held now: queued or on lease."""
+        return [r.rollout_id for r in self._queue] + [r.rollout_id for b in self._leases.values() for r in b]
+
     def stats(self) -> dict[str, float]:
         """Counters since creation, namespaced for telemetry (``buffer/...``)."""
         out = {

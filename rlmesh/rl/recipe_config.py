@@ -105,7 +105,7 @@ class PPORecipeConfig:
 
     def __post_init__(self) -> None:
         check(self.program == "ppo", "program", self.program, "a PPO config runs with program=ppo")
-        check_faults(self.faults, self.run, ("generator", "trainer"))
+        check_faults(self.faults, self.run, ("generator", "trainer", "buffer"))
         per_rollout = self.generator.num_envs * self.generator.num_steps
         batch = per_rollout * self.generator.replicas
         check(batch >= self.trainer.num_minibatches, "trainer.num_minibatches", self.trainer.num_minibatches,
@@ -201,7 +201,7 @@ class GRPORecipeConfig:
 
     def __post_init__(self) -> None:
         check(self.program == "grpo", "program", self.program, "a GRPO config runs with program=grpo")
-        check_faults(self.faults, self.run, ("generator", "trainer", "reward"))
+        check_faults(self.faults, self.run, ("generator", "trainer", "reward", "buffer"))
         check(self.reward.kind != "env", "reward.kind", self.reward.kind,
                "GRPO on text needs a verifier: use 'exact_match' or 'numeric' (or 'model' with a subclass)")
         check(self.generator.samples_per_prompt >= 2, "generator.samples_per_prompt",

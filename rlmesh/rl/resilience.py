@@ -90,9 +90,19 @@ class Recovery:
     ``timeout_s`` bounds one wait (a replacement that never joins is a failure too).
     """
 
-    def __init__(self, timeout_s: float = 120.0, poll_s: float = 0.02) -> None:
+    def __init__(self, timeout_s: float = 120.0, poll_s: float = 0.02, meshes: dict[str, Any] | None = None) -> None:
         self.timeout_s, self.poll_s = timeout_s, poll_s
+        self.meshes = dict(meshes or {})
+        """Actor meshes by name: an ``ActorDied`` names the mesh that died, which may be a peer of
+        the callee (the buffer dying under a generator's ``add``)."""
         self.failures = 0
+
+    def died(self, exc: BaseException, callee: Any) -> Any:
+        """The mesh whose proc ``exc`` reports dead: ``callee`` itself, or the peer it names."""
+        name = getattr(exc, "mesh", "")
+        if not name or name == getattr(callee, "_name", None):
+            return callee
+        return self.meshes.get(name, callee)
 
     @staticmethod
     def _records(mesh: Any) -> list[Any]:
@@ -158,7 +168,8 @@ async def serve_work(work: AsyncWorkScheduler, stop: asyncio.Event, replica: Any
         except (rm.ActorDied, rm.CallTimeout) as exc:
             work.reissue(item, short_error(exc))
             logger.warning("%s: %s; re-issued %s", role, short_error(exc), item.work_id)
-            await recovery.wait_back(replica, exc, role)
+            dead = recovery.died(exc, replica)  # this replica, or a peer it called (the buffer)
+            await recovery.wait_back(dead, exc, role if dead is replica else str(getattr(exc, "mesh", role)))
             continue
         work.finished(result)
         if on_result is not None:

@@ -54,6 +54,7 @@ class WorkScheduler:
         self.version = 0
         """Newest version the trainer is known to have published."""
         self._held: set[str] = set()
+        self._landed: set[str] = set()  # held and delivered to the buffer: what a dead buffer takes with it
         self._next = 0
         self._retry: deque[WorkItem] = deque()
         self.issued = 0
@@ -100,7 +101,17 @@ class WorkScheduler:
     def completed_item(self, work_id: str) -> None:
         """A generator delivered ``work_id`` and the buffer accepted it."""
         self.completed += 1
+        if work_id in self._held:
+            self._landed.add(work_id)
         self._event("completed", work_id, "")
+
+    def lost_with_buffer(self, reason: str, kept: Iterable[str] = ()) -> list[str]:
+        """The buffer's proc died: every item it held (delivered, not yet consumed) is dropped with
+        ``reason`` and its credit freed, so fresh work replaces it; ``kept``: ids the replacement
+        buffer already holds (delivered to it since). Returns the dropped ids."""
+        gone = sorted(self._landed - set(kept))
+        self.rejected(gone, [reason] * len(gone))
+        return gone
 
     def rejected(self, work_ids: Iterable[str], reasons: Iterable[str] | None = None) -> None:
         """These items were dropped (by the buffer: stale, capacity): their credit is free again."""
@@ -133,6 +144,7 @@ class WorkScheduler:
 
     def _release(self, work_ids: list[str]) -> None:
         self._held.difference_update(work_ids)
+        self._landed.difference_update(work_ids)
 
     def _event(self, event: str, work_id: str, reason: str) -> None:
         if self.on_event is not None:

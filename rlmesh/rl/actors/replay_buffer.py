@@ -83,6 +83,11 @@ class ReplayBuffer(rm.Actor):
         self._wake().set()
 
     @rm.endpoint
+    async def holding(self) -> list[str]:
+        """Ids of the rollouts held now (queued or leased): after a restart, what this buffer has."""
+        return self.core.holding()
+
+    @rm.endpoint
     async def stats(self) -> dict[str, float]:
         """``buffer/*`` counters since creation (added, sampled, dropped by reason, size)."""
         return self.core.stats()

@@ -37,7 +37,7 @@ def test_injector_refuses_unknown_kinds():
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["faults.kill=buffer"], "faults.kill='buffer' is not a role of this recipe: use one of generator, trainer"),
+    (["faults.kill=evaluator"], "faults.kill=.evaluator. is not a role of this recipe: use one of buffer, generator, trainer"),
     (["faults=trainer_kill", "run.max_restarts=0"], "run.max_restarts=0 is invalid: faults.kill=trainer kills procs"),
     (["faults.kill=generator", "faults.hang=trainer"], "set one of them"),
 ])

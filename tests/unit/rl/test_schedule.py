@@ -78,3 +78,17 @@ def test_events_account_for_every_issued_id():
 def test_bad_arguments(per_step, lag):
     with pytest.raises(ValueError):
         WorkScheduler(per_step, lag)
+
+
+def test_a_dead_buffer_takes_its_delivered_items_with_it():
+    events: list[tuple[str, str, str]] = []
+    s = WorkScheduler(per_step=2, max_policy_lag=1, on_event=lambda *e: events.append(e))
+    a, b, c, d = drain(s)
+    for item in (a, b, c):
+        s.completed_item(item.work_id)
+    s.consumed([a.work_id], version=1)
+    # the buffer died holding b and c; c was delivered again to its replacement since; d still running
+    assert s.lost_with_buffer("the buffer's proc died with it", kept=[c.work_id]) == [b.work_id]
+    assert s.in_flight() == [c.work_id, d.work_id]
+    assert events[-1] == ("dropped", b.work_id, "the buffer's proc died with it")
+    assert s.lost_with_buffer("again") == [c.work_id] and s.in_flight() == [d.work_id]
