@@ -94,6 +94,25 @@ def test_generators_killed_every_second_lose_nothing(tmp_path):
     assert all("ActorDied" in r and "signal 9" in r for (r,) in reasons), reasons
     steps = [s for (s,) in q(db, "SELECT step FROM train_steps ORDER BY ts")]
     assert steps == list(range(1, len(steps) + 1))               # the trainer never stopped or repeated
+    check_doc_queries(db)
+
+
+def check_doc_queries(db: Path) -> None:
+    """docs/faults.md's incident SQL runs on a real chaos run and says what the tests assert."""
+    import re
+
+    queries = re.findall(r"```sql\n(.*?)```", (ROOT / "docs" / "faults.md").read_text(), flags=re.S)
+    assert len(queries) >= 6
+    with duckdb.connect(str(db / "telemetry.duckdb"), read_only=True) as con:
+        results = {}
+        for sql in queries:
+            cur = con.execute(sql)
+            results[sql] = (tuple(d[0] for d in cur.description), cur.fetchall())
+    by_cols = {cols: rows for cols, rows in results.values()}
+    assert by_cols[("issued", "lost", "counted_twice")][0][1:] == (0, 0)
+    assert all(back == 0 for _, _, back in by_cols[("proc", "syncs", "went_back")])
+    incidents = by_cols[("ts", "kind", "event", "what", "reason", "recovery_s")]
+    assert {"fault_injected", "died", "restarted", "reissued"} <= {e for _, _, e, _, _, _ in incidents}
 
 
 @pytest.mark.timeout(240)
