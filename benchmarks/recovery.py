@@ -27,7 +27,8 @@ Numbers come from each run's ``telemetry.duckdb`` (read-only, after the run) and
 ``result.json``: "wall s" is the controller loop's wall time (``result.json`` ``wall_s``; the
 subprocess's whole time, start-up included, is "proc s"); "final eval" the last ``evals`` row
 by ts (PPO: greedy mean return over 20 fresh episodes; GRPO: held-out mean reward); "train
-reward" (GRPO) the mean of ``rollout/reward_mean`` over the last 5 train steps; the work
+reward" (GRPO) the mean of ``rollout/reward_mean`` over the last 10% of the train steps (at
+least 5); the work
 columns :data:`rlmesh.rl.report.WORK_ACCOUNT_SQL`; "kills" the ``fault_injected`` rows;
 recovery the ``recovery_s`` of ``actors`` ``restarted`` rows, split by the role the proc hosts
 (its ``actors`` column); "ckpt load s" the ``checkpoints`` ``load`` rows.
@@ -97,7 +98,9 @@ def read_run(db: str, result: dict) -> dict:
                               "AS hosted FROM actors r WHERE r.event = 'restarted' ORDER BY r.ts")
         loads = [r["duration_s"] for r in _rows(con, "SELECT duration_s FROM checkpoints WHERE event = 'load' "
                                                      "ORDER BY ts")]
-        metrics = [r["metrics"] for r in _rows(con, "SELECT metrics FROM train_steps ORDER BY ts DESC LIMIT 5")]
+        n_steps = _rows(con, "SELECT count(*) AS n FROM train_steps")[0]["n"]
+        tail = max(5, n_steps // 10)  # the last 10% of the train steps: one step's mean is noisy
+        metrics = [r["metrics"] for r in _rows(con, f"SELECT metrics FROM train_steps ORDER BY ts DESC LIMIT {tail}")]
     finally:
         con.close()
     rec: dict[str, list[float]] = {"generator": [], "reward": [], "trainer": [], "other": []}
@@ -236,7 +239,7 @@ def targets(rows: list[dict], grpo: bool) -> None:
         diffs = ", ".join(f"{r['name']} {r['eval'] - clean['eval']:+.3f}" for r in done
                           if clean and r is not clean and r["eval"] is not None and clean["eval"] is not None)
         print(f"  (info)   held-out mean reward: {evals}" + (f"; vs clean: {diffs}" if diffs else ""))
-        print("  (info)   train reward (last 5 steps): "
+        print("  (info)   train reward (last 10% of steps): "
               + ", ".join(f"{r['name']} {fmt(r['train_reward'], '.3f')}" for r in done))
     clean, gen = good("none"), good("generator")
     if clean and gen:
