@@ -187,8 +187,8 @@ class Trainer(rm.Actor):
         restarted proc resumed from one): versions never repeat and never go down."""
         newest = self._newest_published()
         self.version = self.step if newest is None or self.step > newest else newest + 1
+        kv.put(self._version_key(), self.version)  # first: a kill mid-publish must not let a version number repeat
         self.publisher.publish(self.model.state_dict(), version=self.version)
-        kv.put(self._version_key(), self.version)
 
     def _version_key(self) -> str:
         return f"rlmesh.rl/weights/{self.weights}/newest_version"
