@@ -14,6 +14,7 @@ otherwise. Each fallback that skips a faster transport is logged once, with why.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -73,6 +74,11 @@ class Subscriber:
     def _transport(self, want_cuda: bool, timeout: float) -> ReaderTransport:
         cached = self._record is not None
         rec = self._record or self._lookup(timeout)
+        if cached and rec.get("host") == this_host() and rec.get("ctl") and not os.path.exists(rec["ctl"]):
+            # a same-host publisher whose control file vanished died or was restarted: find its
+            # successor, rather than fall back to its (dead) TCP address and wait out a timeout
+            self._record = None
+            rec = self._lookup(timeout)
         if want_cuda and not rec.get("cuda_ipc") and self.forced is None and rec.get("host") == this_host():
             rec = self._lookup(timeout)  # the publisher advertises CUDA IPC once it has published GPU tensors
         try:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch._dynamo  # noqa: F401 - built optimisers import it lazily (~1.2 s); here it lands in the warm template
 
 import rlmesh as rm
 from rlmesh.actor import kv

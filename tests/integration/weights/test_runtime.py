@@ -94,4 +94,6 @@ def test_generator_follows_a_restarted_trainer_and_old_segments_go():
         trainer.publish.call_one(2).get()  # a fresh Publisher in the new incarnation
         r = gen.pull.call_one(2).get()
         assert r["version"] == 2 and r["consistent"]
+        # it found the successor on this host instead of trying the dead one's TCP address (a timeout)
+        assert r["transport"] == "shm" and r["transports_tried"] == ["shm"]
         assert all(not os.path.exists(s) for s in old) and trainer.segments.call_one().get()

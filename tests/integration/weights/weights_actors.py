@@ -42,4 +42,4 @@ class Generator(rm.Actor):
         v = self.sub.pull_into(self.model, min_version=min_version, timeout=30)
         consistent = all(bool((t.float() == float(v)).all()) for t in self.model.values())
         return {"version": int(v), "transport": v.stats.transport, "reader": v.stats.reader, "consistent": consistent,
-                "latest": self.sub.latest_version()}
+                "latest": self.sub.latest_version(), "transports_tried": sorted(self.sub._logged)}
