@@ -24,7 +24,7 @@ from rlmesh.rl.placement import place
 from rlmesh.rl.recipe_config import PPORecipeConfig
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
-                                  first_failure, serve_work)
+                                  run_with_replicas, serve_work)
 from rlmesh.rl.run_state import begin
 from rlmesh.rl.schedule import AsyncWorkScheduler
 
@@ -115,10 +115,7 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, buffer, ledger: 
                 try:
                     m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
                 except rm.ActorDied as exc:  # the trainer (restarts from its newest checkpoint) or the buffer died
-                    dead = recovery.died(exc, trainer)
-                    await recovery.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
-                    if dead is not trainer:
-                        work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
+                    await recovery.trainer_failed(exc, trainer, buffer, work)
                     continue
                 work.requeued(m["requeued"])
                 work.rejected(m["dropped"], m["drop_reasons"])  # stale inside the buffer: their credit is free
@@ -137,18 +134,7 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, buffer, ledger: 
             await asyncio.gather(*evals)
 
     loops = [asyncio.ensure_future(replica(i)) for i in range(g.replicas)]
-    ended = "the run ended before a train step used it"
-    try:
-        await first_failure(asyncio.ensure_future(train()), loops)
-    except BaseException:
-        ended = "the run failed before a train step used it"
-        raise
-    finally:
-        stop.set()
-        for loop in loops:
-            loop.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
-        ledger.close_out(work, ended)
+    await run_with_replicas(train(), loops, stop, work, ledger)
     state["wall_s"] = time.perf_counter() - start
     state["issued"], state["reissued"] = work.issued, work.reissued
     return state

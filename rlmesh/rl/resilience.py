@@ -133,6 +133,15 @@ class Recovery:
                                 f"{short_error(error)}", mesh=mesh._name, last_error=short_error(error))
             await asyncio.sleep(self.poll_s)
 
+    async def trainer_failed(self, exc: BaseException, trainer: Any, buffer: Any, work: AsyncWorkScheduler) -> None:
+        """A train call failed with ``ActorDied``: the trainer died (its replacement reloads its newest
+        checkpoint; wait for it) or the buffer under it did (wait for the buffer, then free the credit
+        of every item the dead one held, minus what the replacement already has)."""
+        dead = self.died(exc, trainer)
+        await self.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
+        if dead is not trainer:
+            work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
+
     @staticmethod
     def failed(role: str, rec: Any, error: BaseException) -> RunFailed:
         used = rec.restarts_used
@@ -174,6 +183,24 @@ async def serve_work(work: AsyncWorkScheduler, stop: asyncio.Event, replica: Any
         work.finished(result)
         if on_result is not None:
             on_result(result)
+
+
+async def run_with_replicas(train: Awaitable[Any], loops: list["asyncio.Future[Any]"], stop: asyncio.Event,
+                            work: AsyncWorkScheduler, ledger: WorkLedger) -> None:
+    """The recipes' top level: ``train`` to its end with the replica loops beside it (the first
+    failure in any of them is raised), then the loops stopped and every open item closed out."""
+    ended = "the run ended before a train step used it"
+    try:
+        await first_failure(asyncio.ensure_future(train), loops)
+    except BaseException:
+        ended = "the run failed before a train step used it"
+        raise
+    finally:
+        stop.set()
+        for loop in loops:
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        ledger.close_out(work, ended)
 
 
 async def first_failure(main: "asyncio.Future[Any]", loops: list["asyncio.Future[Any]"]) -> Any:
