@@ -19,6 +19,7 @@ import rlmesh as rm
 from rlmesh.actor import hooks
 from rlmesh.launch.forkserver import modules_in_payload
 from rlmesh.transport.serialization import dumps
+from proc_checks import gone, wait_gone  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -62,18 +63,6 @@ def events():
     hooks.remove_event_sink(got.append)
 
 
-def gone(pid):
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_gone(pids, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not all(gone(p) for p in pids):
-        assert time.monotonic() < deadline, f"procs still alive: {[p for p in pids if not gone(p)]}"
-        time.sleep(0.05)
 
 
 def wait_event(events, kind, incarnation, rank, timeout=20.0):

@@ -16,23 +16,12 @@ import zmq
 import rlmesh as rm
 from rlmesh.actor.client import get_client
 from runtime_actors import Counter, Relay
+from proc_checks import gone, wait_gone  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_gone(pids, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not all(gone(p) for p in pids):
-        assert time.monotonic() < deadline, f"procs still alive: {[p for p in pids if not gone(p)]}"
-        time.sleep(0.05)
 
 
 def test_with_block_stops_every_proc():
