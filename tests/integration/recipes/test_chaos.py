@@ -234,3 +234,17 @@ def test_grpo_with_reward_procs_killed(tmp_path):
             SELECT 1 FROM actors k WHERE k.event = 'fault_injected'
             AND abs(epoch(k.ts) - epoch(r.ts)) < 1.0)""")
     assert unexplained == [(0,)] and acc["consumed"] >= 300
+
+
+@pytest.mark.timeout(240)
+def test_buffer_killed_its_rollouts_are_dropped_with_a_reason_and_replaced(tmp_path):
+    out = run(RLMESH + PPO + ["faults.kill=buffer", "faults.every_s=1.5", "faults.start_after_s=1",
+                              "faults.max_faults=2", "trainer.total_steps=60000"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = only_run(tmp_path)
+    acc = assert_invariants(db)
+    assert q(db, "SELECT count(*) FROM actors WHERE event = 'restarted' AND actors LIKE '%buffer%'")[0][0] >= 1
+    reasons = {r for (r,) in q(db, "SELECT reason FROM work_items WHERE event IN ('dropped', 'reissued')")}
+    assert reasons <= {"stale", "the buffer's proc died with it",
+                       "ActorDied: buffer[0].add: the proc hosting this actor died (killed by signal 9)"}, reasons
+    assert json.loads((db / "result.json").read_text())["env_steps"] >= 60000 and acc["consumed"] > 0
