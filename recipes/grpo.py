@@ -141,17 +141,10 @@ async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evalua
         with RunProgress(cfg.steps, "steps", cfg.run.progress) as bar:
             step = resumed["step"]
             while step < cfg.steps and not stop.is_set():
-                try:
-                    m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
-                except rm.ActorDied as exc:  # the trainer (restarts from its newest checkpoint) or the buffer died
-                    await recovery.trainer_failed(exc, trainer, buffer, work)
-                    continue
-                work.requeued(m["requeued"])
-                work.rejected(m["dropped"], m["drop_reasons"])
-                if not m["trained"]:
+                m = await recovery.train(trainer, buffer, work, g.replicas, cfg.run.train_timeout_s)
+                if m is None:  # not enough fresh rollouts yet, or the trainer or buffer died and is back
                     continue
                 step = m["step"]
-                work.consumed(m["rollout_ids"], m["policy_version"])
                 state["train_s"] += m["duration_s"]
                 state["trained"] += int(m["metrics"].get("train/groups", 0)) * g.samples_per_prompt
                 reward = m["metrics"].get("rollout/reward_mean", reward)

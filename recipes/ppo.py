@@ -112,16 +112,10 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, buffer, ledger: 
         m = {"policy_version": resumed["policy_version"]}
         with RunProgress(t.total_steps, "env steps", cfg.run.progress) as bar:
             while state["env_steps"] < t.total_steps and not stop.is_set():
-                try:
-                    m = await trainer.train.call_one(g.replicas, cfg.run.train_timeout_s)
-                except rm.ActorDied as exc:  # the trainer (restarts from its newest checkpoint) or the buffer died
-                    await recovery.trainer_failed(exc, trainer, buffer, work)
+                trained = await recovery.train(trainer, buffer, work, g.replicas, cfg.run.train_timeout_s)
+                if trained is None:  # not enough fresh rollouts yet, or the trainer or buffer died and is back
                     continue
-                work.requeued(m["requeued"])
-                work.rejected(m["dropped"], m["drop_reasons"])  # stale inside the buffer: their credit is free
-                if not m["trained"]:
-                    continue
-                work.consumed(m["rollout_ids"], m["policy_version"])
+                m = trained
                 state["env_steps"] = m["samples_seen"]
                 if state["env_steps"] >= next_eval:
                     next_eval += every

@@ -101,7 +101,7 @@ class Launcher(Protocol):
     def launch(self, req: LaunchRequest) -> ProcHandle: ...
 
 
-def _launcher_call(launchers: Any, method: str, *args: Any) -> None:
+def call_launchers(launchers: Any, method: str, *args: Any) -> None:
     """Call an optional launcher method once per distinct launcher; errors are logged, never raised."""
     for launcher in {id(x): x for x in launchers}.values():
         fn = getattr(launcher, method, None)
@@ -255,7 +255,7 @@ class Controller:
             if not self._closed:
                 self.submit(forget).result()
             if recs:
-                _launcher_call((r.launcher for r in recs), "release", recs[0].proc_mesh)
+                call_launchers((r.launcher for r in recs), "release", recs[0].proc_mesh)
 
     @property
     def closed(self) -> bool:
@@ -320,7 +320,7 @@ class Controller:
         modules = modules_in_payload(cls_payload)
         if modules:
             for mesh in dict.fromkeys(r.proc_mesh for r in restartable):
-                _launcher_call((r.launcher for r in restartable if r.proc_mesh == mesh), "preload", mesh, modules)
+                call_launchers((r.launcher for r in restartable if r.proc_mesh == mesh), "preload", mesh, modules)
 
     def _send_spawn(self, rec: ProcRecord, specs: list[dict], cls_payload: list[Any], restarted: bool,
                     fut: concurrent.futures.Future) -> None:
@@ -646,7 +646,7 @@ class Controller:
         for r in self.procs.values():
             if r.handle is not None and r.handle.poll() is None:
                 r.handle.kill()
-        _launcher_call((r.launcher for r in self.procs.values()), "close")
+        call_launchers((r.launcher for r in self.procs.values()), "close")
         reset_client()
         self.client.close()
         self.sock.close(0)

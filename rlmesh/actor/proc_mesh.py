@@ -16,7 +16,7 @@ from typing import Any
 import cloudpickle
 
 from rlmesh.actor.actor import endpoint_names, validate_actor_class
-from rlmesh.actor.controller import Controller, Launcher, Restart
+from rlmesh.actor.controller import Controller, Launcher, Restart, call_launchers
 from rlmesh.actor.mesh import ActorMesh, ActorPoint
 from rlmesh.actor.shape import NamedMesh, Shape
 from rlmesh.transport.serialization import dumps
@@ -129,10 +129,7 @@ class ProcMesh(NamedMesh):
         self._controller.stop_procs([self._proc_ids[i] for i in self._shape.indices], timeout)
         if self._root:  # the whole mesh is gone: launchers drop what they keep for it (a warm template)
             recs = [r for p in self._proc_ids if (r := self._controller.procs.get(p)) is not None]
-            for launcher in {id(r.launcher): r.launcher for r in recs}.values():
-                release = getattr(launcher, "release", None)
-                if release is not None:
-                    release(self._name)
+            call_launchers((r.launcher for r in recs), "release", self._name)
 
     def __enter__(self) -> "ProcMesh":
         return self

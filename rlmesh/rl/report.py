@@ -88,14 +88,19 @@ def telemetry_counts(query: Any) -> dict[str, Any]:
     return out
 
 
-WORK_ACCOUNT_SQL = """
+TERMINAL_EVENTS = ("consumed", "dropped", "abandoned", "unused")
+"""A work id's account ends with exactly one of these (``docs/faults.md``)."""
+TERMINAL_SQL = ", ".join(f"'{e}'" for e in TERMINAL_EVENTS)
+"""The same, as an SQL list: ``event IN ({TERMINAL_SQL})``."""
+
+WORK_ACCOUNT_SQL = f"""
 WITH per_id AS (
   SELECT work_id,
          bool_or(event = 'issued') AS issued,
          count(*) FILTER (WHERE event = 'reissued') AS reissues,
          count(*) FILTER (WHERE event = 'rescored') AS rescores,
          bool_or(event = 'completed') AS completed,
-         count(*) FILTER (WHERE event IN ('consumed', 'dropped', 'abandoned', 'unused')) AS endings,
+         count(*) FILTER (WHERE event IN ({TERMINAL_SQL})) AS endings,
          bool_or(event = 'consumed') AS consumed, bool_or(event = 'dropped') AS dropped,
          bool_or(event = 'abandoned') AS abandoned, bool_or(event = 'unused') AS unused
   FROM work_items GROUP BY work_id)

@@ -25,12 +25,11 @@ from typing import Any, Awaitable, Callable
 
 import rlmesh as rm
 from rlmesh.errors import RlmeshError
+from rlmesh.rl.report import TERMINAL_SQL
 from rlmesh.rl.schedule import AsyncWorkScheduler, WorkItem
 
 logger = logging.getLogger(__name__)
 
-TERMINAL_EVENTS = ("consumed", "dropped", "abandoned", "unused")
-"""A work id's account ends with exactly one of these (``docs/faults.md``)."""
 
 
 class RunFailed(RlmeshError):
@@ -76,16 +75,16 @@ class WorkLedger:
 def abandon_previous(query: Callable[[str], Any], ledger: WorkLedger) -> int:
     """A resumed run: ids the dead controller issued and never closed are ``abandoned`` (their
     generators and the buffer died with it). Returns how many."""
-    terminal = ", ".join(f"'{e}'" for e in TERMINAL_EVENTS)
     rows = query(f"SELECT work_id FROM work_items GROUP BY work_id HAVING bool_or(event = 'issued') "
-                 f"AND count(*) FILTER (WHERE event IN ({terminal})) = 0 ORDER BY work_id").to_pylist()
+                 f"AND count(*) FILTER (WHERE event IN ({TERMINAL_SQL})) = 0 ORDER BY work_id").to_pylist()
     for r in rows:
         ledger("abandoned", r["work_id"], "the controller died; a resumed run starts with a fresh buffer")
     return len(rows)
 
 
 class Recovery:
-    """Waits for the replacement of a failed proc, or raises :class:`RunFailed` when there will be none.
+    """Waits for the replacement of a failed proc, or raises :class:`RunFailed` when there will be none;
+    :meth:`train` is the recipes' train call with that recovery and the work accounting around it.
 
     ``timeout_s`` bounds one wait (a replacement that never joins is a failure too).
     """
@@ -95,7 +94,6 @@ class Recovery:
         self.meshes = dict(meshes or {})
         """Actor meshes by name: an ``ActorDied`` names the mesh that died, which may be a peer of
         the callee (the buffer dying under a generator's ``add``)."""
-        self.failures = 0
 
     def died(self, exc: BaseException, callee: Any) -> Any:
         """The mesh whose proc ``exc`` reports dead: ``callee`` itself, or the peer it names."""
@@ -112,14 +110,9 @@ class Recovery:
         ids = dict.fromkeys(mesh._point(r).proc_id for r in range(len(mesh)))
         return [procs[p] for p in ids if p in procs]
 
-    def gave_up(self, mesh: Any) -> Any | None:
-        """The first proc behind ``mesh`` the supervisor will not restart again, if any."""
-        return next((r for r in self._records(mesh) if r.state in ("failed", "stopped")), None)
-
     async def wait_back(self, mesh: Any, error: BaseException, role: str) -> None:
         """After ``error`` from ``mesh`` (one replica or the trainer): return once every proc behind
         it serves again; raise :class:`RunFailed` if the supervisor gave up on one."""
-        self.failures += 1
         deadline = time.monotonic() + self.timeout_s
         while True:
             recs = self._records(mesh)
@@ -133,14 +126,29 @@ class Recovery:
                                 f"{short_error(error)}", mesh=mesh._name, last_error=short_error(error))
             await asyncio.sleep(self.poll_s)
 
-    async def trainer_failed(self, exc: BaseException, trainer: Any, buffer: Any, work: AsyncWorkScheduler) -> None:
-        """A train call failed with ``ActorDied``: the trainer died (its replacement reloads its newest
-        checkpoint; wait for it) or the buffer under it did (wait for the buffer, then free the credit
-        of every item the dead one held, minus what the replacement already has)."""
-        dead = self.died(exc, trainer)
-        await self.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
-        if dead is not trainer:
-            work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
+    async def train(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
+                    timeout_s: float) -> dict[str, Any] | None:
+        """One ``trainer.train`` call with its result accounted in ``work``: the result when a step
+        was trained, else ``None`` (not enough fresh rollouts yet, or a failure recovered from).
+
+        On ``ActorDied`` the trainer died (its replacement reloads its newest checkpoint; wait for
+        it) or the buffer under it did (wait for the buffer, then free the credit of every item
+        the dead one held, minus what the replacement already has).
+        """
+        try:
+            m = await trainer.train.call_one(batch_size, timeout_s)
+        except rm.ActorDied as exc:
+            dead = self.died(exc, trainer)
+            await self.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
+            if dead is not trainer:
+                work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
+            return None
+        work.requeued(m["requeued"])
+        work.rejected(m["dropped"], m["drop_reasons"])  # stale inside the buffer: their credit is free
+        if not m["trained"]:
+            return None
+        work.consumed(m["rollout_ids"], m["policy_version"])
+        return m
 
     @staticmethod
     def failed(role: str, rec: Any, error: BaseException) -> RunFailed:

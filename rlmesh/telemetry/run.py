@@ -41,6 +41,12 @@ def create_run_dir(run_id: str, root: Path | None = None) -> Path:
     root = root or runs_dir()
     d = root / run_id
     d.mkdir(parents=True, exist_ok=False)
+    _point_latest(root, run_id)
+    return d
+
+
+def _point_latest(root: Path, run_id: str) -> None:
+    """``runs/latest`` -> ``run_id``, replaced atomically."""
     tmp = root / f".latest-{run_id}"
     try:
         tmp.unlink(missing_ok=True)
@@ -48,7 +54,6 @@ def create_run_dir(run_id: str, root: Path | None = None) -> Path:
         os.replace(tmp, root / "latest")
     except OSError:  # filesystems without symlinks: `latest` resolves by newest run.json
         tmp.unlink(missing_ok=True)
-    return d
 
 
 def reopen_run_dir(run_id: str, root: Path | None = None) -> Path:
@@ -64,13 +69,7 @@ def reopen_run_dir(run_id: str, root: Path | None = None) -> Path:
     if run_status(info) == "running":
         raise RunNotFoundError(f"cannot resume run {run_id!r}: its controller (pid {info.get('pid')}) is still "
                                "running; stop it first")
-    tmp = root / f".latest-{run_id}"
-    try:
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(run_id)
-        os.replace(tmp, root / "latest")
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    _point_latest(root, run_id)
     return d
 
 

@@ -79,9 +79,10 @@ class LLMGenerator(Generator):
             except rm.ActorDied as exc:  # a reward proc died mid-call: score on a live replica (or its replacement)
                 if time.monotonic() > deadline:
                     raise
-                logger.warning("scoring %s on %s failed (%s); retrying on a live reward replica", ids[0].split("/")[0],
-                               exc.mesh, exc)
-                rm.telemetry.record("work_items", work_id=ids[0].split("/")[0], event="rescored",
+                work_id = ids[0].split("/")[0]
+                logger.warning("scoring %s on %s failed (%s); retrying on a live reward replica", work_id, exc.mesh,
+                               exc)
+                rm.telemetry.record("work_items", work_id=work_id, event="rescored",
                                     reason=f"reward proc died: {str(exc).splitlines()[0][:200]}", attempt=0,
                                     generation=None)
                 time.sleep(0.05)

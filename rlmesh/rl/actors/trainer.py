@@ -195,13 +195,11 @@ class Trainer(rm.Actor):
         return f"rlmesh.rl/weights/{self.weights}/newest_version"
 
     def _newest_published(self) -> int | None:
-        latest = self.publisher.latest_version()
+        """The KV's reservation: :meth:`publish` puts every version there before publishing it."""
         try:
-            earlier = int(kv.get(self._version_key(), timeout=0))
+            return int(kv.get(self._version_key(), timeout=0))
         except KeyError:
-            earlier = None
-        known = [v for v in (latest, earlier) if v is not None]
-        return max(known) if known else None
+            return None
 
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Atomically write model, optimiser, RNG states, counters and :meth:`checkpoint_extra`."""
