@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickletools
 import signal
 import subprocess
 import sys
@@ -40,54 +39,17 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from rlmesh.actor.payload import SKIP_PRELOAD
+
 logger = logging.getLogger(__name__)
 
 FORKSERVER_ENV = "RLMESH_FORKSERVER"
 DEFAULT_PRELOAD = ("numpy", "torch")
-_SKIP_PRELOAD = {"__main__", "builtins", "copyreg", "_codecs"}
 
 
 def enabled_by_env() -> bool:
     """False when ``RLMESH_FORKSERVER=0`` (or ``false``/``no``/``off``) opts out."""
     return os.environ.get(FORKSERVER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def modules_in_payload(payload: Any, max_ops: int = 50_000) -> list[str]:
-    """Names of the modules a pickled actor payload references by name (classes shipped by value add none).
-
-    ``payload`` is what :func:`rlmesh.transport.serialization.dumps` returns (its
-    first buffer is the pickle stream). Unreadable payloads give ``[]``. Only the first
-    ``max_ops`` opcodes are read: the class comes first, big arguments need not be walked.
-    """
-    try:
-        data = bytes(payload[0] if isinstance(payload, (list, tuple)) else payload)
-        found: list[str] = []
-        memo: dict[int, Any] = {}
-        recent: list[Any] = []  # the values pushed by the last ops (strings, or None for anything else)
-        for n, (op, arg, _) in enumerate(pickletools.genops(data)):
-            if n >= max_ops:
-                break
-            name = op.name
-            if name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
-                recent.append(arg)
-            elif name == "MEMOIZE":
-                memo[len(memo)] = recent[-1] if recent else None
-                continue
-            elif name in ("BINGET", "LONG_BINGET", "GET"):
-                recent.append(memo.get(int(arg)))
-            elif name == "STACK_GLOBAL":
-                if len(recent) >= 2 and isinstance(recent[-2], str):
-                    found.append(recent[-2])
-                recent.append(None)
-            elif name == "GLOBAL":
-                found.append(str(arg).split(" ", 1)[0])
-                recent.append(None)
-            else:
-                recent.append(None)
-            del recent[:-2]
-        return [m for m in dict.fromkeys(found) if m and m not in _SKIP_PRELOAD]
-    except Exception:  # noqa: BLE001 - preloading is an optimisation only
-        return []
 
 
 # ====================================================================== controller side
@@ -313,7 +275,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _import(mod: str) -> None:
-    if mod in sys.modules or mod in _SKIP_PRELOAD:
+    if mod in sys.modules or mod in SKIP_PRELOAD:
         return
     t = time.monotonic()
     try:

@@ -25,6 +25,7 @@ from rlmesh.weights import checksum
 from rlmesh.weights.directory import Directory, default_directory, publisher_key, this_host, this_job, this_proc_id
 from rlmesh.weights.layout import Manifest, plan_layout, with_checksums
 from rlmesh.weights.pool import SlotPool
+from rlmesh.weights.server import SyncServer
 from rlmesh.weights.slots import SHM_DIR, SlotFile, base_name
 from rlmesh.weights.stats import PublishStats, record_publish
 
@@ -100,8 +101,6 @@ class Publisher:
         self._server: Any = None
         _ensure_secret()
         if {"tcp", "rdma", "cuda-ipc"} & set(self.transports):
-            from rlmesh.weights.server import SyncServer
-
             self._server = SyncServer(self, host)
         if "rdma" in self.transports:
             from rlmesh.weights import rdma
