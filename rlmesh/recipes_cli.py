@@ -13,7 +13,7 @@ composition errors (unknown key, wrong type, unknown preset) and the dataclasses
 ``config error:`` line naming the key and the fix, exit status 2.
 
 Configs and programs ship with the package: ``configs/`` and ``recipes/<program>.py`` of the
-source tree, which a wheel installs as ``<prefix>/share/rlmesh/{configs,recipes}`` (pyproject.toml).
+source tree, which a wheel carries whole as ``rlmesh/_shipped/{configs,recipes}`` (setup.py).
 """
 
 from __future__ import annotations
@@ -30,20 +30,17 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parent  # the rlmesh package
 
 
 def _shipped(name: str) -> list[Path]:
     """Where ``configs/`` or ``recipes/`` can be: the source tree (editable installs, checkouts),
-    then ``<prefix>/share/rlmesh/`` (a wheel's data files, see pyproject.toml)."""
-    import site
-
-    prefixes = [Path(sys.prefix), Path(site.getuserbase())]
-    return [_PKG.parent / name] + [p / "share" / "rlmesh" / name for p in prefixes]
+    then ``rlmesh/_shipped/`` inside the installed package (a wheel: setup.py copies both trees)."""
+    return [_PKG.parent / name, _PKG / "_shipped" / name]
 
 
 def config_dir() -> Path:
-    """The shipped configs (``configs/`` of the source tree, or ``share/rlmesh/configs`` of a wheel install)."""
+    """The shipped configs (``configs/`` of the source tree, or ``rlmesh/_shipped/configs`` of a wheel install)."""
     for d in _shipped("configs"):
         if (d / "config.yaml").exists():
             return d

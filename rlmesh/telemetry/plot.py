@@ -49,7 +49,7 @@ def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ImportError("rlmesh plot needs matplotlib: pip install matplotlib") from exc
+        raise ImportError("rlmesh plot needs matplotlib: pip install 'rlmesh[plot]'") from exc
     from rlmesh.telemetry import run as runs
     from rlmesh.telemetry.reader import query_run_dir
 
