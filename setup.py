@@ -5,7 +5,7 @@ which sit at the top of the source tree where users find and copy them. A wheel 
 both, whole: every config group present now and any added later, with no list to keep in
 step (a group missing from such a list once made every installed recipe fail with
 ``Could not find 'faults/none'``). So ``build_py`` copies both trees into the built package
-as ``rlmesh/_shipped/{configs,recipes}``, where :func:`rlmesh.recipes_cli.config_dir` looks
+as ``rlmesh/_shipped/{configs,recipes}``, where :func:`rlmesh.recipes.compose.config_dir` looks
 when there is no source tree. Editable installs skip the copy: they run from the tree.
 """
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from rlmesh.errors import ConfigError
-from rlmesh.recipes_cli import RecipeConfigError, compose, load_program
+from rlmesh.recipes.compose import RecipeConfigError, compose, load_program
 from rlmesh.rl.actors import GRPOTrainer
 from rlmesh.rl.config import GRPOConfig
 from rlmesh.rl.losses import rloo_advantages

@@ -26,11 +26,11 @@ from rlmesh.rl.actors import GRPOTrainer, LLMGenerator, ReplayBuffer, RewardActo
 from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.placement import place
-from rlmesh.rl.recipe_config import GRPORecipeConfig
+from rlmesh.recipes.recipe_config import GRPORecipeConfig
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
                                   run_with_replicas, serve_work)
-from rlmesh.rl.run_state import begin
+from rlmesh.recipes.run_state import begin
 from rlmesh.rl.schedule import AsyncWorkScheduler
 from rlmesh.rl.tasks import AdditionTask
 
@@ -165,7 +165,7 @@ async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evalua
 if __name__ == "__main__":  # python recipes/grpo.py [overrides]: the grpo_addition recipe unless told otherwise
     import sys
 
-    from rlmesh.recipes_cli import run_main
+    from rlmesh.recipes.cli import run_main
 
     args = sys.argv[1:]
     raise SystemExit(run_main(args if any(a.startswith("recipe=") for a in args) else ["recipe=grpo_addition", *args]))

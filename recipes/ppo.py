@@ -21,11 +21,11 @@ import rlmesh as rm
 from rlmesh.actor.faults import FaultInjector
 from rlmesh.rl.actors import GymGenerator, PPOTrainer, ReplayBuffer
 from rlmesh.rl.placement import place
-from rlmesh.rl.recipe_config import PPORecipeConfig
+from rlmesh.recipes.recipe_config import PPORecipeConfig
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
                                   run_with_replicas, serve_work)
-from rlmesh.rl.run_state import begin
+from rlmesh.recipes.run_state import begin
 from rlmesh.rl.schedule import AsyncWorkScheduler
 
 
@@ -137,7 +137,7 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, buffer, ledger: 
 if __name__ == "__main__":  # python recipes/ppo.py [overrides]: the ppo_cartpole recipe unless told otherwise
     import sys
 
-    from rlmesh.recipes_cli import run_main
+    from rlmesh.recipes.cli import run_main
 
     args = sys.argv[1:]
     raise SystemExit(run_main(args if any(a.startswith("recipe=") for a in args) else ["recipe=ppo_cartpole", *args]))

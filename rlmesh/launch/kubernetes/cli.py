@@ -16,7 +16,7 @@ With ``recipe=NAME launcher=kubernetes`` (and any other recipe overrides) the se
 composed recipe's ``launcher`` group, exactly what ``rlmesh run`` with the same arguments would
 use; the mesh sizes come from ``--mesh``, or from the recipe config's ``proc_meshes()`` when it
 has one. Composing a recipe is the recipe layer's business, above this one: ``rlmesh k8s``
-enters through :mod:`rlmesh.recipes_k8s`, which passes its composition in as
+enters through :mod:`rlmesh.recipes.k8s`, which passes its composition in as
 ``recipe_settings``; called without it, ``recipe=`` is refused with that fix.
 """
 

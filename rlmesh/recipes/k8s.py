@@ -14,7 +14,7 @@ from typing import Any
 
 from rlmesh.errors import ConfigError
 from rlmesh.launch.kubernetes.cli import k8s_main as launcher_k8s_main
-from rlmesh.recipes_cli import RecipeConfigError, compose
+from rlmesh.recipes import RecipeConfigError, compose_recipe
 
 
 def recipe_settings(overrides: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
@@ -22,7 +22,7 @@ def recipe_settings(overrides: list[str]) -> tuple[dict[str, Any], dict[str, int
     if "launcher=kubernetes" not in overrides:
         raise ConfigError("add launcher=kubernetes: rendering pods needs the kubernetes launcher group")
     try:
-        cfg, launcher = compose(overrides)
+        cfg, launcher = compose_recipe(overrides)
     except RecipeConfigError as exc:
         raise ConfigError(str(exc)) from exc
     if launcher != "kubernetes":

@@ -1,7 +1,7 @@
 """Registers the recipe schemas in Hydra's ConfigStore, so YAML presets are typed.
 
-``schema/ppo`` and ``schema/grpo`` are :class:`~rlmesh.rl.recipe_config.PPORecipeConfig`
-and :class:`~rlmesh.rl.recipe_config.GRPORecipeConfig`, stored at the root package; a
+``schema/ppo`` and ``schema/grpo`` are :class:`~rlmesh.recipes.recipe_config.PPORecipeConfig`
+and :class:`~rlmesh.recipes.recipe_config.GRPORecipeConfig`, stored at the root package; a
 recipe YAML lists one first in its defaults, and everything merged after it is checked
 against the dataclasses (unknown key, wrong type) while Hydra composes.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
-from rlmesh.rl.recipe_config import GRPORecipeConfig, PPORecipeConfig
+from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
 
 SCHEMAS = {"ppo": PPORecipeConfig, "grpo": GRPORecipeConfig}
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import rlmesh as rm
 from rlmesh.errors import ConfigError
+from rlmesh.recipes.compose import RecipeConfigError, explain, validate
+from rlmesh.recipes.config_store import SCHEMAS
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +114,6 @@ def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
     ``overrides`` applied on top, validated like a fresh ``rlmesh run``; ``run.resume`` set."""
     from omegaconf import OmegaConf
 
-    from rlmesh.recipes_cli import RecipeConfigError, validate
-    from rlmesh.rl.config_store import SCHEMAS
     from rlmesh.telemetry import run as runs
 
     try:
@@ -133,7 +133,5 @@ def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
         extra = OmegaConf.from_dotlist([o for o in overrides if not o.startswith(("recipe=", "resume="))])
         cfg = OmegaConf.merge(base, extra, {"run": {"resume": run_dir.name}})
     except Exception as exc:  # noqa: BLE001
-        from rlmesh.recipes_cli import explain
-
         raise RecipeConfigError(explain(exc)) from exc
     return validate(cfg), saved["launcher"]

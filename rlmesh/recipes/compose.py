@@ -1,16 +1,11 @@
-"""``rlmesh run``: compose a recipe config with Hydra, validate it, run its controller program.
-
-    rlmesh run recipe=ppo_cartpole trainer.lr=1e-4 generator.replicas=3
-    rlmesh run -m recipe=ppo_cartpole trainer.lr=1e-3,2e-3 run.seed=0,1     # multirun sweep
-    rlmesh run recipe=my_recipe hydra.searchpath=[file:///home/me/configs]   # your own configs
-    rlmesh run recipe=ppo_cartpole --cfg job                                 # print the config, run nothing
-    rlmesh run resume=latest                     # continue a run whose controller died (or resume=RUN_ID)
-    rlmesh run recipe=ppo_cartpole faults=generator_kill                     # prove it survives (docs/faults.md)
+"""Composing a recipe config with Hydra and validating it: what ``rlmesh run`` does before any
+proc starts, and what a script (or ``rlmesh k8s render recipe=...``) calls to get the same config.
 
 Everything that can be wrong with a config is found here, before any proc starts:
 composition errors (unknown key, wrong type, unknown preset) and the dataclasses'
 ``__post_init__`` checks (bad value, impossible combination) are reported as one
-``config error:`` line naming the key and the fix, exit status 2.
+:class:`RecipeConfigError` naming the key and the fix (``rlmesh run`` prints it as a
+``config error:`` line, exit status 2).
 
 Configs and programs ship with the package: ``configs/`` and ``recipes/<program>.py`` of the
 source tree, which a wheel carries whole as ``rlmesh/_shipped/{configs,recipes}`` (setup.py).
@@ -30,7 +25,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-_PKG = Path(__file__).resolve().parent  # the rlmesh package
+_PKG = Path(__file__).resolve().parents[1]  # the rlmesh package directory
 
 
 def _shipped(name: str) -> list[Path]:
@@ -116,7 +111,7 @@ def _key_in(text: str) -> str | None:
 def _unknown_key(key: str) -> str:
     from omegaconf import OmegaConf
 
-    from rlmesh.rl.recipe_config import GRPORecipeConfig, PPORecipeConfig
+    from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
 
     parent, _, leaf = key.rpartition(".")
     known: set[str] = set()
@@ -141,7 +136,7 @@ def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any,
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
-    from rlmesh.rl.config_store import register
+    from rlmesh.recipes.config_store import register
 
     register()
     GlobalHydra.instance().clear()
@@ -199,90 +194,3 @@ def run_config(cfg: Any, launcher: str = "local") -> dict:
     if run_dir is not None and isinstance(result, dict):
         (Path(run_dir) / "result.json").write_text(json.dumps(result, indent=1, default=str))
     return result
-
-
-def _multirun(overrides: list[str]) -> int:
-    """``-m``: Hydra's sweeper expands the overrides; each job is validated, then run as its own
-    ``rlmesh run`` process, so every job gets a fresh controller, its own procs and its own
-    telemetry run (and one failing job does not take the sweep down)."""
-    import subprocess
-
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-
-    from rlmesh.rl.config_store import register
-
-    register()
-    failures: list[str] = []
-
-    @hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")
-    def job(cfg: Any) -> None:
-        task_overrides = list(HydraConfig.get().overrides.task)
-        try:
-            validate(cfg)
-        except RecipeConfigError as exc:
-            failures.append(str(exc))
-            print(f"config error: {exc}", file=sys.stderr)
-            return
-        print(f"[multirun job {HydraConfig.get().job.num}] rlmesh run {' '.join(task_overrides)}", flush=True)
-        rc = subprocess.call([sys.executable, "-m", "rlmesh.cli", "run", *task_overrides])
-        if rc:
-            failures.append(f"job {task_overrides} exited with {rc}")
-
-    saved = sys.argv
-    sys.argv = ["rlmesh run", "-m", *overrides]
-    try:
-        job()
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    finally:
-        sys.argv = saved
-    return 2 if failures else 0
-
-
-def run_main(argv: list[str]) -> int:
-    """Entry point of ``rlmesh run`` (see the module docstring)."""
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return 0
-    if any(a in ("-m", "--multirun") for a in argv):
-        return _multirun([a for a in argv if a not in ("-m", "--multirun")])
-    show = "--cfg" in argv
-    overrides = [a for a in argv if a not in ("--cfg", "job")]
-    logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "WARNING"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    resume = next((a.split("=", 1)[1] for a in overrides if a.startswith("resume=")), None)
-    try:
-        if resume is not None:  # the saved config of that run, with the other overrides on top
-            from rlmesh.rl.run_state import resume_config
-
-            _runs_dir_override(overrides)
-            cfg, launcher = resume_config(resume, overrides)
-        else:
-            cfg, launcher = compose(overrides)
-    except RecipeConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    if show:
-        from omegaconf import OmegaConf
-
-        print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-        return 0
-    from rlmesh.rl.resilience import RunFailed
-
-    try:
-        run_config(cfg, launcher)
-    except RunFailed as exc:
-        import rlmesh as rm
-
-        rm.telemetry.end_run("failed")
-        print(f"run failed: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _runs_dir_override(overrides: list[str]) -> None:
-    """``telemetry.runs_dir=...`` next to ``resume=``: look for the run there."""
-    for o in overrides:
-        if o.startswith("telemetry.runs_dir="):
-            os.environ["RLMESH_RUNS_DIR"] = o.split("=", 1)[1]

@@ -1,7 +1,7 @@
 """Complete experiment configs: one dataclass per recipe, composed of the component
 configs of :mod:`rlmesh.rl.config`, plus the tuned presets the benchmarks measure.
 
-These are the Hydra schemas (registered by :mod:`rlmesh.rl.config_store`): YAML under
+These are the Hydra schemas (registered by :mod:`rlmesh.recipes.config_store`): YAML under
 ``rlmesh/configs/`` only selects and overrides them. Cross-field checks ("impossible
 combinations") live here, in the recipe's ``__post_init__``, because only the recipe
 sees all the groups at once; they run on the final, overridden values when
