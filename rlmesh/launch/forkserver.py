@@ -29,16 +29,23 @@ Protocol (one JSON object per line): requests ``{"op": "fork", "id", "argv",
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
+import warnings
 from typing import Any, Callable, Iterable
 
+from rlmesh.actor import worker as actor_worker  # what every forked child runs, imported before any fork
+from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
 from rlmesh.actor.payload import SKIP_PRELOAD
 
 logger = logging.getLogger(__name__)
@@ -265,8 +272,6 @@ def _die_with_parent(parent_pid: int) -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
@@ -310,14 +315,10 @@ def _child(msg: dict, close_fds: list[int]) -> None:
             np.random.seed()
         except Exception:  # noqa: BLE001
             pass
-    from rlmesh.actor.worker import main
-
-    main(msg["argv"])  # ends with os._exit
+    actor_worker.main(msg["argv"])  # ends with os._exit
 
 
 def _fork(msg: dict, close_fds: list[int]) -> None:
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # threads of preloaded C libraries
@@ -332,8 +333,6 @@ def _fork(msg: dict, close_fds: list[int]) -> None:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001
-            import traceback
-
             traceback.print_exc()
         finally:
             try:
@@ -348,8 +347,6 @@ def _fork(msg: dict, close_fds: list[int]) -> None:
 def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> int:
     """The server's loop: preload, say ready, then fork on request until the request pipe closes."""
     global _status_fd
-    import select
-
     _status_fd = status_fd
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
@@ -359,9 +356,6 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _reap)  # reaps (and reports) even while a preload import runs
     close_fds = [req_fd, status_fd, wake_r, wake_w]
-    import rlmesh.actor.worker  # noqa: F401 - the part every worker needs
-    from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
-
     plugins = [s.split(":", 1)[0].strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if s.strip()]
     for mod in [*preload, *plugins]:  # worker plugins' modules are imported, never run, here
         _import(mod)
@@ -397,8 +391,6 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m rlmesh.worker --fork-server", description=__doc__.split("\n")[0])
     ap.add_argument("--fds", required=True, help="REQUEST_FD,STATUS_FD")
     ap.add_argument("--parent-pid", type=int, required=True)
