@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rlmesh.weights import rdma_plan as rdma
 from rlmesh.weights.errors import TransportUnavailableError
 
 CHOICES = ("shm", "tcp", "rdma", "cuda-ipc")
@@ -25,8 +26,6 @@ def select_transport(record: dict[str, Any], forced: str | None, want_cuda: bool
             raise TransportUnavailableError(
                 f"transport={forced!r} needs the publisher on this host; it is on {record.get('host')!r} (use 'tcp')")
         if forced == "rdma":
-            from rlmesh.weights import rdma_plan as rdma
-
             ok, why = rdma.available()
             if not record.get("rdma") or not ok:
                 raise TransportUnavailableError(
@@ -39,8 +38,6 @@ def select_transport(record: dict[str, Any], forced: str | None, want_cuda: bool
             return "cuda-ipc", "same host, CUDA target"
         return "shm", "same host"
     if record.get("rdma"):
-        from rlmesh.weights import rdma_plan as rdma
-
         ok, why = rdma.available()
         if ok:
             return "rdma", "other host, RDMA device on both sides"
