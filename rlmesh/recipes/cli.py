@@ -20,8 +20,13 @@ import subprocess
 import sys
 from typing import Any
 
+from omegaconf import OmegaConf
+
+import rlmesh as rm
 from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir, run_config, validate
 from rlmesh.recipes.config_store import register
+from rlmesh.recipes.run_state import resume_config
+from rlmesh.rl.resilience import RunFailed
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +35,8 @@ def _multirun(overrides: list[str]) -> int:
     """``-m``: Hydra's sweeper expands the overrides; each job is validated, then run as its own
     ``rlmesh run`` process, so every job gets a fresh controller, its own procs and its own
     telemetry run (and one failing job does not take the sweep down)."""
-    import hydra  # hydra.main builds its own app machinery (sweeper, launcher): only a sweep pays for it
-    from hydra.core.hydra_config import HydraConfig
+    import hydra  # deferred: hydra.main's app machinery loads only for a sweep
+    from hydra.core.hydra_config import HydraConfig  # deferred: hydra.main's app machinery loads only for a sweep
 
     register()
     failures: list[str] = []
@@ -75,8 +80,6 @@ def run_main(argv: list[str]) -> int:
     resume = next((a.split("=", 1)[1] for a in overrides if a.startswith("resume=")), None)
     try:
         if resume is not None:  # the saved config of that run, with the other overrides on top
-            from rlmesh.recipes.run_state import resume_config
-
             _runs_dir_override(overrides)
             cfg, launcher = resume_config(resume, overrides)
         else:
@@ -85,17 +88,11 @@ def run_main(argv: list[str]) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     if show:
-        from omegaconf import OmegaConf
-
         print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         return 0
-    from rlmesh.rl.resilience import RunFailed
-
     try:
         run_config(cfg, launcher)
     except RunFailed as exc:
-        import rlmesh as rm
-
         rm.telemetry.end_run("failed")
         print(f"run failed: {exc}", file=sys.stderr)
         return 1

@@ -13,8 +13,10 @@ source tree, which a wheel carries whole as ``rlmesh/_shipped/{configs,recipes}`
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -22,6 +24,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from rlmesh.errors import ConfigError
+from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +80,7 @@ class RecipeConfigError(Exception):
 
 def explain(exc: BaseException) -> str:
     """Turn Hydra/OmegaConf/dataclass errors into one line naming the key and the fix."""
-    from omegaconf.errors import MissingMandatoryValue, ValidationError
-
-    from rlmesh.errors import ConfigError
+    from omegaconf.errors import MissingMandatoryValue, ValidationError  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
 
     chain = [exc]
     while chain[-1].__cause__ is not None:
@@ -109,9 +112,7 @@ def _key_in(text: str) -> str | None:
 
 
 def _unknown_key(key: str) -> str:
-    from omegaconf import OmegaConf
-
-    from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
+    from omegaconf import OmegaConf  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
 
     parent, _, leaf = key.rpartition(".")
     known: set[str] = set()
@@ -131,12 +132,12 @@ def _unknown_key(key: str) -> str:
 
 def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any, str]:
     """Compose and validate: ``(dataclass config, launcher name)``; raises :class:`RecipeConfigError`."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import open_dict
+    from hydra import compose as hydra_compose  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
+    from hydra import initialize_config_dir  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
+    from hydra.core.global_hydra import GlobalHydra  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
+    from omegaconf import open_dict  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
 
-    from rlmesh.recipes.config_store import register
+    from rlmesh.recipes.config_store import register  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
 
     register()
     GlobalHydra.instance().clear()
@@ -157,7 +158,7 @@ def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any,
 
 def validate(cfg: Any) -> Any:
     """``OmegaConf.to_object``: builds the dataclasses, running every ``__post_init__`` check."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
 
     try:
         obj = OmegaConf.to_object(cfg)
@@ -171,8 +172,6 @@ def validate(cfg: Any) -> Any:
 
 def _extra_keys(obj: Any, prefix: str = "") -> list[str]:
     """Attributes of the config dataclasses that are not fields (added with ``+key=value``)."""
-    import dataclasses
-
     if not dataclasses.is_dataclass(obj):
         return []
     names = {f.name for f in dataclasses.fields(obj)}
@@ -185,10 +184,8 @@ def _extra_keys(obj: Any, prefix: str = "") -> list[str]:
 def run_config(cfg: Any, launcher: str = "local") -> dict:
     """Run an already validated recipe config with its program; the program's closing numbers
     are also written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
-    import json
-
     result = load_program(cfg.program).main(cfg, launcher)
-    from rlmesh.telemetry.api import current_run_dir
+    from rlmesh.telemetry.api import current_run_dir  # deferred: telemetry.api loads pyarrow; only starting a run needs it
 
     run_dir = current_run_dir()
     if run_dir is not None and isinstance(result, dict):
