@@ -20,6 +20,7 @@ import subprocess
 import sys
 from typing import Any
 
+from rlmesh.errors import ConfigError
 from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir, run_config, validate
 from rlmesh.recipes.config_store import register
 
@@ -93,6 +94,9 @@ def run_main(argv: list[str]) -> int:
 
     try:
         run_config(cfg, launcher)
+    except ConfigError as exc:  # found by the program before any proc started (an actor class that cannot import)
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
     except RunFailed as exc:
         import rlmesh as rm
 
