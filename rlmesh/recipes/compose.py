@@ -25,8 +25,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import MissingMandatoryValue, ValidationError
+
 from rlmesh.errors import ConfigError
-from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
+from rlmesh.recipes.config_store import SCHEMAS, register
+from rlmesh.telemetry.api import current_run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +85,9 @@ class RecipeConfigError(Exception):
     """A config that cannot run; ``str()`` names the key and the fix."""
 
 
-def explain(exc: BaseException) -> str:
-    """Turn Hydra/OmegaConf/dataclass errors into one line naming the key and the fix."""
-    from omegaconf.errors import MissingMandatoryValue, ValidationError  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
-
+def explain(exc: BaseException, overrides: list[str] | None = None) -> str:
+    """Turn Hydra/OmegaConf/dataclass errors into one line naming the key and the fix
+    (``overrides``, when given, let an unknown key be matched against the node they select)."""
     chain = [exc]
     while chain[-1].__cause__ is not None:
         chain.append(chain[-1].__cause__)
@@ -94,7 +100,7 @@ def explain(exc: BaseException) -> str:
     if isinstance(cause, MissingMandatoryValue):
         return f"{key} is required and has no value: set it on the command line ({key}=...)"
     if re.search(r"Key '[^']+' not in|not in struct", text):
-        return _unknown_key(key or "?")
+        return _unknown_key(key or "?", overrides)
     if isinstance(cause, ValidationError):
         first = text.splitlines()[0]
         return f"{key}: {first}; give {key} a value of the type its schema declares (rlmesh run ... --cfg job shows them)"
@@ -111,62 +117,72 @@ def _key_in(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _unknown_key(key: str) -> str:
-    from omegaconf import OmegaConf  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
-
+def _unknown_key(key: str, overrides: list[str] | None = None) -> str:
+    """``key`` is no field of its node: name the closest field, or list them. The node is the one the
+    overrides actually select (``trainer=rloo`` brings RLOO's fields), found by composing again
+    without the overrides that set ``key``; failing that, the union over the shipped schemas."""
     parent, _, leaf = key.rpartition(".")
-    known: set[str] = set()
-    for schema in (PPORecipeConfig, GRPORecipeConfig):
-        node: Any = OmegaConf.structured(schema)
-        try:
+    known = _keys_of(parent, overrides) if overrides is not None else None
+    if known is None:
+        known = set()
+        for schema in SCHEMAS.values():
+            node: Any = OmegaConf.structured(schema)
             node = OmegaConf.select(node, parent) if parent else node
-        except Exception:  # noqa: BLE001
-            node = None
-        if node is not None and hasattr(node, "keys"):
-            known |= set(node.keys())
+            if node is not None and hasattr(node, "keys"):
+                known |= set(node.keys())
     close = difflib.get_close_matches(leaf, sorted(known), n=1)
     hint = f"did you mean {parent + '.' if parent else ''}{close[0]}?" if close else \
         f"valid keys under {parent or 'the root'}: {', '.join(sorted(known)) or '(none)'}"
     return f"{key} is not a config key: {hint}"
 
 
+def _keys_of(parent: str, overrides: list[str]) -> set[str] | None:
+    """Fields of node ``parent`` in the config ``overrides`` compose to, minus the dotted ones
+    (``None`` if that does not compose either)."""
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    kept = [o for o, k in zip(overrides, keys) if "." not in k or k.startswith("hydra.")]
+    try:
+        cfg = _compose_raw(kept, None)
+    except Exception:  # noqa: BLE001 - only a hint: fall back to the schemas
+        return None
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return set(node.keys()) if node is not None and hasattr(node, "keys") else None
+
+
 def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any, str]:
     """Compose and validate: ``(dataclass config, launcher name)``; raises :class:`RecipeConfigError`."""
-    from hydra import compose as hydra_compose  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
-    from hydra import initialize_config_dir  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
-    from hydra.core.global_hydra import GlobalHydra  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
-    from omegaconf import open_dict  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
+    try:
+        cfg = _compose_raw(overrides, config_path)
+        launcher = str(cfg.hydra.runtime.choices.get("launcher", "local"))
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return validate(cfg, overrides), launcher
+    except RecipeConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every composition error becomes one readable line
+        raise RecipeConfigError(explain(exc, overrides)) from exc
 
-    from rlmesh.recipes.config_store import register  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
 
+def _compose_raw(overrides: list[str], config_path: Path | None) -> Any:
+    """Hydra's compose of the primary config with ``overrides`` (the hydra node included)."""
     register()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(config_path or config_dir()), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
-        launcher = str(cfg.hydra.runtime.choices.get("launcher", "local"))
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return validate(cfg), launcher
-    except RecipeConfigError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - every composition error becomes one readable line
-        raise RecipeConfigError(explain(exc)) from exc
+            return hydra_compose("config", overrides=overrides, return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
 
 
-def validate(cfg: Any) -> Any:
+def validate(cfg: Any, overrides: list[str] | None = None) -> Any:
     """``OmegaConf.to_object``: builds the dataclasses, running every ``__post_init__`` check."""
-    from omegaconf import OmegaConf  # deferred: Hydra loads only to compose, not for rlmesh k8s role/cleanup
-
     try:
         obj = OmegaConf.to_object(cfg)
     except Exception as exc:  # noqa: BLE001
-        raise RecipeConfigError(explain(exc)) from exc
+        raise RecipeConfigError(explain(exc, overrides)) from exc
     extra = _extra_keys(obj)
     if extra:  # `+trainer.lrr=...` forces a key in; a dataclass field it is not
-        raise RecipeConfigError(_unknown_key(extra[0]))
+        raise RecipeConfigError(_unknown_key(extra[0], overrides))
     return obj
 
 
@@ -181,13 +197,13 @@ def _extra_keys(obj: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def run_config(cfg: Any, launcher: str = "local") -> dict:
-    """Run an already validated recipe config with its program; the program's closing numbers
-    are also written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
+def run_config(cfg: Any, launcher: str = "local") -> Any:
+    """Run an already validated recipe config with its program and return what it returns (a
+    :class:`rlmesh.recipes.loop.RunResult` for the shipped programs); its closing numbers are also
+    written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
     result = load_program(cfg.program).main(cfg, launcher)
-    from rlmesh.telemetry.api import current_run_dir  # deferred: telemetry.api loads pyarrow; only starting a run needs it
-
     run_dir = current_run_dir()
-    if run_dir is not None and isinstance(result, dict):
-        (Path(run_dir) / "result.json").write_text(json.dumps(result, indent=1, default=str))
+    plain = result.to_dict() if hasattr(result, "to_dict") else result
+    if run_dir is not None and isinstance(plain, dict):
+        (Path(run_dir) / "result.json").write_text(json.dumps(plain, indent=1, default=str))
     return result
