@@ -1,0 +1,32 @@
+"""Replay: frames captured from a live run and re-sent to every listening socket run nothing and store nothing.
+
+Without per-session counters and call-id dedup, replaying the captured ``add`` calls
+re-ran them (the totals grew) and replayed telemetry batches inserted rows again.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.timeout(600)
+def test_replayed_frames_are_never_executed_or_stored_twice(tmp_path):
+    env = {**os.environ, "RLMESH_RUNS_DIR": str(tmp_path / "runs"), "RLMESH_HEARTBEAT_TIMEOUT_S": "60"}
+    env.pop("RLMESH_SECRET", None)
+    tapdir = tmp_path / "tap"
+    tapdir.mkdir()
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "replay_scenario.py"), str(tapdir)], env=env,
+                          capture_output=True, text=True, timeout=540)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    r = json.loads(lines[-1])
+    assert r["captured"] > 20 and {"DEALER", "ROUTER", "PUSH"} <= set(r["kinds"]), r  # calls, replies, batches
+    assert r["before"] == {"a": 115, "b": 100, "rows": {"n": 8, "k": 215}}
+    assert r["after"] == r["before"], f"a replay ran a call or stored a row again: {r}"
+    assert r["refused"] >= r["sent"], r  # every replayed message was dropped and counted
+    assert r["still"] == 116  # and the run goes on serving its real callers
