@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 ENCRYPTION_ENV = "RLMESH_TRANSPORT_ENCRYPTION"  # "auto" (default): off loopback only; "always": loopback too
 
 _zap_lock = threading.Lock()
-_zap: dict[int, zmq.auth.thread.ThreadAuthenticator] = {}  # per context (the runtime's and telemetry's)
+_zap: dict[int, tuple[zmq.auth.thread.ThreadAuthenticator, "_JobClientsOnly"]] = {}  # per context
 
 
 def always() -> bool:
@@ -56,23 +56,26 @@ class CurveKeys:
 
 
 class _JobClientsOnly:
-    """ZAP credentials check: only the job's client key may connect."""
+    """ZAP credentials check: only the job's client key may connect (a set: tests hold several jobs)."""
 
-    def __init__(self, client_public: bytes):
-        self.client_public = client_public
+    def __init__(self) -> None:
+        self.allowed: set[bytes] = set()
 
     def callback(self, domain: str, key: bytes) -> bool:
-        return key == self.client_public
+        return key in self.allowed
 
 
 def _ensure_zap(ctx: zmq.Context, keys: CurveKeys) -> None:
+    """One ZAP handler thread per zmq context that serves CURVE (started on the first such bind)."""
     with _zap_lock:
-        auth = _zap.get(id(ctx))
-        if auth is None or auth.context is not ctx or not auth.is_alive():
+        entry = _zap.get(id(ctx))
+        if entry is None or entry[0].context is not ctx or not entry[0].is_alive():
             auth = zmq.auth.thread.ThreadAuthenticator(ctx, log=logging.getLogger("rlmesh.transport.zap"))
             auth.start()
-            auth.configure_curve_callback("*", _JobClientsOnly(keys.client_public))
-            _zap[id(ctx)] = auth
+            check = _JobClientsOnly()
+            auth.configure_curve_callback("*", check)
+            entry = _zap[id(ctx)] = (auth, check)
+        entry[1].allowed.add(keys.client_public)
 
 
 def serve(sock: zmq.Socket, auth: "Authenticator") -> None:
