@@ -128,11 +128,11 @@ class ActorServer:
         kind, call_id, actor_id, endpoint, caller, inbox = meta
         verdict = self.call_ids.admit(inbox, call_id)
         if verdict is Verdict.DUPLICATE:
-            self.chan.log.replayed(f"{caller} (call id {call_id} already served)")
+            self.chan.log.replayed(caller, "call id served already")
             return
         call = _Served(call_id, inbox if kind == P.CALL else "", actor_id, endpoint, caller, time.time(), size_in)
         if verdict is Verdict.TOO_OLD:
-            self.chan.log.replayed(f"{caller} (call id {call_id} older than the replay window)")
+            self.chan.log.replayed(caller, "call id older than the replay window")
             self._finish(call, self.actors.get(actor_id), exc=PermissionError(
                 f"call id {call_id} is older than this server's replay window; not run"))
             return

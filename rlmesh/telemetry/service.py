@@ -238,7 +238,7 @@ class TelemetryService:
         sender, seq = key
         if seq <= self._batch_seq.get(sender, 0):
             self.duplicate_batches += 1
-            self._ingest_in.log.replayed(f"telemetry sender {sender} (batch {seq} stored already)")
+            self._ingest_in.log.replayed(f"telemetry sender {sender}", "batch stored already")
             return False
         self._batch_seq[sender] = seq
         return True

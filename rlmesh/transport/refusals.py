@@ -3,8 +3,9 @@
 Why rate-limited: a peer that floods a port with garbage (or replays a capture in a
 loop) must not flood the log too. Each channel says one line per peer per
 :data:`INTERVAL_S`, carrying how many messages that peer had refused since the last line.
-The counts are kept per channel and, summed, per process (:func:`refusal_stats`):
-the worker ships them as rows of the ``refusals`` telemetry table when telemetry is on.
+The counts are kept per channel and per process (:func:`refusal_stats`); each warning
+line also goes to the refusal sink (:func:`set_refusal_sink`), which telemetry turns
+into a row of the ``refusals`` table, so the count is in the run's database too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 logger = logging.getLogger("rlmesh.transport")
 
@@ -32,8 +34,27 @@ class RefusalCounts:
         return self.rejected + self.replayed
 
 
+@dataclass(frozen=True)
+class RefusalReport:
+    """One rate-limited report: ``count`` messages from ``peer`` refused on ``channel`` since the last one."""
+
+    channel: str
+    peer: str
+    reason: str
+    count: int
+    rejected_total: int  # on this channel, since it was bound
+    replayed_total: int
+
+
 _registry: dict[str, RefusalCounts] = {}
 _registry_lock = threading.Lock()
+_sink: Callable[[RefusalReport], None] | None = None
+
+
+def set_refusal_sink(fn: Callable[[RefusalReport], None] | None) -> None:
+    """Install ``fn`` to receive every rate-limited refusal report of this process (telemetry does)."""
+    global _sink
+    _sink = fn
 
 
 def refusal_stats() -> dict[str, RefusalCounts]:
@@ -57,9 +78,9 @@ class RefusalLog:
         self.counts.rejected += 1
         self._note(peer, reason)
 
-    def replayed(self, peer: str) -> None:
+    def replayed(self, peer: str, reason: str = "replayed or reordered (stale counter)") -> None:
         self.counts.replayed += 1
-        self._note(peer, "a replayed or reordered message (stale counter)")
+        self._note(peer, reason)
 
     def _note(self, peer: str, reason: str) -> None:
         now = time.monotonic()
@@ -69,6 +90,12 @@ class RefusalLog:
             logger.warning("%s: refused %d message(s) from %s in the last %.0fs (%s); %d refused on this "
                            "channel so far", self.channel, since, peer, min(now - last, self.interval_s), reason,
                            self.counts.total)
+            sink = _sink
+            if sink is not None:
+                try:
+                    sink(RefusalReport(self.channel, peer, reason, since, self.counts.rejected, self.counts.replayed))
+                except Exception:
+                    logger.debug("refusal sink failed", exc_info=True)
             last, since = now, 0
         self._peers[peer] = (last, since)
         if len(self._peers) > _MAX_PEERS:

@@ -96,8 +96,22 @@ def main(tapdir: str) -> None:
         tallies.flush.call().get(timeout=60)
         after = {"a": a.value.call_one().get(timeout=60), "b": b.value.call_one().get(timeout=60), "rows": rows()}
         still = a.add.call_one(1).get(timeout=60)
+
+        def refusal_channels():
+            try:
+                got = rm.telemetry.query("SELECT DISTINCT channel FROM refusals").to_pylist()
+            except Exception:  # the table appears with its first row
+                return None
+            names = sorted(r["channel"] for r in got)
+            return names if any(n.startswith("actor calls to") for n in names) and "controller" in names else None
+
+        if refused0 >= 0:
+            channels = wait_for(refusal_channels, what="refusals rows from the controller and the workers")
+        else:
+            channels = []
         print(json.dumps({"captured": len(captured), "sent": sent, "kinds": kinds, "listening": len(listening),
-                          "refused": refusals() - refused0, "before": before, "after": after, "still": still}))
+                          "refused": refusals() - refused0, "before": before, "after": after, "still": still,
+                          "refusal_channels": channels}))
 
 
 if __name__ == "__main__":

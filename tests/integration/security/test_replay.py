@@ -30,3 +30,36 @@ def test_replayed_frames_are_never_executed_or_stored_twice(tmp_path):
     assert r["after"] == r["before"], f"a replay ran a call or stored a row again: {r}"
     assert r["refused"] >= r["sent"], r  # every replayed message was dropped and counted
     assert r["still"] == 116  # and the run goes on serving its real callers
+    assert "telemetry ingest" in r["refusal_channels"], r  # the counts are rows of the run's `refusals` table
+
+
+@pytest.mark.timeout(120)
+def test_a_batch_stored_once_even_if_two_sessions_deliver_it(tmp_path):
+    """Ingest is idempotent by (sender id, batch seq), below the transport's own counters."""
+    import time
+
+    import pyarrow as pa
+    import zmq
+
+    from rlmesh.telemetry import wire
+    from rlmesh.telemetry.service import TelemetryService
+    from rlmesh.transport import Authenticator, connect_channel
+
+    auth = Authenticator(Authenticator.new_secret())
+    svc = TelemetryService(tmp_path, "r1", auth).start()
+    try:
+        ctx = zmq.Context.instance()
+        batch = [("tally", pa.table({"k": [1, 2, 3]}))]
+        for seq in (1, 1, 2, 1):  # the same batch key through fresh sessions: stored once each
+            push = ctx.socket(zmq.PUSH)
+            out = connect_channel(push, auth, svc.ingest_addr)
+            push.send_multipart(wire.encode_batches(out, "gen.0", batch, ("sender-a", seq)))
+            push.close(linger=2000)
+        deadline = time.monotonic() + 60
+        while svc.duplicate_batches < 2:
+            assert time.monotonic() < deadline, "the service did not see the four batches"
+            time.sleep(0.05)
+        svc.sync()
+        assert svc.query("SELECT count(*) AS n FROM tally").to_pylist() == [{"n": 6}]
+    finally:
+        svc.stop()
