@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -46,7 +47,7 @@ class RefusalReport:
     replayed_total: int
 
 
-_registry: dict[str, RefusalCounts] = {}
+_logs: "weakref.WeakSet[RefusalLog]" = weakref.WeakSet()  # a closed channel's counts go with it
 _registry_lock = threading.Lock()
 _sink: Callable[[RefusalReport], None] | None = None
 
@@ -58,9 +59,15 @@ def set_refusal_sink(fn: Callable[[RefusalReport], None] | None) -> None:
 
 
 def refusal_stats() -> dict[str, RefusalCounts]:
-    """This process's refusal counts by channel name (a snapshot)."""
+    """This process's refusal counts by channel name, over its open channels (a snapshot)."""
+    out: dict[str, RefusalCounts] = {}
     with _registry_lock:
-        return {k: RefusalCounts(v.rejected, v.replayed) for k, v in _registry.items()}
+        logs = list(_logs)
+    for log in logs:
+        c = out.setdefault(log.channel, RefusalCounts())
+        c.rejected += log.counts.rejected
+        c.replayed += log.counts.replayed
+    return out
 
 
 class RefusalLog:
@@ -71,7 +78,7 @@ class RefusalLog:
         self.interval_s = interval_s
         self.counts = RefusalCounts()
         with _registry_lock:
-            _registry[f"{channel}@{id(self):x}"] = self.counts
+            _logs.add(self)
         self._peers: dict[str, tuple[float, int]] = {}  # peer -> (last line at, refused since)
 
     def refused(self, peer: str, reason: str) -> None:

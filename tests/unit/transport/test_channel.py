@@ -106,3 +106,14 @@ def test_refusal_warnings_are_rate_limited_per_peer_with_a_count(caplog, monkeyp
     assert "refused 1 message(s) from 10.0.0.1" in lines[0]
     assert "refused 50 message(s) from 10.0.0.1" in lines[2]  # 49 held back + this one
     assert log.counts.rejected == 51 and log.counts.replayed == 1
+
+
+def test_refusal_stats_sum_open_channels_by_name():
+    from rlmesh.transport import refusal_stats
+
+    out, inb = pair()
+    msg = out.sign([b"x"])
+    inb.verify(msg)
+    with pytest.raises(AuthError):
+        inb.verify(msg)
+    assert refusal_stats()["test"].replayed >= 1
