@@ -1,7 +1,8 @@
 """A worker proc: joins a controller, hosts actors, heartbeats, and exits when the controller is gone.
 
-Run as ``python -m rlmesh.worker --controller tcp://HOST:PORT --proc-id ID ...``
-(the local launcher and Kubernetes pods use the same entry point). The job secret
+Run as ``python -m rlmesh.worker --controller tcp://HOST:PORT#m<nonce> --proc-id ID ...`` (the
+address exactly as the controller advertises it, channel nonce included; the local
+launcher and Kubernetes pods use the same entry point). The job secret
 comes in the ``RLMESH_SECRET`` environment variable, never on the command line.
 
 Threads: the main thread runs the asyncio loop with the :class:`ActorServer`;
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m rlmesh.worker", description=__doc__.split("\n")[0])
-    ap.add_argument("--controller", required=True, help="controller address, e.g. tcp://127.0.0.1:5555")
+    ap.add_argument("--controller", required=True, help="controller address as advertised, e.g. tcp://127.0.0.1:5555#m<32 hex>")
     ap.add_argument("--proc-id", required=True)
     ap.add_argument("--proc-mesh", default="procs")
     ap.add_argument("--rank", type=int, default=0)
