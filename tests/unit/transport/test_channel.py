@@ -6,7 +6,7 @@ import pytest
 
 from rlmesh.transport import AuthError, Authenticator, split_address
 from rlmesh.transport.channel import Inbound, Outbound, derive
-from rlmesh.transport.refusals import RefusalLog
+from rlmesh.transport.refusals import RefusalLog, refusal_stats
 
 SECRET = b"k" * 32
 
@@ -109,8 +109,6 @@ def test_refusal_warnings_are_rate_limited_per_peer_with_a_count(caplog, monkeyp
 
 
 def test_refusal_stats_sum_open_channels_by_name():
-    from rlmesh.transport import refusal_stats
-
     out, inb = pair()
     msg = out.sign([b"x"])
     inb.verify(msg)
