@@ -63,3 +63,35 @@ def test_a_batch_stored_once_even_if_two_sessions_deliver_it(tmp_path):
         assert svc.query("SELECT count(*) AS n FROM tally").to_pylist() == [{"n": 6}]
     finally:
         svc.stop()
+
+
+@pytest.mark.timeout(300)
+def test_an_actor_runs_a_call_id_once_even_through_fresh_sessions():
+    """Defence in depth: the same (caller inbox, call id) delivered by two valid sessions runs once."""
+    import time
+
+    import zmq
+
+    import rlmesh as rm
+    from rlmesh.actor import protocol as P
+    from rlmesh.transport import connect_channel, dumps
+    from replay_actors import Tally
+
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        tally = procs.spawn("tally", Tally)
+        assert tally.add.call_one(1).get(timeout=60) == 1
+        ctl = procs._controller
+        addr = ctl.procs[procs._proc_ids[0]].addr
+        actor_id = tally._point(0).actor_id
+        call_id = next(ctl.client._ids)  # an id the caller reserved (it will never use it itself)
+        meta = (P.CAST, call_id, actor_id, "add", "controller", ctl.client.inbox_addr)
+        for _ in range(3):  # each through a fresh, genuine session: the transport lets all three in
+            s = zmq.Context.instance().socket(zmq.DEALER)
+            out = connect_channel(s, ctl.auth, addr)
+            s.send_multipart(P.encode(out, meta, dumps(((10,), {}))))
+            s.close(linger=2000)
+        deadline = time.monotonic() + 60
+        while (v := tally.value.call_one().get(timeout=60)) != 11:
+            assert time.monotonic() < deadline, f"total {v}: the cast ran {(v - 1) // 10} times, not once"
+            time.sleep(0.05)
+        assert tally.add.call_one(0).get(timeout=60) == 11  # ran once, not three times
