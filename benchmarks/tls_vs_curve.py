@@ -149,7 +149,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--mib", type=int, default=64)
     args = ap.parse_args()
-    banner("TLS 1.3 vs CurveZMQ between two processes", "cryptography")
+    banner("TLS 1.3 vs CurveZMQ between two processes")
     print(f"# {ssl.OPENSSL_VERSION}")
     rows = [("plain TCP socket", bench_tcp(args.n, args.mib, tls=False)),
             ("TLS 1.3 over TCP (Python ssl)", bench_tcp(args.n, args.mib, tls=True)),
