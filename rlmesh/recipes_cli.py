@@ -195,7 +195,10 @@ def run_config(cfg: Any, launcher: str = "local") -> dict:
     are also written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
     import json
 
-    result = load_program(cfg.program).main(cfg, launcher)
+    from rlmesh.dashboard.attach import watching
+
+    with watching(cfg):  # telemetry.dashboard / telemetry.export: started with the run, stopped with it
+        result = load_program(cfg.program).main(cfg, launcher)
     from rlmesh.telemetry.api import current_run_dir
 
     run_dir = current_run_dir()
