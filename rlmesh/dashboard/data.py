@@ -133,7 +133,8 @@ def compare(rd: RunDirectory, run_ids: list[str], chart_id: str) -> dict[str, An
 PROCS_SQL = """
 SELECT mesh, rank, proc, arg_max(event, ts) AS state, arg_max(pid, ts) AS pid,
        max(incarnation) AS incarnation, count(*) FILTER (WHERE event = 'died') AS deaths,
-       count(*) FILTER (WHERE event = 'restarted') AS restarts, max(ts) AS last_event_at, any_value(actors) AS actors
+       count(*) FILTER (WHERE event = 'restarted') AS restarts, max(ts) AS last_event_at,
+       arg_max(actors, ts) FILTER (WHERE actors IS NOT NULL) AS actors
 FROM actors WHERE proc IS NOT NULL GROUP BY mesh, rank, proc ORDER BY mesh, rank, proc"""
 """Every proc with its current state (its latest lifecycle event)."""
 

@@ -76,7 +76,7 @@ function drawChart(div, chart, deaths) {
                    line: {color: "#d62728", dash: "dash", width: 1}});
     }
   }
-  const points = chart.series.reduce((n, s) => n + s.x.filter((v) => v != null).length, 0);
+  const points = chart.series.reduce((n, s) => n + s.x.filter((v, i) => v != null && s.y[i] != null).length, 0);
   const layout = {
     title: {text: chart.title, font: {size: 14}}, margin: {l: 60, r: 20, t: 40, b: 50}, height: 320,
     xaxis: {title: {text: chart.x_label}}, yaxis: {title: {text: chart.y_label}, automargin: true},
@@ -204,6 +204,7 @@ async function sqlPage(main) {
     $("#sql-csv").href = `${base}/sql?format=csv&q=${enc}`;
     $("#sql-parquet").href = `${base}/sql?format=parquet&q=${enc}`;
     $("#sql-status").replaceChildren(el("span", {text: "running…"}));
+    $("#sql-chart").dataset.points = "0";  // nothing stale is taken for this query's result
     try {
       const t0 = performance.now();
       last = await api(`${base}/sql?q=${enc}`);
