@@ -8,12 +8,13 @@ from the browser, so a page can never open a file outside the runs directory.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -50,6 +51,29 @@ class RunDirectory:
     def query(self, run: str, sql: str) -> pa.Table:
         """Read-only SQL on one run (its live service, or its file read-only)."""
         return query_run_dir(self.resolve(run), sql)
+
+    @contextlib.contextmanager
+    def session(self, run: str) -> Iterator[Callable[[str], pa.Table]]:
+        """A query function for one page refresh: a live run's service answers each query; a finished
+        run's file is opened read-only once for the whole refresh (not once per chart) and closed at
+        the end, so no connection outlives the request (a held one would block ``resume=``)."""
+        run_dir = self.resolve(run)
+        if runs.live_service(run_dir):
+            yield lambda sql: query_run_dir(run_dir, sql)
+            return
+        import duckdb
+
+        from rlmesh.telemetry.store import execute_read_only
+
+        try:
+            con = duckdb.connect(str(run_dir / runs.DB_NAME), read_only=True)
+        except duckdb.IOException:  # its controller came back (resumed) in between: ask it
+            yield lambda sql: query_run_dir(run_dir, sql)
+            return
+        try:
+            yield lambda sql: execute_read_only(con, sql)
+        finally:
+            con.close()
 
     def runs(self) -> list[RunSummary]:
         """Every run, newest first, with its status, recipe, duration and final evaluation."""
@@ -106,10 +130,10 @@ class RunSummary:
 
 def chart_page(rd: RunDirectory, run: str, page: charts.Page) -> list[dict[str, Any]]:
     """Every chart of ``page`` for ``run``, as JSON-ready dicts (plus proc deaths on the run page)."""
-    q = lambda sql: rd.query(run, sql)  # noqa: E731
-    out = [charts.evaluate(spec, q).to_json() for spec in charts.on_page(page)]
-    if page == charts.Page.RUN:
-        out.append(charts.evaluate(charts.DEATHS, q).to_json())
+    with rd.session(run) as q:
+        out = [charts.evaluate(spec, q).to_json() for spec in charts.on_page(page)]
+        if page == charts.Page.RUN:
+            out.append(charts.evaluate(charts.DEATHS, q).to_json())
     return out
 
 
@@ -120,7 +144,8 @@ def compare(rd: RunDirectory, run_ids: list[str], chart_id: str) -> dict[str, An
         raise ValueError(f"chart {chart_id!r} cannot be compared; use one of {', '.join(charts.COMPARABLE)}")
     merged: charts.ChartData | None = None
     for run_id in run_ids:
-        data = charts.evaluate(spec, lambda sql, r=run_id: rd.query(r, sql), series_prefix=f"{run_id} ")
+        with rd.session(run_id) as q:
+            data = charts.evaluate(spec, q, series_prefix=f"{run_id} ")
         if merged is None:
             merged = data
         else:
@@ -150,12 +175,11 @@ def meshes(rd: RunDirectory, run: str) -> dict[str, Any]:
     from rlmesh.telemetry.cli import to_json
     import json
 
-    def rows(sql: str) -> Any:
-        return json.loads(to_json(rd.query(run, sql), run))
-
-    account = rd.query(run, WORK_ACCOUNT_SQL).to_pylist()[0]
-    return {"procs": rows(PROCS_SQL), "events": rows(EVENTS_SQL), "work": {k: int(v or 0) for k, v in account.items()},
-            "timeline": [charts.evaluate(charts.BY_ID["proc_events"], lambda sql: rd.query(run, sql)).to_json()]}
+    with rd.session(run) as q:
+        account = q(WORK_ACCOUNT_SQL).to_pylist()[0]
+        return {"procs": json.loads(to_json(q(PROCS_SQL), run)), "events": json.loads(to_json(q(EVENTS_SQL), run)),
+                "work": {k: int(v or 0) for k, v in account.items()},
+                "timeline": [charts.evaluate(charts.BY_ID["proc_events"], q).to_json()]}
 
 
 def schema(rd: RunDirectory, run: str) -> list[dict[str, Any]]:
