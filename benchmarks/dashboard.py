@@ -122,6 +122,7 @@ def refresh_benchmark(rows: int, repeats: int) -> dict[str, list[float]]:
     run_id = _fill(rows)
     print(f"filled a run with {rows:,} rollouts rows in {time.perf_counter() - t:.1f} s")
     runs_dir = runs.runs_dir()
+    _cpu_cost(run_id, repeats)
     proc, base = _start_dashboard(runs_dir)
     try:
         for label in ("live", "file"):
@@ -146,6 +147,37 @@ def refresh_benchmark(rows: int, repeats: int) -> dict[str, list[float]]:
         proc.terminate()
         proc.wait(30)
     return out
+
+
+def _cpu_cost(run_id: str, repeats: int) -> None:
+    """The same refresh in this process, wall and CPU time: on a loaded machine the wall time is mostly
+    waiting for a core, and the CPU time (DuckDB at one thread) is what a quiet core would take."""
+    import duckdb
+
+    import rlmesh.telemetry as tm
+    from rlmesh.telemetry import charts
+    from rlmesh.telemetry.api import service
+
+    svc = service()
+    con = svc.store.con.cursor() if svc is not None and hasattr(svc, "store") else None
+    if con is None:
+        print("  (CPU cost: the service's connection is not reachable here; skipped)")
+        return
+    con.execute("SET threads = 1")
+    walls, cpus = [], []
+    for _ in range(repeats + 1):
+        q = charts.memoized(lambda sql: con.sql(sql).to_arrow_table())
+        w, c = time.perf_counter(), time.process_time()
+        for spec in charts.on_page(charts.Page.RUN) + [charts.DEATHS]:
+            charts.evaluate(spec, q)
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    con.execute("RESET threads")
+    con.close()
+    walls, cpus = walls[1:], cpus[1:]
+    print(f"  run page, in the service's process, 1 DuckDB thread: wall median {median(walls) * 1e3:.1f} ms, "
+          f"CPU median {median(cpus) * 1e3:.1f} ms (min {min(cpus) * 1e3:.1f}, max {max(cpus) * 1e3:.1f})")
+    del tm, duckdb
 
 
 PPO = ["recipe=ppo_cartpole", "eval.target=null", "run.progress=false", "telemetry.health_interval_s=1"]

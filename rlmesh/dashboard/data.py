@@ -59,7 +59,7 @@ class RunDirectory:
         the end, so no connection outlives the request (a held one would block ``resume=``)."""
         run_dir = self.resolve(run)
         if runs.live_service(run_dir):
-            yield lambda sql: query_run_dir(run_dir, sql)
+            yield charts.memoized(lambda sql: query_run_dir(run_dir, sql))
             return
         import duckdb
 
@@ -68,10 +68,10 @@ class RunDirectory:
         try:
             con = duckdb.connect(str(run_dir / runs.DB_NAME), read_only=True)
         except duckdb.IOException:  # its controller came back (resumed) in between: ask it
-            yield lambda sql: query_run_dir(run_dir, sql)
+            yield charts.memoized(lambda sql: query_run_dir(run_dir, sql))
             return
         try:
-            yield lambda sql: execute_read_only(con, sql)
+            yield charts.memoized(lambda sql: execute_read_only(con, sql))
         finally:
             con.close()
 

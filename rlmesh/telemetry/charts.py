@@ -30,6 +30,8 @@ MIN_GAP_S = 3.0
 
 _T0 = ("(SELECT coalesce((SELECT min(epoch(start_ts)) FROM runs), "
        "(SELECT min(epoch(ts)) FROM rollouts), 0))")
+_T0_US = ("(SELECT coalesce((SELECT min(epoch_us(start_ts)) FROM runs), "
+          "(SELECT min(epoch_us(ts)) FROM rollouts), 0))")
 
 
 class Kind(StrEnum):
@@ -63,9 +65,14 @@ class ChartSpec:
     """Also a panel of ``rlmesh plot``."""
     x_axis: str = "env_steps"
     """What x is: ``env_steps``, ``time``, ``policy_version``, ``lag`` (panels sharing it share an axis)."""
+    x: str = "x"
+    """The result column drawn along x."""
+    y: tuple[str, ...] = ()
+    """The value columns drawn (each a series); empty = every column but x, t and series. Two specs
+    with the same SQL and different x/y share one query per refresh (see :func:`memoized`)."""
 
     def render_sql(self, bins: int = BINS) -> str:
-        return self.sql.replace("{bins}", str(int(bins))).replace("{t0}", _T0)
+        return self.sql.replace("{bins}", str(int(bins))).replace("{t0_us}", _T0_US).replace("{t0}", _T0)
 
 
 @dataclass
@@ -127,10 +134,14 @@ def to_chart(spec: ChartSpec, tbl: Any, series_prefix: str = "") -> ChartData:
     cols = {name: [_clean(v) for v in tbl.column(name).to_pylist()] for name in tbl.column_names}
     data = ChartData(spec.id, spec.title, spec.kind, spec.x_label, spec.y_label, rows=tbl.num_rows,
                      x_axis=spec.x_axis)
-    if "x" not in cols:
+    if spec.x not in cols:
         return data
-    t = cols.pop("t", None)
-    x = cols.pop("x")
+    t = cols.get("t")
+    x = cols[spec.x]
+    if spec.y:
+        cols = {k: v for k, v in cols.items() if k in spec.y or k == "series"}
+    else:
+        cols = {k: v for k, v in cols.items() if k not in (spec.x, "t")}
     groups: list[tuple[str, list[int]]]
     if "series" in cols:
         names = cols.pop("series")
@@ -154,6 +165,19 @@ def to_chart(spec: ChartSpec, tbl: Any, series_prefix: str = "") -> ChartData:
     return data
 
 
+def memoized(query: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``query`` answering a repeated SQL text from memory: charts that share a query (the rollout
+    bins feed both the return and the throughput charts) cost one scan per refresh."""
+    seen: dict[str, Any] = {}
+
+    def q(sql: str) -> Any:
+        if sql not in seen:
+            seen[sql] = query(sql)
+        return seen[sql]
+
+    return q
+
+
 def evaluate(spec: ChartSpec, query: Callable[[str], Any], bins: int = BINS, series_prefix: str = "") -> ChartData:
     """Run ``spec`` with ``query`` (read-only SQL -> pyarrow Table) and shape the rows for drawing."""
     return to_chart(spec, query(spec.render_sql(bins)), series_prefix)
@@ -161,35 +185,45 @@ def evaluate(spec: ChartSpec, query: Callable[[str], Any], bins: int = BINS, ser
 
 # --- the charts ---------------------------------------------------------------------------------
 
-def _time_binned(table: str, value: str, series: str | None = None, where: str = "TRUE") -> str:
-    """Mean of ``value`` per time bin (and per ``series``), x = seconds since the run started."""
-    ser = f", {series} AS series" if series else ""
-    grp = ", series" if series else ""
+def _time_binned(table: str, value: str, series: str) -> str:
+    """Mean of ``value`` per time bin and per ``series``, x = seconds since the run started.
+
+    Integer microsecond bins and scalar subqueries (not a cross join): the cheapest plan DuckDB
+    has for a scan of millions of rows; min/max of ``ts`` come from the table's statistics."""
     return f"""
-WITH r AS (SELECT epoch(ts) - {{t0}} AS t{ser}, {value} AS v FROM {table} WHERE {where}),
-w AS (SELECT greatest((max(t) - min(t)) / {{bins}}, 1e-3) AS w, min(t) AS lo FROM r)
-SELECT min(r.t) AS x, avg(v) AS y, min(r.t) AS t{grp} FROM r, w
-GROUP BY floor((r.t - w.lo) / w.w){grp} ORDER BY {'series, ' if series else ''}x"""
+WITH w AS (SELECT epoch_us(min(ts)) AS lo, greatest((epoch_us(max(ts)) - epoch_us(min(ts))) // {{bins}}, 1000) AS w
+           FROM {table}),
+b AS (SELECT (epoch_us(ts) - (SELECT lo FROM w)) // (SELECT w FROM w) AS bin, {series} AS series,
+             (min(epoch_us(ts)) - {{t0_us}}) / 1e6 AS x, avg({value}) AS y FROM {table} GROUP BY bin, series)
+SELECT x, y, x AS t, series FROM b ORDER BY series, x"""
 
 
 _ROLLOUT_BINS = """
-WITH r AS (SELECT epoch(ts) - {t0} AS t, reward, length, episodes FROM rollouts),
-w AS (SELECT greatest((max(t) - min(t)) / {bins}, 1e-3) AS w, min(t) AS lo FROM r),
-b AS (SELECT floor((r.t - w.lo) / w.w) AS bin, any_value(w.w) AS width, sum(length) AS steps,
+WITH w AS (SELECT epoch_us(min(ts)) AS lo, greatest((epoch_us(max(ts)) - epoch_us(min(ts))) // {bins}, 1000) AS w
+           FROM rollouts),
+b AS (SELECT (epoch_us(ts) - (SELECT lo FROM w)) // (SELECT w FROM w) AS bin, sum(length) AS steps,
              sum(reward * episodes) / nullif(sum(episodes) FILTER (WHERE reward IS NOT NULL), 0) AS reward,
-             max(r.t) AS t FROM r, w GROUP BY bin),
-c AS (SELECT sum(steps) OVER (ORDER BY bin) AS env_steps, * FROM b)
-"""
+             (max(epoch_us(ts)) - {t0_us}) / 1e6 AS t
+      FROM rollouts GROUP BY bin)
+SELECT sum(steps) OVER (ORDER BY bin) AS env_steps, t, reward AS "episodic return",
+       steps / ((SELECT w FROM w) / 1e6) AS "env steps/s" FROM b ORDER BY bin"""
+"""Rollouts in time bins: the return curve and the throughput curve read the same result."""
 
 _TRAIN = """
 WITH s AS (SELECT step, policy_version, loss, metrics, samples, duration_s, epoch(ts) - {t0} AS t,
                   sum(samples) OVER (ORDER BY step, ts) AS env_steps FROM train_steps),
-w AS (SELECT greatest(ceil((max(step) - min(step) + 1) / {bins}), 1) AS w FROM s)
+b AS (SELECT max(env_steps) AS x, avg(loss) AS loss, arg_max(metrics, step) AS m, max(t) AS t FROM s
+      GROUP BY step // (SELECT greatest((max(step) - min(step)) // {bins} + 1, 1) FROM train_steps))
 """
+
+STALENESS_WINDOW = 50_000
+"""The staleness histogram covers the latest rollouts only: an as-of join over every row of a long
+run costs too much per refresh, and the current lag is what one watches."""
 
 
 def _metric(name: str) -> str:
-    return f"avg(TRY_CAST(json_extract_string(metrics, '$.\"{name}\"') AS DOUBLE))"
+    """One key of the bin's last ``metrics`` JSON (the JSON of ~400 rows is parsed, not of every row)."""
+    return f"TRY_CAST(json_extract_string(m, '$.\"{name}\"') AS DOUBLE)"
 
 
 CHARTS: tuple[ChartSpec, ...] = (
@@ -197,38 +231,36 @@ CHARTS: tuple[ChartSpec, ...] = (
               "SELECT env_steps AS x, value AS y, metric AS series, epoch(ts) - {t0} AS t FROM evals "
               "WHERE env_steps IS NOT NULL ORDER BY env_steps, ts",
               "env steps trained", "eval metric", kind=Kind.LINE, plot=True),
-    ChartSpec("reward_env_steps", "rollout episodic return vs env steps",
-              _ROLLOUT_BINS + "SELECT env_steps AS x, reward AS \"episodic return\", t FROM c ORDER BY bin",
-              "env steps generated", "mean episodic return", plot=True),
+    ChartSpec("reward_env_steps", "rollout episodic return vs env steps", _ROLLOUT_BINS,
+              "env steps generated", "mean episodic return", plot=True, x="env_steps", y=("episodic return",)),
     ChartSpec("loss_env_steps", "training losses vs env steps",
-              _TRAIN + "SELECT max(env_steps) AS x, avg(loss) AS loss, " + _metric("losses/policy_loss")
-              + " AS policy_loss, " + _metric("losses/value_loss") + " AS value_loss, max(t) AS t "
-              "FROM s, w GROUP BY floor(step / w.w) ORDER BY x",
+              _TRAIN + "SELECT x, loss, " + _metric("losses/policy_loss") + " AS policy_loss, "
+              + _metric("losses/value_loss") + " AS value_loss, t FROM b ORDER BY x",
               "env steps trained", "loss", plot=True),
     ChartSpec("eval_version", "evaluation (greedy) vs policy version",
               "SELECT policy_version AS x, value AS y, metric AS series FROM evals ORDER BY policy_version, ts",
               "policy version", "eval metric", break_gaps=False, x_axis="policy_version"),
     ChartSpec("reward_version", "rollout episodic return vs policy version",
-              "WITH w AS (SELECT greatest(ceil((max(policy_version) - min(policy_version) + 1) / {bins}), 1) AS w "
-              "FROM rollouts) SELECT min(policy_version) AS x, "
-              "sum(reward * episodes) / nullif(sum(episodes) FILTER (WHERE reward IS NOT NULL), 0) "
-              "AS \"episodic return\" FROM rollouts, w GROUP BY floor(policy_version / w.w) ORDER BY x",
+              "SELECT min(policy_version) AS x, "
+              "sum(reward * episodes) / nullif(sum(episodes) FILTER (WHERE reward IS NOT NULL), 0) AS \"episodic return\" "
+              "FROM rollouts GROUP BY policy_version // (SELECT greatest((max(policy_version) - min(policy_version)) "
+              "// {bins} + 1, 1) FROM rollouts) ORDER BY x",
               "policy version (of the weights that generated)", "mean episodic return", break_gaps=False,
               x_axis="policy_version"),
     ChartSpec("step_times", "train-step and weight-sync time vs policy version",
-              "WITH w AS (SELECT greatest(ceil((max(policy_version) - min(policy_version) + 1) / {bins}), 1) AS w "
-              "FROM train_steps), t AS (SELECT floor(policy_version / w.w) AS b, min(policy_version) AS x, "
-              "avg(duration_s) * 1e3 AS train_ms FROM train_steps, w GROUP BY b), "
-              "s AS (SELECT floor(version / w.w) AS b, avg(duration_s) * 1e3 AS sync_ms FROM weight_syncs, w "
-              "GROUP BY b) SELECT coalesce(t.x, s.b * (SELECT w FROM w)) AS x, t.train_ms AS \"train step (ms)\", "
+              "WITH w AS (SELECT greatest((max(policy_version) - min(policy_version)) // {bins} + 1, 1) AS w "
+              "FROM train_steps), t AS (SELECT policy_version // (SELECT w FROM w) AS b, min(policy_version) AS x, "
+              "avg(duration_s) * 1e3 AS train_ms FROM train_steps GROUP BY b), "
+              "s AS (SELECT version // (SELECT w FROM w) AS b, min(version) AS x, avg(duration_s) * 1e3 AS sync_ms "
+              "FROM weight_syncs GROUP BY b) SELECT coalesce(t.x, s.x) AS x, t.train_ms AS \"train step (ms)\", "
               "s.sync_ms AS \"weight sync (ms)\" FROM t FULL JOIN s USING (b) ORDER BY x",
               "policy version", "milliseconds", kind=Kind.MARKERS, break_gaps=False, x_axis="policy_version"),
-    ChartSpec("throughput", "rollout throughput",
-              _ROLLOUT_BINS + "SELECT t AS x, steps / width AS \"env steps/s\", t FROM c ORDER BY bin",
-              "seconds since run start", "env steps per second", x_axis="time"),
-    ChartSpec("staleness", "staleness: policy lag of each rollout when it was made",
-              "SELECT r.lag AS x, count(*) AS rollouts FROM (SELECT greatest(t.policy_version - r.policy_version, 0) "
-              "AS lag FROM rollouts r ASOF LEFT JOIN train_steps t ON r.ts >= t.ts) r GROUP BY 1 ORDER BY 1",
+    ChartSpec("throughput", "rollout throughput", _ROLLOUT_BINS,
+              "seconds since run start", "env steps per second", x_axis="time", x="t", y=("env steps/s",)),
+    ChartSpec("staleness", f"staleness: policy lag of the latest {STALENESS_WINDOW // 1000}k rollouts when made",
+              "SELECT greatest(coalesce(t.policy_version, 0) - r.policy_version, 0) AS x, count(*) AS rollouts "
+              "FROM (SELECT ts, policy_version FROM rollouts WHERE rowid > (SELECT max(rowid) FROM rollouts) - "
+              f"{STALENESS_WINDOW}) r ASOF LEFT JOIN train_steps t ON r.ts >= t.ts GROUP BY 1 ORDER BY 1",
               "trainer version minus rollout version", "rollouts", kind=Kind.BAR, break_gaps=False, x_axis="lag"),
     ChartSpec("host_cpu", "host CPU", _time_binned("host_health", "cpu_pct", "host"),
               "seconds since run start", "CPU %", page=Page.HEALTH, x_axis="time"),
@@ -247,8 +279,10 @@ CHARTS: tuple[ChartSpec, ...] = (
     ChartSpec("gpu_power", "GPU power", _time_binned("gpu_health", "power_w", "host || ':' || gpu"),
               "seconds since run start", "W", page=Page.HEALTH, x_axis="time"),
     ChartSpec("deaths", "proc deaths (dashed lines on the env-steps charts)",
-              "SELECT (SELECT coalesce(sum(length), 0) FROM rollouts r WHERE r.ts <= a.ts) AS x, "
-              "mesh || '[' || rank || '] ' || proc AS y FROM actors a WHERE event = 'died' ORDER BY ts",
+              "WITH d AS (SELECT ts, mesh || '[' || rank || '] ' || proc AS y FROM actors WHERE event = 'died'), "
+              "r AS (SELECT max(ts) AS ts, sum(length) AS n FROM rollouts WHERE (SELECT count(*) FROM d) > 0 "
+              "GROUP BY epoch_us(ts) // 100000), c AS (SELECT ts, sum(n) OVER (ORDER BY ts) AS env_steps FROM r) "
+              "SELECT coalesce(c.env_steps, 0) AS x, d.y FROM d ASOF LEFT JOIN c ON d.ts >= c.ts ORDER BY d.ts",
               "env steps generated", "proc", kind=Kind.MARKERS, break_gaps=False),
     ChartSpec("proc_events", "proc events (deaths, restarts, injected faults)",
               "SELECT epoch(ts) - {t0} AS x, mesh || '[' || rank || '] ' || proc AS y, event AS series FROM actors "

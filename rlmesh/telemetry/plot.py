@@ -58,8 +58,7 @@ def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
     drawn = [0] * len(panels)
     deaths_total = 0
     for k, run_dir in enumerate(run_dirs):
-        def q(sql: str, _d: Path = run_dir) -> Any:
-            return query_run_dir(_d, sql)
+        q = charts.memoized(lambda sql, _d=run_dir: query_run_dir(_d, sql))
 
         color = colors[k % len(colors)] if overlay else None
         prefix = f"{run_dir.name} " if overlay else ""
