@@ -66,3 +66,67 @@ def test_export_setting_is_checked():
     assert TelemetryConfig().export_targets() == []
     with pytest.raises(TelemetryConfigError, match="telemetry.export='tensorbord'.*tensorboard"):
         TelemetryConfig(export="tensorbord")
+
+
+def _wandb_history(path):
+    """History rows of an offline ``.wandb`` file: LevelDB-log framing (32 KiB blocks, 7-byte record headers)
+    after a 7-byte ``:W&B`` header, each record a ``wandb_internal_pb2.Record``."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, records, buf = 7, [], b""
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            records.append(chunk)
+        elif kind == 2:
+            buf = chunk
+        elif kind == 3:
+            buf += chunk
+        elif kind == 4:
+            records.append(buf + chunk)
+    rows = []
+    for raw in records:
+        rec = pb.Record()
+        rec.ParseFromString(raw)
+        if rec.WhichOneof("record_type") == "history":
+            rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+    return rows
+
+
+@pytest.mark.timeout(180)
+def test_wandb_export_offline_matches_the_sql_rows(runs_dir, monkeypatch):
+    pytest.importorskip("wandb", reason="W&B export is tested where wandb is installed (pip install wandb)")
+    from rlmesh.telemetry.api import current_run_dir
+    from rlmesh.telemetry.export import start_export
+
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no network, no account
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_id = tm.start_run()
+    exporter = start_export(["wandb"], current_run_dir(), run_id, interval_s=0.1)
+    for i in range(8):
+        tm.record("evals", step=i, policy_version=i, metric="mean_return", value=float(i * 10), episodes=3,
+                  env_steps=100 * i)
+        tm.record("train_steps", step=i + 1, policy_version=i + 1, loss=1.0 / (i + 1), samples=100,
+                  metrics=json.dumps({"losses/policy_loss": -0.1 * i}))
+    tm.flush()
+    exporter.stop()
+    (path,) = (current_run_dir() / "wandb").glob("offline-run-*/run-*.wandb")
+    rows = _wandb_history(path)
+    got = lambda tag: [(r["global_step"], r[tag]) for r in rows if tag in r]  # noqa: E731
+    q = lambda sql: [tuple(r.values()) for r in tm.query(sql).to_pylist()]  # noqa: E731
+    assert got("eval/mean_return") == [(s, pytest.approx(v)) for s, v in
+                                       q("SELECT env_steps, value FROM evals ORDER BY rowid")]
+    assert got("losses/policy_loss") == [(100 * (i + 1), pytest.approx(-0.1 * i)) for i in range(8)]
+    tm.end_run()
