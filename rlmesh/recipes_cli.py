@@ -28,6 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from rlmesh.dashboard.attach import watching
+
 logger = logging.getLogger(__name__)
 
 _PKG = Path(__file__).resolve().parent
@@ -194,8 +196,6 @@ def run_config(cfg: Any, launcher: str = "local") -> dict:
     """Run an already validated recipe config with its program; the program's closing numbers
     are also written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
     import json
-
-    from rlmesh.dashboard.attach import watching
 
     with watching(cfg):  # telemetry.dashboard / telemetry.export: started with the run, stopped with it
         result = load_program(cfg.program).main(cfg, launcher)

@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
@@ -24,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from rlmesh.dashboard import data
 from rlmesh.dashboard.auth import TokenMiddleware
 from rlmesh.telemetry import charts
+from rlmesh.telemetry.cli import _flatten_nested, to_json
 from rlmesh.telemetry.errors import ReadOnlyQueryError, RunNotFoundError
 
 logger = logging.getLogger(__name__)
@@ -89,8 +92,6 @@ def create_app(rd: data.RunDirectory, token: str, *, refresh_s: float = 2.0, coo
             return _error(exc)
 
     def api_sql(request: Request) -> Response:
-        from rlmesh.telemetry.cli import _flatten_nested, to_json
-
         run = request.path_params["run"]
         sql = request.query_params.get("q", "").strip()
         fmt = request.query_params.get("format", "json")
@@ -101,15 +102,11 @@ def create_app(rd: data.RunDirectory, token: str, *, refresh_s: float = 2.0, coo
         except Exception as exc:  # noqa: BLE001
             return _error(exc)
         if fmt == "csv":
-            import pyarrow.csv as pcsv
-
             buf = io.BytesIO()
             pcsv.write_csv(_flatten_nested(tbl), buf)
             return Response(buf.getvalue(), media_type="text/csv",
                             headers={"Content-Disposition": f'attachment; filename="{run}-query.csv"'})
         if fmt == "parquet":
-            import pyarrow.parquet as pq
-
             buf = io.BytesIO()
             pq.write_table(tbl, buf)
             return Response(buf.getvalue(), media_type="application/vnd.apache.parquet",

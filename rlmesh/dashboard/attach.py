@@ -19,6 +19,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import rlmesh as rm
+from rlmesh.dashboard.auth import DASHBOARD_JSON, TOKEN_ENV, new_token
+from rlmesh.telemetry.run import read_json
+
 logger = logging.getLogger(__name__)
 
 URL_WAIT_S = 60.0
@@ -27,10 +31,6 @@ URL_WAIT_S = 60.0
 
 def start_dashboard(run_dir: Path, port: int = 0) -> tuple[subprocess.Popen, str | None]:
     """``rlmesh dashboard <run>`` as a child that exits with this process; returns it and its URL."""
-    from rlmesh.dashboard.auth import new_token
-    from rlmesh.dashboard.server import DASHBOARD_JSON, TOKEN_ENV
-    from rlmesh.telemetry.run import read_json
-
     env = dict(os.environ, **{TOKEN_ENV: new_token()})  # the token travels in the environment, not in `ps`
     (run_dir / DASHBOARD_JSON).unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "rlmesh.cli", "dashboard", run_dir.name, "--port", str(port),
@@ -55,7 +55,7 @@ def watching(cfg: Any) -> Iterator[None]:
     if tel is None or not tel.enabled or not (tel.dashboard or targets):
         yield
         return
-    import rlmesh as rm
+    # pyarrow loads only when a run is watched (rlmesh.telemetry's import-cost rule: `rlmesh run --help` stays quick)
     from rlmesh.telemetry.api import current_run_dir
     from rlmesh.telemetry.export import start_export
 
@@ -89,6 +89,4 @@ def watching(cfg: Any) -> Iterator[None]:
                 dash.kill()
                 dash.wait()
         if dash is not None:
-            from rlmesh.dashboard.server import DASHBOARD_JSON
-
             (run_dir / DASHBOARD_JSON).unlink(missing_ok=True)  # uvicorn re-raises SIGTERM before cleaning up

@@ -16,8 +16,13 @@ import secrets
 import socket
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qs
 
 TOKEN_PARAM = "token"
+TOKEN_ENV = "RLMESH_DASHBOARD_TOKEN"
+"""Where ``rlmesh dashboard`` takes its token from when ``--token`` is not given."""
+DASHBOARD_JSON = "dashboard.json"
+"""``runs/<run>/dashboard.json`` (mode 0600): the URL of the dashboard serving that run, while it serves."""
 
 
 class DashboardSecurityError(ValueError):
@@ -78,8 +83,6 @@ class TokenMiddleware:
 
     def _presented(self, scope: dict[str, Any]) -> tuple[str | None, bool]:
         """The token the request carries, and whether it came in the URL (then a cookie is set)."""
-        from urllib.parse import parse_qs
-
         qs = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         if qs.get(TOKEN_PARAM):
             return qs[TOKEN_PARAM][0], True
@@ -102,7 +105,7 @@ class TokenMiddleware:
             return
         token, in_url = self._presented(scope)
         if token is None or not secrets.compare_digest(token.encode(), self.token.encode()):
-            from starlette.responses import PlainTextResponse
+            from starlette.responses import PlainTextResponse  # the dashboard extra; auth.py's checks work without it
 
             await PlainTextResponse("403: this dashboard needs its token: open the URL `rlmesh dashboard` printed "
                                     "(…?token=...)", status_code=403)(scope, receive, send)

@@ -9,6 +9,7 @@ from the browser, so a page can never open a file outside the runs directory.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
 import time
@@ -16,13 +17,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import duckdb
 import pyarrow as pa
 
 from rlmesh.rl.report import WORK_ACCOUNT_SQL
 from rlmesh.telemetry import charts
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.errors import RunNotFoundError
-from rlmesh.telemetry.reader import query_run_dir
+from rlmesh.telemetry.cli import to_json
+from rlmesh.telemetry.reader import query_run_dir, tables
+from rlmesh.telemetry.store import execute_read_only
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -61,10 +65,6 @@ class RunDirectory:
         if runs.live_service(run_dir):
             yield charts.memoized(lambda sql: query_run_dir(run_dir, sql))
             return
-        import duckdb
-
-        from rlmesh.telemetry.store import execute_read_only
-
         try:
             con = duckdb.connect(str(run_dir / runs.DB_NAME), read_only=True)
         except duckdb.IOException:  # its controller came back (resumed) in between: ask it
@@ -172,9 +172,6 @@ FROM actors WHERE event IN ('died', 'restarted', 'fault_injected', 'gave_up') OR
 
 def meshes(rd: RunDirectory, run: str) -> dict[str, Any]:
     """The meshes page: procs and their state, the fault timeline, recovery times, the work-item account."""
-    from rlmesh.telemetry.cli import to_json
-    import json
-
     with rd.session(run) as q:
         account = q(WORK_ACCOUNT_SQL).to_pylist()[0]
         return {"procs": json.loads(to_json(q(PROCS_SQL), run)), "events": json.loads(to_json(q(EVENTS_SQL), run)),
@@ -184,6 +181,4 @@ def meshes(rd: RunDirectory, run: str) -> dict[str, Any]:
 
 def schema(rd: RunDirectory, run: str) -> list[dict[str, Any]]:
     """Tables and columns of ``run`` with their documented meaning (shown beside the SQL box)."""
-    from rlmesh.telemetry.reader import tables
-
     return tables(rd.resolve(run)).to_pylist()

@@ -14,18 +14,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
 import time
 from pathlib import Path
 
-from rlmesh.dashboard.auth import DashboardSecurityError, ServeSecurity, new_token
+from rlmesh.dashboard.auth import DASHBOARD_JSON, TOKEN_ENV, DashboardSecurityError, ServeSecurity, new_token
+from rlmesh.dashboard.data import RunDirectory
+from rlmesh.telemetry.errors import RunNotFoundError
+from rlmesh.telemetry.run import pid_alive, write_json
 
 logger = logging.getLogger(__name__)
 
-TOKEN_ENV = "RLMESH_DASHBOARD_TOKEN"
-DASHBOARD_JSON = "dashboard.json"
 DEFAULT_PORT = 8265
 
 
@@ -46,8 +48,6 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _watch_parent(pid: int, server: object) -> None:
     """Stop serving when the run's controller exits (a dashboard started by a recipe must not outlive it)."""
-    from rlmesh.telemetry.run import pid_alive
-
     while pid_alive(pid):
         time.sleep(0.5)
     server.should_exit = True  # type: ignore[attr-defined]
@@ -67,16 +67,12 @@ def dashboard_main(argv: list[str]) -> int:
     p.add_argument("--exit-with-pid", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     try:
-        import uvicorn
+        import uvicorn  # the dashboard extra: a clear message below when it is missing
 
         from rlmesh.dashboard.app import create_app
     except ImportError as exc:
         print(f"rlmesh dashboard needs the dashboard extra: pip install 'rlmesh[dashboard]' ({exc})", file=sys.stderr)
         return 2
-    from rlmesh.dashboard.data import RunDirectory
-    from rlmesh.telemetry.errors import RunNotFoundError
-    from rlmesh.telemetry.run import write_json
-
     sec = ServeSecurity(a.host, a.token or os.environ.get(TOKEN_ENV) or new_token(), a.certfile, a.keyfile)
     try:
         sec.check()
@@ -112,6 +108,10 @@ def dashboard_main(argv: list[str]) -> int:
     server = uvicorn.Server(config)
     if a.exit_with_pid:
         threading.Thread(target=_watch_parent, args=(a.exit_with_pid, server), daemon=True).start()
+    def _exit_on_term(signum: int, frame: object) -> None:
+        raise SystemExit(0)  # uvicorn re-raises SIGTERM after its graceful stop: end here, cleanup below
+
+    signal.signal(signal.SIGTERM, _exit_on_term)
     try:
         server.run(sockets=[sock])
     finally:

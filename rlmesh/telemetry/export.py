@@ -182,7 +182,7 @@ def start_export(targets: list[str], run_dir: Path, run_id: str, config: Any = N
     """Start an :class:`Exporter` on ``run_dir`` for ``targets`` (``tensorboard``/``wandb``); None for none."""
     if not targets:
         return None
-    from rlmesh.telemetry.reader import query_run_dir
+    from rlmesh.telemetry.reader import query_run_dir  # pyarrow/DuckDB load on first use (rlmesh.telemetry's rule)
 
     sinks: list[Any] = []
     for t in targets:

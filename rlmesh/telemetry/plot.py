@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh.telemetry import charts
+from rlmesh.telemetry import run as run_paths
+from rlmesh.telemetry.errors import TelemetryError
+from rlmesh.telemetry.reader import query_run_dir
 
 
 def _draw(ax: Any, data: charts.ChartData, color: Any, label_prefix: str, styles: list[str]) -> int:
@@ -46,9 +49,6 @@ def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ImportError("rlmesh plot needs matplotlib: pip install matplotlib") from exc
-    from rlmesh.telemetry import run as run_paths
-    from rlmesh.telemetry.reader import query_run_dir
-
     run_dirs = [run_paths.resolve_run(r) for r in (runs or [run])]
     panels = charts.plot_panels()
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3 * len(panels)), sharex=True, squeeze=False)
@@ -103,8 +103,6 @@ def plot_main(argv: list[str]) -> int:
                    help="run id, 'latest' (default), run dir or .duckdb file; several runs are overlaid (a sweep)")
     p.add_argument("--out", help="PNG path (default runs/<run>/curves.png, or compare.png for several)")
     a = p.parse_args(argv)
-    from rlmesh.telemetry.errors import TelemetryError
-
     try:
         print(plot_run(None, a.out, runs=a.runs or None))
     except (TelemetryError, ImportError, FileNotFoundError) as exc:

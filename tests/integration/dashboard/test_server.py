@@ -40,6 +40,7 @@ for i in range(200):
 api.recorder().record_trusted("actors", {"event": "died", "proc": "rl.2", "mesh": "rl", "rank": 2, "signal": 9})
 api.recorder().record_trusted("actors", {"event": "restarted", "proc": "rl.2", "mesh": "rl", "rank": 2,
                                          "incarnation": 1, "recovery_s": 0.8})
+tm.flush()  # while the interpreter is alive (see the report: a first conversion at exit can fail)
 print(tm.current_run())
 """
     out = subprocess.run([sys.executable, "-c", script], env=clean_env(RLMESH_RUNS_DIR=str(runs),
@@ -59,6 +60,8 @@ def test_token_required_read_only_and_nothing_written(finished_run):
     proc, url, _ = start_dashboard(runs, run_id)
     try:
         base = base_of(url)
+        info = runs / run_id / "dashboard.json"
+        assert info.stat().st_mode & 0o777 == 0o600 and TOKEN in info.read_text()  # the URL, private
         assert url.startswith("http://127.0.0.1:") and url.endswith(f"/run/{run_id}?token={TOKEN}")
         # no token, a wrong token: 403 on pages, data, SQL and assets alike
         for path in ("/", f"/run/{run_id}", "/api/runs", f"/api/run/{run_id}/sql?q=SELECT%201",
@@ -113,6 +116,7 @@ def test_token_required_read_only_and_nothing_written(finished_run):
     finally:
         proc.terminate()
         proc.wait(30)
+    assert not (runs / run_id / "dashboard.json").exists()  # removed when it stops
     assert (_digest(db), db.stat().st_mtime_ns) == before
 
 

@@ -123,7 +123,9 @@ def test_wandb_export_offline_matches_the_sql_rows(runs_dir, monkeypatch):
     tm.flush()
     exporter.stop()
     (path,) = (current_run_dir() / "wandb").glob("offline-run-*/run-*.wandb")
-    rows = _wandb_history(path)
+    deadline = time.monotonic() + 60  # wandb's own service process writes the file; wait until it has
+    while len(rows := _wandb_history(path)) < 16 and time.monotonic() < deadline:
+        time.sleep(0.2)
     got = lambda tag: [(r["global_step"], r[tag]) for r in rows if tag in r]  # noqa: E731
     q = lambda sql: [tuple(r.values()) for r in tm.query(sql).to_pylist()]  # noqa: E731
     assert got("eval/mean_return") == [(s, pytest.approx(v)) for s, v in
