@@ -218,6 +218,16 @@ def _browser(url: str):
     return d
 
 
+def _cpu_s(pid: int) -> float:
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return float("nan")
+
+
 def _one_run(steps: int, attach: str | None, workdir: Path) -> float:
     args = PPO + [f"trainer.total_steps={steps}"] + (["telemetry.dashboard=true"] if attach else [])
     env = _env(RLMESH_RUNS_DIR=str(workdir / "runs"))
@@ -225,6 +235,7 @@ def _one_run(steps: int, attach: str | None, workdir: Path) -> float:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     client = None
     lines = []
+    last_cpu = [0.0]
     for line in proc.stdout:
         lines.append(line)
         if attach and client is None and line.startswith("dashboard: "):
@@ -232,13 +243,29 @@ def _one_run(steps: int, attach: str | None, workdir: Path) -> float:
             client = _browser(url) if attach == "browser" else _Poller(url)
             if isinstance(client, _Poller):
                 client.start()
+            info = json.loads(((workdir / "runs" / "latest").resolve() / "dashboard.json").read_text())
+            sampler = threading.Thread(target=_sample_cpu, args=(info["pid"], last_cpu), daemon=True)
+            sampler.start()
     proc.wait()
     if client is not None:
         client.quit() if attach == "browser" else client.stop.set()
     if proc.returncode != 0:
         raise RuntimeError("".join(lines[-40:]))
     latest = (workdir / "runs" / "latest").resolve()
-    return float(json.loads((latest / "result.json").read_text())["wall_s"])
+    wall = float(json.loads((latest / "result.json").read_text())["wall_s"])
+    if attach:
+        print(f"    (dashboard process: {last_cpu[0]:.2f} CPU s over the run, {last_cpu[0] / wall * 100:.1f} % of one core)")
+    return wall
+
+
+def _sample_cpu(pid: int, out: list[float]) -> None:
+    """Keep the dashboard process's CPU seconds up to date until it exits (with the run)."""
+    while True:
+        v = _cpu_s(pid)
+        if v != v:
+            return
+        out[0] = v
+        time.sleep(0.5)
 
 
 def overhead_benchmark(pairs: int, steps: int, client: str) -> tuple[list[float], list[float]]:
