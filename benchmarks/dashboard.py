@@ -189,13 +189,13 @@ class _Poller(threading.Thread):
     def __init__(self, url: str):
         super().__init__(daemon=True)
         self.base = url.split("/", 3)[0] + "//" + url.split("/", 3)[2]
-        self.run = url.split("/run/")[1].split("?")[0]
+        self.run_id = url.split("/run/")[1].split("?")[0]
         self.stop = threading.Event()
 
     def run(self) -> None:  # noqa: F811 - Thread.run
         while not self.stop.wait(2.0):
             try:
-                _get(f"{self.base}/api/run/{self.run}/charts?page=run")
+                _get(f"{self.base}/api/run/{self.run_id}/charts?page=run")
             except OSError:
                 return
 
