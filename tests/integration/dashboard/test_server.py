@@ -128,3 +128,23 @@ def test_off_loopback_needs_tls_and_a_real_token(tmp_path):
     out = subprocess.run([sys.executable, "-m", "rlmesh.cli", "dashboard", "--token", "short", "--runs-dir",
                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "too short" in out.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_recipe_started_dashboard_exits_when_its_controller_is_killed(finished_run):
+    """`telemetry.dashboard=true` starts the dashboard with --exit-with-pid <controller>: a SIGKILLed
+    controller (no atexit, no terminate) must not leave it serving."""
+    runs, run_id = finished_run
+    controller = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    proc, url, _ = start_dashboard(runs, run_id, "--exit-with-pid", str(controller.pid))
+    try:
+        assert get(url)[0] == 200
+        controller.kill()
+        controller.wait(30)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if controller.poll() is None:
+            controller.kill()
+    assert not (runs / run_id / "dashboard.json").exists()
