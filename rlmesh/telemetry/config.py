@@ -8,6 +8,7 @@ same settings; each variable can also be set by hand (see ``docs/telemetry.md``)
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 
@@ -60,6 +61,16 @@ class TelemetryConfig:
             raise TelemetryConfigError(
                 f"telemetry.export={self.export!r}: unknown target {unknown[0]!r}; use none, "
                 f"{', '.join(EXPORT_TARGETS)} or both comma-separated (telemetry.export='tensorboard,wandb')")
+        for target in self.export_targets():
+            if importlib.util.find_spec(target) is None:
+                raise TelemetryConfigError(
+                    f"telemetry.export={self.export!r} needs {target}, which is not installed: pip install {target}"
+                    + (" (or pip install 'rlmesh[dashboard]')" if target == "tensorboard" else "")
+                    + ", or drop it from telemetry.export")
+        missing = [m for m in ("starlette", "uvicorn", "plotly") if importlib.util.find_spec(m) is None]
+        if self.dashboard and missing:
+            raise TelemetryConfigError(f"telemetry.dashboard=true needs {', '.join(missing)}: "
+                                       "pip install 'rlmesh[dashboard]', or set telemetry.dashboard=false")
         if not 0 <= self.dashboard_port <= 65535:
             raise TelemetryConfigError(f"telemetry.dashboard_port={self.dashboard_port}: use 0 (a free port) to 65535")
         if not 0 < self.flush_interval_s <= 0.9:

@@ -61,11 +61,17 @@ def test_tensorboard_export_matches_the_sql_rows(runs_dir):
     tm.end_run()
 
 
-def test_export_setting_is_checked():
-    assert TelemetryConfig(export="tensorboard, wandb").export_targets() == ["tensorboard", "wandb"]
+def test_export_setting_is_checked(monkeypatch):
+    assert TelemetryConfig(export="tensorboard").export_targets() == ["tensorboard"]
     assert TelemetryConfig().export_targets() == []
     with pytest.raises(TelemetryConfigError, match="telemetry.export='tensorbord'.*tensorboard"):
         TelemetryConfig(export="tensorbord")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(TelemetryConfigError, match="needs wandb, which is not installed: pip install wandb"):
+        TelemetryConfig(export="tensorboard,wandb")
 
 
 def _wandb_history(path):
