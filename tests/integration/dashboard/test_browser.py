@@ -101,6 +101,13 @@ def test_browser_watches_a_live_run_with_a_killed_generator(tmp_path):
                        60, "the refusal of a write")
         assert "read-only" in err
 
+        run_id = url.split("/run/")[1].split("?")[0]
+        driver.get(f"{base_of(url)}/compare?runs={run_id},{run_id}")  # the page a sweep's members are overlaid on
+        wait_for(lambda: _points(driver, "eval_env_steps") > 0, 120, "the comparison's evaluation chart")
+        legend = _js(driver, "return document.getElementById('chart-eval_env_steps').innerText;")
+        assert legend.count(run_id) >= 2  # one series per run
+        driver.save_screenshot(str(shots / "compare.png"))
+
         driver.get(base_of(url) + "/")
         wait_for(lambda: _js(driver, "return document.getElementById('runs-table') !== null;"), 60, "the runs list")
         assert "running" in _js(driver, "return document.getElementById('runs-table').innerText;")
