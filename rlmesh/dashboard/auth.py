@@ -69,7 +69,7 @@ class ServeSecurity:
             raise DashboardSecurityError(
                 f"refusing to serve the dashboard on {self.host!r} without TLS: the token would cross the network "
                 "in clear text. Add --certfile CERT.pem --keyfile KEY.pem, or keep the default --host 127.0.0.1 "
-                "and reach it through an SSH tunnel (ssh -L 8265:127.0.0.1:8265 host)")
+                "and reach it through an SSH tunnel (ssh -L 8299:127.0.0.1:8299 host)")
 
 
 class TokenMiddleware:

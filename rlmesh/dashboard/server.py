@@ -28,7 +28,7 @@ from rlmesh.telemetry.run import pid_alive, write_json
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORT = 8265
+DEFAULT_PORT = 8299  # not 8265: Ray's dashboard, often on the same hosts
 
 
 def _bind(host: str, port: int) -> socket.socket:
