@@ -1,7 +1,7 @@
 """``rlmesh dashboard [RUN]``: serve the dashboard (uvicorn) and print its URL with the token.
 
     rlmesh dashboard                      # every run under ./runs, opened at the latest one
-    rlmesh dashboard 20261203-101500-a1b2 --port 8265
+    rlmesh dashboard 20261203-101500-a1b2 --port 8300
     rlmesh dashboard --host 0.0.0.0 --certfile cert.pem --keyfile key.pem   # off loopback: TLS required
 
 The URL carries a random token (``--token`` or ``RLMESH_DASHBOARD_TOKEN`` to choose one);
