@@ -11,13 +11,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("rlmesh.telemetry.cli:sql_main", 'query a run: rlmesh sql [RUN] "SELECT ..."'),
     "runs": ("rlmesh.telemetry.cli:runs_main", "list runs"),
     "plot": ("rlmesh.telemetry.plot:plot_main", "render reward and loss curves of a run to PNG"),
+    "dashboard": ("rlmesh.dashboard.server:dashboard_main", "live web pages over the runs: rlmesh dashboard [RUN]"),
     "k8s": ("rlmesh.recipes.k8s:k8s_main", "render or clean up Kubernetes objects"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: rlmesh <command> [args]", "", "commands:"]
-    lines += [f"  {name:<6} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
 

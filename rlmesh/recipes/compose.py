@@ -31,6 +31,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue, ValidationError
 
+from rlmesh.dashboard.attach import watching
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.config_store import SCHEMAS, register
 from rlmesh.telemetry.api import current_run_dir
@@ -201,7 +202,8 @@ def run_config(cfg: Any, launcher: str = "local") -> Any:
     """Run an already validated recipe config with its program and return what it returns (a
     :class:`rlmesh.recipes.loop.RunResult` for the shipped programs); its closing numbers are also
     written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
-    result = load_program(cfg.program).main(cfg, launcher)
+    with watching(cfg):  # telemetry.dashboard / telemetry.export: started with the run, stopped with it
+        result = load_program(cfg.program).main(cfg, launcher)
     run_dir = current_run_dir()
     plain = result.to_dict() if hasattr(result, "to_dict") else result
     if run_dir is not None and isinstance(plain, dict):

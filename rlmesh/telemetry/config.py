@@ -8,12 +8,14 @@ same settings; each variable can also be set by hand (see ``docs/telemetry.md``)
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 
 from rlmesh.telemetry.errors import TelemetryError
 
 FLUSH_ENV = "RLMESH_TELEMETRY_FLUSH_S"
+EXPORT_TARGETS = ("tensorboard", "wandb")
 
 
 class TelemetryConfigError(TelemetryError, ValueError):
@@ -42,7 +44,35 @@ class TelemetryConfig:
     """Span rows per second per (actor, endpoint) in each proc; calls beyond it are counted
     in the next row's ``weight`` instead of getting their own row."""
 
+    dashboard: bool = False
+    """Start ``rlmesh dashboard`` for the run (``rlmesh run``) and print its URL; it stops with the run."""
+
+    dashboard_port: int = 0
+    """Port of that dashboard on 127.0.0.1; 0 picks a free one."""
+
+    export: str = "none"
+    """Mirror evals, train steps and rollout statistics to ``tensorboard`` (event files in
+    ``runs/<run>/tensorboard``) and/or ``wandb`` (offline unless ``WANDB_MODE`` says otherwise),
+    comma-separated; ``none`` = off. See docs/dashboard.md."""
+
     def __post_init__(self) -> None:
+        unknown = [t for t in self.export_targets() if t not in EXPORT_TARGETS]
+        if unknown:
+            raise TelemetryConfigError(
+                f"telemetry.export={self.export!r}: unknown target {unknown[0]!r}; use none, "
+                f"{', '.join(EXPORT_TARGETS)} or both comma-separated (telemetry.export='tensorboard,wandb')")
+        for target in self.export_targets():
+            if importlib.util.find_spec(target) is None:
+                raise TelemetryConfigError(
+                    f"telemetry.export={self.export!r} needs {target}, which is not installed: pip install {target}"
+                    + (" (or pip install 'rlmesh[dashboard]')" if target == "tensorboard" else "")
+                    + ", or drop it from telemetry.export")
+        missing = [m for m in ("starlette", "uvicorn", "plotly") if importlib.util.find_spec(m) is None]
+        if self.dashboard and missing:
+            raise TelemetryConfigError(f"telemetry.dashboard=true needs {', '.join(missing)}: "
+                                       "pip install 'rlmesh[dashboard]', or set telemetry.dashboard=false")
+        if not 0 <= self.dashboard_port <= 65535:
+            raise TelemetryConfigError(f"telemetry.dashboard_port={self.dashboard_port}: use 0 (a free port) to 65535")
         if not 0 < self.flush_interval_s <= 0.9:
             raise TelemetryConfigError(
                 f"telemetry.flush_interval_s={self.flush_interval_s} must be in (0, 0.9] seconds, "
@@ -56,6 +86,10 @@ class TelemetryConfig:
                 "to record no spans")
         if not self.runs_dir:
             raise TelemetryConfigError("telemetry.runs_dir is empty; use 'runs' or a path")
+
+    def export_targets(self) -> list[str]:
+        """``export`` as a list (``[]`` for none)."""
+        return [t.strip().lower() for t in str(self.export or "").split(",") if t.strip() and t.strip().lower() != "none"]
 
     def env(self) -> dict[str, str]:
         """The environment variables this config stands for."""

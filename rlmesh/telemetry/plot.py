@@ -1,10 +1,12 @@
-"""``rlmesh plot RUN``: reward and loss curves of a run as one PNG, with proc deaths marked.
+"""``rlmesh plot RUN [RUN ...]``: a run's curves as one PNG, for headless use (the dashboard's, on paper).
 
-Why a PNG from the CLI: the first question after a run is "did it learn?", and the
-answer should not need a notebook. Reward is the mean ``rollouts.reward`` per time
-bin, loss is ``train_steps.loss`` per step; a dashed red line marks every ``died``
-event in ``actors`` so a dip can be matched with a crash at a glance. Works live
-(through the service) and after the run. Uses matplotlib's Agg backend (no display).
+Why a PNG from the CLI: the first question after a run is "did it learn?", and the answer
+should not need a browser or a notebook. The panels are the ``plot=True`` charts of
+:mod:`rlmesh.telemetry.charts` — the same SQL and axes the dashboard draws — stacked on one
+shared env-steps axis: the greedy evaluation (the metric a recipe stops on), the rollouts'
+episodic return and the training losses. Lines break where the run stalled; a dashed red line
+marks every proc death. Several runs (a sweep's members) are overlaid, one colour per run.
+Works live (through the service) and after the run; matplotlib's Agg backend (no display).
 """
 
 from __future__ import annotations
@@ -15,38 +17,31 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from rlmesh.telemetry import run as runs
+from rlmesh.telemetry import charts
+from rlmesh.telemetry import run as run_paths
 from rlmesh.telemetry.errors import TelemetryError
 from rlmesh.telemetry.reader import query_run_dir
 
-MAX_POINTS = 200
+
+def _draw(ax: Any, data: charts.ChartData, color: Any, label_prefix: str, styles: list[str]) -> int:
+    """Draw a chart's series on ``ax`` (None points leave gaps); returns how many were drawn."""
+    drawn = 0
+    for i, s in enumerate(data.series):
+        if not s.x:
+            continue
+        xs = [float("nan") if v is None else v for v in s.x]
+        ys = [float("nan") if v is None else v for v in s.y]
+        style = styles[i % len(styles)]
+        marker = "o" if data.kind == charts.Kind.MARKERS or len([v for v in xs if v == v]) < 3 else None
+        ax.plot(xs, ys, style, color=color, lw=1.5, marker=marker, ms=3, label=f"{label_prefix}{s.name}")
+        drawn += 1
+    return drawn
 
 
-def _binned(t: np.ndarray, y: np.ndarray, bins: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """Mean of ``y`` in up to ``bins`` equal-width bins of ``t`` (empty bins dropped)."""
-    if len(t) <= bins:
-        return t, y
-    edges = np.linspace(t.min(), t.max(), bins + 1)
-    idx = np.clip(np.digitize(t, edges) - 1, 0, bins - 1)
-    counts = np.bincount(idx, minlength=bins)
-    sums = np.bincount(idx, weights=y, minlength=bins)
-    keep = counts > 0
-    centers = (edges[:-1] + edges[1:]) / 2
-    return centers[keep], sums[keep] / counts[keep]
-
-
-def _s(n: int) -> str:
-    return "" if n == 1 else "s"
-
-
-def _col(tbl: Any, name: str) -> np.ndarray:
-    return np.asarray(tbl.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
-
-
-def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[str] | None = None) -> Path:
-    """Render the run's curves to ``out`` (default ``runs/<run>/curves.png``); returns the path."""
+def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[str] | None = None,
+             runs: list[str | os.PathLike[str]] | None = None) -> Path:
+    """Render the curves of ``run`` (or overlay every run in ``runs``) to ``out`` (default
+    ``runs/<run>/curves.png``); returns the path."""
     try:
         import matplotlib  # deferred: optional extra rlmesh[plot], loaded only by rlmesh plot
 
@@ -54,56 +49,62 @@ def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
         import matplotlib.pyplot as plt  # deferred: optional extra rlmesh[plot], loaded only by rlmesh plot
     except ImportError as exc:
         raise ImportError("rlmesh plot needs matplotlib: pip install 'rlmesh[plot]'") from exc
-    run_dir = runs.resolve_run(run)
+    run_dirs = [run_paths.resolve_run(r) for r in (runs or [run])]
+    panels = charts.plot_panels()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3 * len(panels)), sharex=True, squeeze=False)
+    axes = axes[:, 0]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    overlay = len(run_dirs) > 1
+    drawn = [0] * len(panels)
+    deaths_total = 0
+    for k, run_dir in enumerate(run_dirs):
+        q = charts.memoized(lambda sql, _d=run_dir: query_run_dir(_d, sql))
 
-    def q(sql: str) -> Any:
-        return query_run_dir(run_dir, sql)
-
-    t0 = q("SELECT epoch(start_ts) AS t0 FROM runs LIMIT 1")
-    start = t0.column("t0")[0].as_py() if t0.num_rows else 0.0
-    rew = q("SELECT epoch(ts) AS t, reward FROM rollouts WHERE reward IS NOT NULL ORDER BY ts")
-    loss = q("SELECT step, loss FROM train_steps WHERE loss IS NOT NULL ORDER BY step")
-    deaths = q("SELECT epoch(ts) AS t, proc FROM actors WHERE event = 'died' ORDER BY ts")
-    died_at = _col(deaths, "t") - start if deaths.num_rows else np.array([])
-
-    fig, (ax_r, ax_l) = plt.subplots(2, 1, figsize=(9, 6.5))
-    fig.suptitle(f"run {run_dir.name}")
-    if rew.num_rows:
-        t, y = _binned(_col(rew, "t") - start, _col(rew, "reward"))
-        ax_r.plot(t, y, color="tab:blue", lw=1.5)
-        for d in died_at:
-            ax_r.axvline(d, color="tab:red", ls="--", lw=1)
-        ax_r.set_title(f"rollouts/reward (mean per bin, {rew.num_rows:,} rollouts"
-                       f"{f', {len(died_at)} proc death{_s(len(died_at))} dashed' if len(died_at) else ''})")
-    else:
-        ax_r.text(0.5, 0.5, "no rollouts rows", ha="center", va="center", transform=ax_r.transAxes)
-    ax_r.set_xlabel("seconds since run start")
-    ax_r.set_ylabel("reward")
-    if loss.num_rows:
-        s, y = _binned(_col(loss, "step"), _col(loss, "loss"))
-        ax_l.plot(s, y, color="tab:orange", lw=1.5)
-        ax_l.set_title(f"train/loss ({loss.num_rows:,} steps)")
-    else:
-        ax_l.text(0.5, 0.5, "no train_steps rows", ha="center", va="center", transform=ax_l.transAxes)
-    ax_l.set_xlabel("optimiser step")
-    ax_l.set_ylabel("loss")
-    for ax in (ax_r, ax_l):
+        color = colors[k % len(colors)] if overlay else None
+        prefix = f"{run_dir.name} " if overlay else ""
+        deaths = charts.evaluate(charts.DEATHS, q)
+        died_at = [x for s in deaths.series for x in s.x if x is not None]
+        deaths_total += len(died_at)
+        for i, (ax, spec) in enumerate(zip(axes, panels)):
+            data = charts.evaluate(spec, q)
+            styles = ["-", "--", ":", "-."]
+            if overlay:
+                drawn[i] += _draw(ax, data, color, prefix, styles)
+            else:
+                for j, s in enumerate(data.series):  # one colour per series within a single run
+                    one = charts.ChartData(data.id, data.title, data.kind, data.x_label, data.y_label, [s])
+                    drawn[i] += _draw(ax, one, colors[j % len(colors)], "", ["-"])
+            for d in died_at:
+                ax.axvline(d, color="tab:red", ls="--", lw=0.8, alpha=0.7)
+    for ax, spec, n in zip(axes, panels, drawn):
+        ax.set_title(spec.title)
+        ax.set_ylabel(spec.y_label)
         ax.grid(alpha=0.3)
+        if n:
+            ax.legend(fontsize=7, loc="best")
+        else:
+            ax.text(0.5, 0.5, "no rows yet", ha="center", va="center", transform=ax.transAxes)
+    axes[-1].set_xlabel("env steps (generated for rollouts, trained for evaluation and losses)")
+    names = ", ".join(d.name for d in run_dirs)
+    fig.suptitle(f"run{'s' if overlay else ''} {names}" + (f"  ({deaths_total} proc death"
+                 f"{'' if deaths_total == 1 else 's'} dashed red)" if deaths_total else ""), fontsize=10)
     fig.tight_layout()
-    path = Path(out) if out else run_dir / "curves.png"
+    path = Path(out) if out else run_dirs[0] / ("curves.png" if not overlay else "compare.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
 def plot_main(argv: list[str]) -> int:
-    """``rlmesh plot [RUN] [--out FILE]``: prints the PNG's path."""
-    p = argparse.ArgumentParser(prog="rlmesh plot", description="reward and loss curves of a run, as PNG")
-    p.add_argument("run", nargs="?", default=None, help="run id, 'latest' (default), run dir or .duckdb file")
-    p.add_argument("--out", help="PNG path (default runs/<run>/curves.png)")
+    """``rlmesh plot [RUN ...] [--out FILE]``: prints the PNG's path."""
+    p = argparse.ArgumentParser(prog="rlmesh plot",
+                                description="evaluation, reward and loss curves of a run (or of several, overlaid), as PNG")
+    p.add_argument("runs", nargs="*", default=None,
+                   help="run id, 'latest' (default), run dir or .duckdb file; several runs are overlaid (a sweep)")
+    p.add_argument("--out", help="PNG path (default runs/<run>/curves.png, or compare.png for several)")
     a = p.parse_args(argv)
     try:
-        print(plot_run(a.run, a.out))
+        print(plot_run(None, a.out, runs=a.runs or None))
     except (TelemetryError, ImportError, FileNotFoundError) as exc:
         print(f"rlmesh plot: {exc}", file=sys.stderr)
         return 1

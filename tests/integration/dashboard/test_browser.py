@@ -1,0 +1,141 @@
+"""A real browser on the dashboard of a LIVE ppo_cartpole run (``rlmesh run ... telemetry.dashboard=true``,
+as a user starts it): headless Chromium driven by Selenium watches the curve gain points, sees the
+meshes page show a SIGKILLed generator's death and restart, runs a query in the SQL box and saves
+screenshots (under the test's tmp dir; ``RLMESH_DASHBOARD_SHOTS=DIR`` copies them there, for docs)."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dash_helpers import LineReader, base_of, chromium_or_skip, clean_env, get, wait_for
+
+pytest.importorskip("starlette")
+
+LIVE_PPO = ["recipe=ppo_cartpole", "generator.replicas=2", "generator.num_envs=2", "generator.num_steps=64",
+            "trainer.total_steps=10000000", "trainer.num_minibatches=2", "trainer.update_epochs=1",
+            "eval.every=1024", "eval.episodes=2", "eval.target=null", "run.progress=false",
+            "faults.kill=generator", "faults.start_after_s=8", "faults.every_s=30", "faults.max_faults=1",
+            "telemetry.dashboard=true", "telemetry.health_interval_s=1"]
+
+
+def _js(driver, script):
+    return driver.execute_script(script)
+
+
+def _points(driver, chart_id) -> int:
+    return int(_js(driver, f"const d = document.getElementById('chart-{chart_id}'); "
+                           "return d && d.dataset.points ? Number(d.dataset.points) : 0;") or 0)
+
+
+@pytest.mark.timeout(600)
+def test_browser_watches_a_live_run_with_a_killed_generator(tmp_path):
+    driver = chromium_or_skip()
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    run = subprocess.Popen([sys.executable, "-m", "rlmesh.cli", "run", *LIVE_PPO], cwd=tmp_path, env=clean_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out = LineReader(run.stdout)
+    try:
+        url = wait_for(lambda: out.find("dashboard: ") or (run.poll() is not None and "exited"), 180,
+                       "the run to print its dashboard URL")
+        assert url != "exited", "".join(out.lines)[-3000:]
+        assert url.startswith("http://127.0.0.1:") and "?token=" in url
+        assert get(url.split("?")[0])[0] == 403  # the same URL without its token
+
+        driver.get(url)  # the run page, live
+        first = wait_for(lambda: _points(driver, "reward_env_steps"), 240, "the reward curve's first points")
+        wait_for(lambda: _points(driver, "reward_env_steps") > first, 240, "the reward curve to gain points")
+        wait_for(lambda: _points(driver, "eval_env_steps") > 0, 240, "the first evaluation point")
+        driver.save_screenshot(str(shots / "run.png"))
+
+        driver.get(url.split("?")[0] + "/meshes")
+
+        def death_and_restart():
+            rows = _js(driver, "return [...document.querySelectorAll('#events-table tr')].map(r => r.innerText);")
+            died = [r for r in rows or [] if "\tdied\t" in r and "\t9\t" in r]
+            back = [r for r in rows or [] if "\trestarted\t" in r]
+            return died and back and (died, back)
+
+        died, back = wait_for(death_and_restart, 300, "the meshes page to show a generator's SIGKILL and restart")
+        assert any("fault_injected" in r for r in _js(
+            driver, "return [...document.querySelectorAll('#events-table tr')].map(r => r.innerText);"))
+        procs = _js(driver, "return document.getElementById('procs-table').innerText;")
+        assert "rl" in procs and "restarted" in procs
+        work = _js(driver, "return document.getElementById('work-table').innerText;")
+        assert "issued" in work and "re-issued" in work
+        driver.save_screenshot(str(shots / "meshes.png"))
+
+        driver.get(url.split("?")[0] + "/health")
+        wait_for(lambda: _points(driver, "host_cpu") > 0, 120, "host CPU samples on the health page")
+        driver.save_screenshot(str(shots / "health.png"))
+
+        driver.get(url.split("?")[0] + "/sql")
+        wait_for(lambda: _js(driver, "return document.querySelectorAll('#schema details').length;"), 120,
+                 "the schema beside the SQL box")
+        box = driver.find_element("id", "sql-input")
+        box.clear()
+        box.send_keys("SELECT proc, event, signal, round(recovery_s, 2) AS recovery_s FROM actors "
+                      "WHERE event IN ('died', 'restarted') ORDER BY ts")
+        driver.find_element("id", "sql-run").click()
+        wait_for(lambda: _js(driver, "return document.getElementById('sql-ok') !== null;"), 120, "the query's result")
+        text = _js(driver, "return document.getElementById('sql-table').innerText;")
+        assert "died" in text and "restarted" in text
+        box.clear()
+        box.send_keys("SELECT policy_version, count(*) AS rollouts, avg(reward) AS mean_return FROM rollouts "
+                      "GROUP BY 1 ORDER BY 1")
+        driver.find_element("id", "sql-run").click()
+        wait_for(lambda: _js(driver, "const t = document.getElementById('sql-table'); "
+                                     "return document.getElementById('sql-ok') !== null && t !== null "
+                                     "&& t.innerText.includes('mean_return');"), 120, "the second query's result")
+        assert int(_js(driver, "return Number(document.getElementById('sql-chart').dataset.points);")) > 1
+        driver.save_screenshot(str(shots / "sql.png"))
+        driver.find_element("id", "sql-input").clear()
+        driver.find_element("id", "sql-input").send_keys("DELETE FROM rollouts")
+        driver.find_element("id", "sql-run").click()
+        err = wait_for(lambda: _js(driver, "const e = document.getElementById('sql-error'); return e && e.innerText;"),
+                       60, "the refusal of a write")
+        assert "read-only" in err
+
+        run_id = url.split("/run/")[1].split("?")[0]
+        driver.get(f"{base_of(url)}/compare?runs={run_id},{run_id}")  # the page a sweep's members are overlaid on
+        wait_for(lambda: _points(driver, "eval_env_steps") > 0, 120, "the comparison's evaluation chart")
+        legend = _js(driver, "return document.getElementById('chart-eval_env_steps').innerText;")
+        assert legend.count(run_id) >= 2  # one series per run
+        driver.save_screenshot(str(shots / "compare.png"))
+
+        driver.get(base_of(url) + "/")
+        wait_for(lambda: _js(driver, "return document.getElementById('runs-table') !== null;"), 60, "the runs list")
+        assert "running" in _js(driver, "return document.getElementById('runs-table').innerText;")
+        driver.save_screenshot(str(shots / "runs.png"))
+        assert run.poll() is None, "the run ended before the checks did"
+    finally:
+        driver.quit()
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGINT)  # like Ctrl+C: the controller stops its procs and its dashboard
+            try:
+                run.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait(30)
+    for f in shots.iterdir():
+        assert f.stat().st_size > 10_000, f
+    dest = os.environ.get("RLMESH_DASHBOARD_SHOTS")
+    if dest:
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        for f in shots.iterdir():
+            shutil.copy(f, Path(dest) / f"dashboard-{f.name}")
+    # the dashboard stopped with the run: its port no longer answers
+    wait_for(lambda: _refused(url), 60, "the dashboard to stop with the run")
+
+
+def _refused(url: str) -> bool:
+    try:
+        get(url)
+    except OSError:
+        return True
+    return False
