@@ -69,7 +69,7 @@ def dashboard_main(argv: list[str]) -> int:
     try:
         import uvicorn  # deferred: optional extra rlmesh[dashboard]
 
-        from rlmesh.dashboard.app import create_app
+        from rlmesh.dashboard.app import create_app  # deferred: imports starlette, the optional rlmesh[dashboard] extra
     except ImportError as exc:
         print(f"rlmesh dashboard needs the dashboard extra: pip install 'rlmesh[dashboard]' ({exc})", file=sys.stderr)
         return 2
