@@ -111,7 +111,7 @@ class TrainerConfig:
 
 @dataclass
 class PPOConfig(TrainerConfig):
-    """PPO hyperparameters (the maths in :mod:`rlmesh.rl.losses.ppo` and :mod:`rlmesh.rl.ppo_core`)."""
+    """PPO hyperparameters (the maths, top to bottom, in :mod:`rlmesh.rl.algorithms.ppo`)."""
 
     total_steps: int = 1_000_000
     """Env-step budget; learning-rate and clip annealing run over it."""
@@ -143,6 +143,11 @@ class PPOConfig(TrainerConfig):
     """Stop the epoch loop early once approx-KL exceeds this; ``None`` never stops."""
     normalize_advantages: bool = True
     """Standardise advantages per minibatch."""
+    normalize_obs: bool = False
+    """Normalise observations by running mean/std (statistics in the policy's state_dict, so they
+    travel with the weights to generators and the evaluator and land in checkpoints)."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return (SB3's ``VecNormalize``)."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
 

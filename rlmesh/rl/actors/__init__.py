@@ -16,6 +16,7 @@ _NAMES = {
     "LLMGenerator": "llm_generator",
     "RewardActor": "reward",
     "ReplayBuffer": "replay_buffer",
+    "TransitionBuffer": "transition_buffer",
     "Trainer": "trainer",
     "PPOTrainer": "ppo_trainer",
     "GRPOTrainer": "grpo_trainer",

@@ -1,5 +1,5 @@
 """``PPOTrainer``: GAE, the clipped surrogate, value loss and entropy bonus
-(:func:`rlmesh.rl.ppo_core.ppo_update`, the same code as the single-process reference).
+(:func:`rlmesh.rl.algorithms.ppo.ppo_update`, the same code as the single-process reference).
 
 Hooks for new algorithms: :meth:`PPOTrainer.compute_advantages` and :meth:`PPOTrainer.compute_loss`.
 """
@@ -13,9 +13,8 @@ import torch
 from rlmesh.rl.actors.gym_generator import env_spaces
 from rlmesh.rl.actors.trainer import Trainer
 from rlmesh.rl.config import PPOConfig
-from rlmesh.rl.losses import ppo_loss
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
-from rlmesh.rl.ppo_core import make_optimizer, ppo_update, rollout_advantages
+from rlmesh.rl.algorithms.ppo import make_optimizer, ppo_loss, ppo_update, rollout_advantages
 from rlmesh.rl.rollout import Rollout, concat_rollouts
 
 
@@ -68,7 +67,7 @@ class PPOTrainer(Trainer):
 
     def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
         """Hook: the minibatch loss, called once per minibatch with the arguments of
-        :func:`rlmesh.rl.losses.ppo_loss` (new log-probs, old log-probs, advantages, values,
+        :func:`rlmesh.rl.algorithms.ppo.ppo_loss` (new log-probs, old log-probs, advantages, values,
         old values, returns, entropy, then the coefficients as keywords); must return an
         object with ``.loss`` (to backpropagate), ``.approx_kl`` and ``.metrics()``."""
         return ppo_loss(*args, **kwargs)
