@@ -22,15 +22,14 @@ import time
 
 import rlmesh as rm
 from rlmesh.actor.faults import FaultInjector
-from rlmesh.rl.actors import GRPOTrainer, LLMGenerator, ReplayBuffer, RewardActor
 from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.models import TransformerConfig
-from rlmesh.rl.placement import place
-from rlmesh.rl.recipe_config import GRPORecipeConfig
+from rlmesh.rl.placement import actor_class, place
+from rlmesh.recipes.recipe_config import GRPORecipeConfig
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
                                   run_with_replicas, serve_work)
-from rlmesh.rl.run_state import begin
+from rlmesh.recipes.run_state import begin
 from rlmesh.rl.schedule import AsyncWorkScheduler
 from rlmesh.rl.tasks import AdditionTask
 
@@ -43,8 +42,12 @@ def make_task(cfg: GRPORecipeConfig) -> AdditionTask:
     return task
 
 
-def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRPOTrainer) -> dict:
+def main(cfg: GRPORecipeConfig, launcher: str = "local") -> dict:
     g, m, seed = cfg.generator, cfg.model, cfg.run.seed
+    # each role's class comes from its config (`_target_`): trainer=grpo, trainer=rloo, reward=..., ...
+    generator_cls, trainer_cls = actor_class(g, "generator"), actor_class(cfg.trainer, "trainer")
+    buffer_cls, reward_cls = actor_class(cfg.buffer, "buffer"), actor_class(cfg.reward, "reward")
+    evaluator_cls = actor_class(cfg.eval, "eval") if cfg.eval._target_ else generator_cls
     task = make_task(cfg)
     model_config = None if m.path else TransformerConfig(
         vocab_size=task.tokenizer.vocab_size, max_seq_len=task.max_prompt_len + g.max_new_tokens,
@@ -58,14 +61,14 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRP
                                                      restart=rm.Restart(max_restarts=cfg.run.max_restarts))
     try:
         # proc 0: buffer + evaluator, proc 1: trainer, then reward actors, then generators
-        buffer = procs.slice(procs=0).spawn("buffer", ReplayBuffer, cfg.buffer)
-        rewards = procs.slice(procs=slice(2, 2 + cfg.reward.replicas)).spawn("reward", RewardActor, cfg.reward)
+        buffer = procs.slice(procs=0).spawn("buffer", buffer_cls, cfg.buffer)
+        rewards = procs.slice(procs=slice(2, 2 + cfg.reward.replicas)).spawn("reward", reward_cls, cfg.reward)
         trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, cfg.trainer, buffer, model_config, m.path, task,
                                              g.temperature, task.tokenizer.pad_id, seed=seed)
         backend = backend_kwargs_for(g.backend, task, model_config, m.path, seed)
-        evaluator = procs.slice(procs=0).spawn("evaluator", LLMGenerator, g, task, None, rewards, backend)
+        evaluator = procs.slice(procs=0).spawn("evaluator", evaluator_cls, g, task, None, rewards, backend)
         gens = procs.slice(procs=slice(2 + cfg.reward.replicas, n_procs)).spawn(
-            "generator", LLMGenerator, g, task, buffer, rewards, backend)
+            "generator", generator_cls, g, task, buffer, rewards, backend)
         roles = {"generator": gens, "trainer": trainer, "reward": rewards, "buffer": buffer}
         with FaultInjector.from_config(cfg.faults, roles) as faults:
             try:
@@ -165,7 +168,7 @@ async def _loop(cfg: GRPORecipeConfig, task: AdditionTask, gens, trainer, evalua
 if __name__ == "__main__":  # python recipes/grpo.py [overrides]: the grpo_addition recipe unless told otherwise
     import sys
 
-    from rlmesh.recipes_cli import run_main
+    from rlmesh.recipes.cli import run_main
 
     args = sys.argv[1:]
     raise SystemExit(run_main(args if any(a.startswith("recipe=") for a in args) else ["recipe=grpo_addition", *args]))

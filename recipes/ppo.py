@@ -19,18 +19,21 @@ import time
 
 import rlmesh as rm
 from rlmesh.actor.faults import FaultInjector
-from rlmesh.rl.actors import GymGenerator, PPOTrainer, ReplayBuffer
-from rlmesh.rl.placement import place
-from rlmesh.rl.recipe_config import PPORecipeConfig
+from rlmesh.rl.placement import actor_class, place
+from rlmesh.recipes.recipe_config import PPORecipeConfig
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
                                   run_with_replicas, serve_work)
-from rlmesh.rl.run_state import begin
+from rlmesh.recipes.run_state import begin
 from rlmesh.rl.schedule import AsyncWorkScheduler
 
 
-def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOTrainer) -> dict:
+def main(cfg: PPORecipeConfig, launcher: str = "local") -> dict:
     g, t = cfg.generator, cfg.trainer
+    # each role's class comes from its config (`_target_`): trainer=ppo, or any gym trainer's config
+    generator_cls, trainer_cls = actor_class(g, "generator"), actor_class(t, "trainer")
+    buffer_cls = actor_class(cfg.buffer, "buffer")
+    evaluator_cls = actor_class(cfg.eval, "eval") if cfg.eval._target_ else generator_cls
     cfg.telemetry.apply()
     run = begin(cfg, launcher)  # a new run, or (run.resume) the same run id, database and checkpoints
     ledger = WorkLedger(run.generation)
@@ -40,10 +43,10 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
                                                      name="rl")
     try:
         # proc 0: buffer + evaluator, proc 1: trainer, procs 2..: one generator each
-        buffer = procs.slice(procs=0).spawn("buffer", ReplayBuffer, cfg.buffer)
-        evaluator = procs.slice(procs=0).spawn("evaluator", GymGenerator, g)
+        buffer = procs.slice(procs=0).spawn("buffer", buffer_cls, cfg.buffer)
+        evaluator = procs.slice(procs=0).spawn("evaluator", evaluator_cls, g)
         trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed)
-        gens = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", GymGenerator, g, buffer)
+        gens = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", generator_cls, g, buffer)
         roles = {"generator": gens, "trainer": trainer, "buffer": buffer}  # buffer: its proc hosts the evaluator too
         with FaultInjector.from_config(cfg.faults, roles) as faults:
             try:
@@ -137,7 +140,7 @@ async def _loop(cfg: PPORecipeConfig, gens, trainer, evaluator, buffer, ledger: 
 if __name__ == "__main__":  # python recipes/ppo.py [overrides]: the ppo_cartpole recipe unless told otherwise
     import sys
 
-    from rlmesh.recipes_cli import run_main
+    from rlmesh.recipes.cli import run_main
 
     args = sys.argv[1:]
     raise SystemExit(run_main(args if any(a.startswith("recipe=") for a in args) else ["recipe=ppo_cartpole", *args]))

@@ -7,7 +7,7 @@ import sys
 
 # subcommand -> ("module:function", one-line help). Each function takes argv (list[str]) and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("rlmesh.recipes_cli:run_main", "run a recipe: rlmesh run recipe=ppo_cartpole trainer.lr=3e-4"),
+    "run": ("rlmesh.recipes.cli:run_main", "run a recipe: rlmesh run recipe=ppo_cartpole trainer.lr=3e-4"),
     "sql": ("rlmesh.telemetry.cli:sql_main", 'query a run: rlmesh sql [RUN] "SELECT ..."'),
     "runs": ("rlmesh.telemetry.cli:runs_main", "list runs"),
     "plot": ("rlmesh.telemetry.plot:plot_main", "render reward and loss curves of a run to PNG"),

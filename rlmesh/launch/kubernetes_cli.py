@@ -61,10 +61,7 @@ def recipe_settings(overrides: list[str]) -> tuple[dict[str, Any], dict[str, int
 
     Imported lazily: recipes sit above the launch layer, and only this command needs them.
     """
-    try:
-        from rlmesh.recipes_cli import RecipeConfigError, compose
-    except ImportError as exc:
-        raise ConfigError(f"recipe= needs the recipe layer (rlmesh.recipes_cli): {exc}") from exc
+    from rlmesh.recipes import RecipeConfigError, compose_recipe as compose  # the layer above: only this command needs it
     if "launcher=kubernetes" not in overrides:
         raise ConfigError("add launcher=kubernetes: rendering pods needs the kubernetes launcher group")
     try:

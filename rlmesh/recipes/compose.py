@@ -1,16 +1,11 @@
-"""``rlmesh run``: compose a recipe config with Hydra, validate it, run its controller program.
-
-    rlmesh run recipe=ppo_cartpole trainer.lr=1e-4 generator.replicas=3
-    rlmesh run -m recipe=ppo_cartpole trainer.lr=1e-3,2e-3 run.seed=0,1     # multirun sweep
-    rlmesh run recipe=my_recipe hydra.searchpath=[file:///home/me/configs]   # your own configs
-    rlmesh run recipe=ppo_cartpole --cfg job                                 # print the config, run nothing
-    rlmesh run resume=latest                     # continue a run whose controller died (or resume=RUN_ID)
-    rlmesh run recipe=ppo_cartpole faults=generator_kill                     # prove it survives (docs/faults.md)
+"""Composing a recipe config with Hydra and validating it: what ``rlmesh run`` does before any
+proc starts, and what a script (or ``rlmesh k8s render recipe=...``) calls to get the same config.
 
 Everything that can be wrong with a config is found here, before any proc starts:
 composition errors (unknown key, wrong type, unknown preset) and the dataclasses'
 ``__post_init__`` checks (bad value, impossible combination) are reported as one
-``config error:`` line naming the key and the fix, exit status 2.
+:class:`RecipeConfigError` naming the key and the fix (``rlmesh run`` prints it as a
+``config error:`` line, exit status 2).
 
 Configs and programs ship with the package: ``configs/`` and ``recipes/<program>.py`` of the
 source tree, which a wheel installs as ``<prefix>/share/rlmesh/{configs,recipes}`` (pyproject.toml).
@@ -18,26 +13,37 @@ source tree, which a wheel installs as ``<prefix>/share/rlmesh/{configs,recipes}
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
+import json
 import logging
 import os
 import re
+import site
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import MissingMandatoryValue, ValidationError
+
+from rlmesh.errors import ConfigError
+from rlmesh.recipes.config_store import SCHEMAS, register
+from rlmesh.telemetry.api import current_run_dir
+
 logger = logging.getLogger(__name__)
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parents[1]  # the rlmesh package directory
 
 
 def _shipped(name: str) -> list[Path]:
     """Where ``configs/`` or ``recipes/`` can be: the source tree (editable installs, checkouts),
     then ``<prefix>/share/rlmesh/`` (a wheel's data files, see pyproject.toml)."""
-    import site
-
     prefixes = [Path(sys.prefix), Path(site.getuserbase())]
     return [_PKG.parent / name] + [p / "share" / "rlmesh" / name for p in prefixes]
 
@@ -81,12 +87,9 @@ class RecipeConfigError(Exception):
     """A config that cannot run; ``str()`` names the key and the fix."""
 
 
-def explain(exc: BaseException) -> str:
-    """Turn Hydra/OmegaConf/dataclass errors into one line naming the key and the fix."""
-    from omegaconf.errors import MissingMandatoryValue, ValidationError
-
-    from rlmesh.errors import ConfigError
-
+def explain(exc: BaseException, overrides: list[str] | None = None) -> str:
+    """Turn Hydra/OmegaConf/dataclass errors into one line naming the key and the fix
+    (``overrides``, when given, let an unknown key be matched against the node they select)."""
     chain = [exc]
     while chain[-1].__cause__ is not None:
         chain.append(chain[-1].__cause__)
@@ -99,7 +102,7 @@ def explain(exc: BaseException) -> str:
     if isinstance(cause, MissingMandatoryValue):
         return f"{key} is required and has no value: set it on the command line ({key}=...)"
     if re.search(r"Key '[^']+' not in|not in struct", text):
-        return _unknown_key(key or "?")
+        return _unknown_key(key or "?", overrides)
     if isinstance(cause, ValidationError):
         first = text.splitlines()[0]
         return f"{key}: {first}; give {key} a value of the type its schema declares (rlmesh run ... --cfg job shows them)"
@@ -116,71 +119,77 @@ def _key_in(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _unknown_key(key: str) -> str:
-    from omegaconf import OmegaConf
-
-    from rlmesh.rl.recipe_config import GRPORecipeConfig, PPORecipeConfig
-
+def _unknown_key(key: str, overrides: list[str] | None = None) -> str:
+    """``key`` is no field of its node: name the closest field, or list them. The node is the one the
+    overrides actually select (``trainer=rloo`` brings RLOO's fields), found by composing again
+    without the overrides that set ``key``; failing that, the union over the shipped schemas."""
     parent, _, leaf = key.rpartition(".")
-    known: set[str] = set()
-    for schema in (PPORecipeConfig, GRPORecipeConfig):
-        node: Any = OmegaConf.structured(schema)
-        try:
+    known = _keys_of(parent, overrides) if overrides is not None else None
+    if known is None:
+        known = set()
+        for schema in SCHEMAS.values():
+            node: Any = OmegaConf.structured(schema)
             node = OmegaConf.select(node, parent) if parent else node
-        except Exception:  # noqa: BLE001
-            node = None
-        if node is not None and hasattr(node, "keys"):
-            known |= set(node.keys())
+            if node is not None and hasattr(node, "keys"):
+                known |= set(node.keys())
     close = difflib.get_close_matches(leaf, sorted(known), n=1)
     hint = f"did you mean {parent + '.' if parent else ''}{close[0]}?" if close else \
         f"valid keys under {parent or 'the root'}: {', '.join(sorted(known)) or '(none)'}"
     return f"{key} is not a config key: {hint}"
 
 
+def _keys_of(parent: str, overrides: list[str]) -> set[str] | None:
+    """Fields of node ``parent`` in the config ``overrides`` compose to, minus the dotted ones
+    (``None`` if that does not compose either)."""
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    kept = [o for o, k in zip(overrides, keys) if "." not in k or k.startswith("hydra.")]
+    try:
+        cfg = _compose_raw(kept, None)
+    except Exception:  # noqa: BLE001 - only a hint: fall back to the schemas
+        return None
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return set(node.keys()) if node is not None and hasattr(node, "keys") else None
+
+
 def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any, str]:
     """Compose and validate: ``(dataclass config, launcher name)``; raises :class:`RecipeConfigError`."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import open_dict
+    try:
+        cfg = _compose_raw(overrides, config_path)
+        launcher = str(cfg.hydra.runtime.choices.get("launcher", "local"))
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return validate(cfg, overrides), launcher
+    except RecipeConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every composition error becomes one readable line
+        raise RecipeConfigError(explain(exc, overrides)) from exc
 
-    from rlmesh.rl.config_store import register
 
+def _compose_raw(overrides: list[str], config_path: Path | None) -> Any:
+    """Hydra's compose of the primary config with ``overrides`` (the hydra node included)."""
     register()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(str(config_path or config_dir()), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
-        launcher = str(cfg.hydra.runtime.choices.get("launcher", "local"))
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return validate(cfg), launcher
-    except RecipeConfigError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - every composition error becomes one readable line
-        raise RecipeConfigError(explain(exc)) from exc
+            return hydra_compose("config", overrides=overrides, return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
 
 
-def validate(cfg: Any) -> Any:
+def validate(cfg: Any, overrides: list[str] | None = None) -> Any:
     """``OmegaConf.to_object``: builds the dataclasses, running every ``__post_init__`` check."""
-    from omegaconf import OmegaConf
-
     try:
         obj = OmegaConf.to_object(cfg)
     except Exception as exc:  # noqa: BLE001
-        raise RecipeConfigError(explain(exc)) from exc
+        raise RecipeConfigError(explain(exc, overrides)) from exc
     extra = _extra_keys(obj)
     if extra:  # `+trainer.lrr=...` forces a key in; a dataclass field it is not
-        raise RecipeConfigError(_unknown_key(extra[0]))
+        raise RecipeConfigError(_unknown_key(extra[0], overrides))
     return obj
 
 
 def _extra_keys(obj: Any, prefix: str = "") -> list[str]:
     """Attributes of the config dataclasses that are not fields (added with ``+key=value``)."""
-    import dataclasses
-
     if not dataclasses.is_dataclass(obj):
         return []
     names = {f.name for f in dataclasses.fields(obj)}
@@ -193,99 +202,8 @@ def _extra_keys(obj: Any, prefix: str = "") -> list[str]:
 def run_config(cfg: Any, launcher: str = "local") -> dict:
     """Run an already validated recipe config with its program; the program's closing numbers
     are also written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
-    import json
-
     result = load_program(cfg.program).main(cfg, launcher)
-    from rlmesh.telemetry.api import current_run_dir
-
     run_dir = current_run_dir()
     if run_dir is not None and isinstance(result, dict):
         (Path(run_dir) / "result.json").write_text(json.dumps(result, indent=1, default=str))
     return result
-
-
-def _multirun(overrides: list[str]) -> int:
-    """``-m``: Hydra's sweeper expands the overrides; each job is validated, then run as its own
-    ``rlmesh run`` process, so every job gets a fresh controller, its own procs and its own
-    telemetry run (and one failing job does not take the sweep down)."""
-    import subprocess
-
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-
-    from rlmesh.rl.config_store import register
-
-    register()
-    failures: list[str] = []
-
-    @hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")
-    def job(cfg: Any) -> None:
-        task_overrides = list(HydraConfig.get().overrides.task)
-        try:
-            validate(cfg)
-        except RecipeConfigError as exc:
-            failures.append(str(exc))
-            print(f"config error: {exc}", file=sys.stderr)
-            return
-        print(f"[multirun job {HydraConfig.get().job.num}] rlmesh run {' '.join(task_overrides)}", flush=True)
-        rc = subprocess.call([sys.executable, "-m", "rlmesh.cli", "run", *task_overrides])
-        if rc:
-            failures.append(f"job {task_overrides} exited with {rc}")
-
-    saved = sys.argv
-    sys.argv = ["rlmesh run", "-m", *overrides]
-    try:
-        job()
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    finally:
-        sys.argv = saved
-    return 2 if failures else 0
-
-
-def run_main(argv: list[str]) -> int:
-    """Entry point of ``rlmesh run`` (see the module docstring)."""
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return 0
-    if any(a in ("-m", "--multirun") for a in argv):
-        return _multirun([a for a in argv if a not in ("-m", "--multirun")])
-    show = "--cfg" in argv
-    overrides = [a for a in argv if a not in ("--cfg", "job")]
-    logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "WARNING"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    resume = next((a.split("=", 1)[1] for a in overrides if a.startswith("resume=")), None)
-    try:
-        if resume is not None:  # the saved config of that run, with the other overrides on top
-            from rlmesh.rl.run_state import resume_config
-
-            _runs_dir_override(overrides)
-            cfg, launcher = resume_config(resume, overrides)
-        else:
-            cfg, launcher = compose(overrides)
-    except RecipeConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        return 2
-    if show:
-        from omegaconf import OmegaConf
-
-        print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-        return 0
-    from rlmesh.rl.resilience import RunFailed
-
-    try:
-        run_config(cfg, launcher)
-    except RunFailed as exc:
-        import rlmesh as rm
-
-        rm.telemetry.end_run("failed")
-        print(f"run failed: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _runs_dir_override(overrides: list[str]) -> None:
-    """``telemetry.runs_dir=...`` next to ``resume=``: look for the run there."""
-    for o in overrides:
-        if o.startswith("telemetry.runs_dir="):
-            os.environ["RLMESH_RUNS_DIR"] = o.split("=", 1)[1]

@@ -10,6 +10,7 @@ first; :func:`resume_config` is how the CLI rebuilds the config of the run to co
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import Any
 
 import rlmesh as rm
 from rlmesh.errors import ConfigError
+from rlmesh.recipes.compose import RecipeConfigError, explain, validate
+from rlmesh.recipes.config_store import SCHEMAS, role_types, schema_node
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +65,8 @@ def begin(cfg: Any, launcher: str) -> RunStart:
     if saved is None or not resume:
         plain = OmegaConf.to_container(OmegaConf.structured(cfg))
         plain["run"]["resume"] = None
-        saved = {"program": cfg.program, "launcher": launcher, "config": OmegaConf.to_yaml(plain)}
+        saved = {"program": cfg.program, "launcher": launcher, "config": OmegaConf.to_yaml(plain),
+                 "role_types": role_types(cfg)}
     saved["generation"] = generation
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(saved, indent=1))
@@ -112,8 +116,6 @@ def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
     ``overrides`` applied on top, validated like a fresh ``rlmesh run``; ``run.resume`` set."""
     from omegaconf import OmegaConf
 
-    from rlmesh.recipes_cli import RecipeConfigError, validate
-    from rlmesh.rl.config_store import SCHEMAS
     from rlmesh.telemetry import run as runs
 
     try:
@@ -128,12 +130,24 @@ def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
     schema = SCHEMAS.get(saved["program"])
     if schema is None:
         raise RecipeConfigError(f"resume={spec}: program {saved['program']!r} has no schema here")
-    base = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.create(saved["config"]))
+    # the config classes the run was composed with (a run saved before role types: the schema's defaults)
+    base = schema_node(schema) if "role_types" in saved else OmegaConf.structured(schema)
+    for role, cls_path in saved.get("role_types", {}).items():
+        base[role] = OmegaConf.structured(_config_class(spec, role, cls_path))
+    base = OmegaConf.merge(base, OmegaConf.create(saved["config"]))
     try:
         extra = OmegaConf.from_dotlist([o for o in overrides if not o.startswith(("recipe=", "resume="))])
         cfg = OmegaConf.merge(base, extra, {"run": {"resume": run_dir.name}})
     except Exception as exc:  # noqa: BLE001
-        from rlmesh.recipes_cli import explain
-
         raise RecipeConfigError(explain(exc)) from exc
     return validate(cfg), saved["launcher"]
+
+
+def _config_class(spec: str, role: str, path: str) -> type:
+    """Import the config class ``path`` a run saved for ``role`` (a plugin's must still be installed)."""
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise RecipeConfigError(f"resume={spec}: the run's {role} config class {path} cannot be imported ({exc}); "
+                                "install the package that provides it") from exc
