@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
+from rlmesh.rl.algorithms.configs import A2CConfig, DAPOConfig, DQNConfig, ReplayConfig, RLOOConfig
 from rlmesh.rl.config import BufferConfig, GRPOConfig, GymGeneratorConfig, LLMGeneratorConfig, PPOConfig, RewardConfig
 
 logger = logging.getLogger(__name__)
@@ -40,10 +41,11 @@ SCHEMAS: dict[str, type] = {"ppo": PPORecipeConfig, "grpo": GRPORecipeConfig}
 """Recipe schemas by program name (``schema/<name>``)."""
 
 ROLE_CONFIGS: dict[str, dict[str, type]] = {
-    "trainer": {"ppo": PPOConfig, "grpo": GRPOConfig},
+    "trainer": {"ppo": PPOConfig, "grpo": GRPOConfig, "a2c": A2CConfig, "dqn": DQNConfig, "rloo": RLOOConfig,
+                "dapo": DAPOConfig},
     "generator": {"gym": GymGeneratorConfig, "llm": LLMGeneratorConfig},
     "reward": {"base": RewardConfig},
-    "buffer": {"replay": BufferConfig},
+    "buffer": {"replay": BufferConfig, "transitions": ReplayConfig},
 }
 """The config classes rlmesh ships, by group and name (``trainer/ppo``). Add yours with
 :func:`store_role_config` (from an ``rlmesh.algorithms`` entry point)."""

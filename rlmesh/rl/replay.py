@@ -19,23 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlmesh.rl.config import check
+from rlmesh.rl.algorithms.configs import ReplayConfig
 from rlmesh.rl.rollout import Rollout
-
-
-@dataclass
-class ReplayConfig:
-    """The off-policy replay ring (``buffer=replay``)."""
-
-    capacity: int = 100_000
-    """Transitions held; the oldest are overwritten beyond it."""
-    max_policy_lag: int = 1
-    """How many versions generation may run ahead of training (the work scheduler's credit).
-    Unlike the on-policy buffer nothing is dropped as stale: old data is the point."""
-
-    def __post_init__(self) -> None:
-        check(self.capacity >= 1, "buffer.capacity", self.capacity, "hold at least 1 transition, e.g. 100000")
-        check(self.max_policy_lag >= 0, "buffer.max_policy_lag", self.max_policy_lag, "use 0 or more")
 
 
 @dataclass

@@ -17,12 +17,11 @@ recipe=rloo_addition`` runs it; ``trainer.scale_by_std=true`` sets the extra fie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
+from rlmesh.rl.algorithms.configs import RLOOConfig
 from rlmesh.rl.actors.grpo_trainer import GRPOTrainer
-from rlmesh.rl.config import GRPOConfig, check
 from rlmesh.rl.losses import rloo_advantages
 
 __all__ = ["RLOOConfig", "RLOOTrainer", "rloo_advantages", "scaled_rloo_advantages"]
@@ -33,20 +32,6 @@ def scaled_rloo_advantages(rewards: torch.Tensor, group_size: int, scale_by_std:
     """Leave-one-out advantages, optionally divided by the batch's std (floored at ``min_std``)."""
     adv = rloo_advantages(rewards, group_size)
     return adv / adv.std().clamp_min(min_std) if scale_by_std and adv.numel() > 1 else adv
-
-
-@dataclass
-class RLOOConfig(GRPOConfig):
-    """GRPO's settings plus RLOO's one choice."""
-
-    scale_by_std: bool = False
-    """Divide the leave-one-out advantages by the batch's std (off in the paper)."""
-    min_std: float = 1e-6
-    """Floor of that std, so a batch of near-identical rewards does not blow up."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.min_std > 0, "trainer.min_std", self.min_std, "use a small positive floor, e.g. 1e-6")
 
 
 class RLOOTrainer(GRPOTrainer):

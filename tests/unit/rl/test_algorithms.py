@@ -17,7 +17,7 @@ from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
 from rlmesh.rl.models.mlp import ActorCritic
 from rlmesh.rl.models.normalize import RunningMeanStd
 from rlmesh.rl.replay import ReplayConfig, Transitions, TransitionReplayCore, transitions_from_rollout
-from rlmesh.rl.rollout import Rollout, RolloutCollector
+from rlmesh.rl.rollout import RolloutCollector
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
