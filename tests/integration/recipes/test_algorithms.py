@@ -49,7 +49,9 @@ def test_dqn_learns_cartpole_from_replayed_transitions(tmp_path):
     assert [m["train/gradient_steps"] for m in metrics[-3:]] == [128.0] * 3
     assert metrics[-1]["buffer/size"] >= 9000                   # the ring keeps every transition (nothing consumed)
     assert metrics[-1]["train/epsilon"] < metrics[0]["train/epsilon"]
-    assert q(run, "SELECT count(*), count(DISTINCT rollout_id) FROM rollouts")[0][0] == len(metrics)
+    rollouts, distinct = q(run, "SELECT count(*), count(DISTINCT rollout_id) FROM rollouts")[0]
+    # each train call consumed exactly the one new rollout; up to 2 more were generated ahead (lag 1) at the end
+    assert rollouts == distinct and len(metrics) <= rollouts <= len(metrics) + 2
 
 
 @pytest.mark.slow
