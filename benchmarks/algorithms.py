@@ -170,6 +170,7 @@ def eval_rlmesh(algo: str, env_id: str, run_dir: str, episodes: int) -> list[flo
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID", "RLMESH_RUNS_DIR")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("RLMESH_START_TIMEOUT_S", "600")  # a loaded machine must slow a run down, not fail it
     return env
 
 

@@ -23,6 +23,7 @@ def run_recipe(args: list[str], cwd: Path, timeout: float = 560) -> Path:
     """Run a recipe from ``cwd``; returns its run directory (the one with ``telemetry.duckdb``)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID", "RLMESH_RUNS_DIR")}
     env["PYTHONPATH"] = str(ROOT)
+    env.setdefault("RLMESH_START_TIMEOUT_S", "400")  # a busy machine slows proc start-up; it must not fail the test
     out = subprocess.run(RLMESH + args + QUIET, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     (db,) = sorted({p.parent.resolve() for p in (cwd / "runs").glob("2*/telemetry.duckdb")})
