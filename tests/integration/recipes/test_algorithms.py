@@ -79,12 +79,14 @@ def test_ppo_pendulum_preset_improves_and_its_normalisation_is_checkpointed(tmp_
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("recipe", ["rloo_addition", "dapo_addition"])
 def test_llm_algorithm_recipes_run_end_to_end(tmp_path, recipe):
-    extra = ["trainer.max_groups=8"] if recipe == "dapo_addition" else ["trainer.max_groups=null"]
+    # DAPO: a target of 8 informative groups out of 8 prompts, so steps refill from the batch generated ahead
+    extra = ["trainer.max_groups=8", "buffer=one_ahead"] if recipe == "dapo_addition" else ["trainer.max_groups=null"]
     run = run_recipe([f"recipe={recipe}", *LLM_TINY, *extra], tmp_path)
-    steps = q(run, "SELECT step, metrics FROM train_steps ORDER BY step")
-    assert [s for s, _ in steps] == [1, 2, 3, 4]
+    steps = q(run, "SELECT step, metrics, samples FROM train_steps ORDER BY step")
+    assert [s for s, _, _ in steps] == [1, 2, 3, 4]
     config = json.loads(q(run, "SELECT config FROM runs")[0][0])
     assert config["trainer"]["_target_"] == f"rlmesh.rl.algorithms.{recipe.split('_')[0]}.{recipe.split('_')[0].upper()}Trainer"
     if recipe == "dapo_addition":
-        assert all("train/refills" in json.loads(m) for _, m in steps)
+        for _, m, samples in steps:                             # a refilled step trained two 8 x 4 items
+            assert samples == 32 * (1 + json.loads(m)["train/refills"])
     assert len(evals(run)) >= 2
