@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
+    if argv[0] in ("-sc", "--shell-completion"):  # Hydra's completion script asks the program, not `rlmesh run`
+        argv = ["run", *argv]
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"rlmesh: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)

@@ -199,11 +199,13 @@ def _extra_keys(obj: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def run_config(cfg: Any, launcher: str = "local") -> dict:
-    """Run an already validated recipe config with its program; the program's closing numbers
-    are also written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
+def run_config(cfg: Any, launcher: str = "local") -> Any:
+    """Run an already validated recipe config with its program and return what it returns (a
+    :class:`rlmesh.recipes.loop.RunResult` for the shipped programs); its closing numbers are also
+    written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
     result = load_program(cfg.program).main(cfg, launcher)
     run_dir = current_run_dir()
-    if run_dir is not None and isinstance(result, dict):
-        (Path(run_dir) / "result.json").write_text(json.dumps(result, indent=1, default=str))
+    plain = result.to_dict() if hasattr(result, "to_dict") else result
+    if run_dir is not None and isinstance(plain, dict):
+        (Path(run_dir) / "result.json").write_text(json.dumps(plain, indent=1, default=str))
     return result

@@ -17,10 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 import rlmesh as rm
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.compose import RecipeConfigError, explain, validate
 from rlmesh.recipes.config_store import SCHEMAS, role_types, schema_node
+from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.api import current_run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +47,11 @@ def begin(cfg: Any, launcher: str) -> RunStart:
     Sets ``cfg.trainer.checkpoint_dir`` to ``<run dir>/checkpoints`` when unset, so every
     run can be resumed and a restarted trainer finds its checkpoints.
     """
-    from omegaconf import OmegaConf
-
     resume = cfg.run.resume
     if resume and not cfg.telemetry.enabled:
         raise ConfigError(f"run.resume={resume!r} needs telemetry (the run's database and checkpoints live in its "
                           "run directory): drop telemetry=off")
     run_id = rm.telemetry.start_run(config=cfg, run_id=resume or None, resume=bool(resume))
-    from rlmesh.telemetry.api import current_run_dir
-
     run_dir = current_run_dir()
     if run_dir is None:
         return RunStart(run_id, None, 0)
@@ -114,10 +114,6 @@ def reap_leftover_procs(query: Any, run_id: str, wait_s: float = 5.0) -> list[in
 def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
     """The config and launcher of run ``spec`` (an id, ``latest`` or a run directory) with
     ``overrides`` applied on top, validated like a fresh ``rlmesh run``; ``run.resume`` set."""
-    from omegaconf import OmegaConf
-
-    from rlmesh.telemetry import run as runs
-
     try:
         run_dir = runs.resolve_run(spec)
     except Exception as exc:  # noqa: BLE001 - RunNotFoundError names the runs it knows

@@ -115,6 +115,12 @@ class TrainerConfig:
     publish_every: int = 1
     """Publish weights to generators every this many train steps."""
 
+    def rollouts_per_train(self, replicas: int) -> int:
+        """Hook: rollouts (work items) one ``Trainer.train`` call waits for. Default: one per
+        generator replica, the on-policy batch. An off-policy trainer may take fewer (1: update
+        after every rollout that lands) and sets its own update-to-data ratio inside ``train_step``."""
+        return replicas
+
     def __post_init__(self) -> None:
         check(self.checkpoint_every >= 0, "trainer.checkpoint_every", self.checkpoint_every, "use 0 or more")
         check(self.checkpoint_keep >= 1, "trainer.checkpoint_keep", self.checkpoint_keep, "keep at least 1 checkpoint")

@@ -24,8 +24,10 @@ import time
 from typing import Any, Awaitable, Callable
 
 import rlmesh as rm
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import RlmeshError
 from rlmesh.rl.report import TERMINAL_SQL
+from rlmesh.rl.results import TrainResult
 from rlmesh.rl.schedule import AsyncWorkScheduler, WorkItem
 
 logger = logging.getLogger(__name__)
@@ -116,10 +118,10 @@ class Recovery:
         deadline = time.monotonic() + self.timeout_s
         while True:
             recs = self._records(mesh)
-            bad = next((r for r in recs if r.state in ("failed", "stopped")), None)
+            bad = next((r for r in recs if r.state in (ProcState.FAILED, ProcState.STOPPED)), None)
             if bad is not None:
                 raise self.failed(role, bad, error)
-            if all(r.state == "alive" for r in recs):
+            if all(r.state == ProcState.ALIVE for r in recs):
                 return
             if time.monotonic() > deadline:
                 raise RunFailed(f"{role} {mesh._name}: no replacement serving {self.timeout_s:.0f} s after "
@@ -127,7 +129,7 @@ class Recovery:
             await asyncio.sleep(self.poll_s)
 
     async def train(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
-                    timeout_s: float) -> dict[str, Any] | None:
+                    timeout_s: float) -> TrainResult | None:
         """One ``trainer.train`` call with its result accounted in ``work``: the result when a step
         was trained, else ``None`` (not enough fresh rollouts yet, or a failure recovered from).
 
@@ -143,11 +145,11 @@ class Recovery:
             if dead is not trainer:
                 work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
             return None
-        work.requeued(m["requeued"])
-        work.rejected(m["dropped"], m["drop_reasons"])  # stale inside the buffer: their credit is free
-        if not m["trained"]:
+        work.requeued(m.requeued)
+        work.rejected(m.dropped, m.drop_reasons)  # stale inside the buffer: their credit is free
+        if not m.trained:
             return None
-        work.consumed(m["rollout_ids"], m["policy_version"])
+        work.consumed(m.rollout_ids, m.policy_version)
         return m
 
     @staticmethod

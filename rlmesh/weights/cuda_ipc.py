@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from rlmesh.weights.base import Fetched
 from rlmesh.weights.errors import WeightSyncError
 from rlmesh.weights.layout import Manifest
+from rlmesh.weights.selection import Transport
 from rlmesh.weights.tcp import Control
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def publish_device_copy(slot: Any, manifest: Manifest, state_dict: Mapping[str, 
 
 
 class CudaIpcReader(Control):
-    name = "cuda-ipc"
+    name = Transport.CUDA_IPC
 
     def __init__(self, record: dict[str, Any]):
         super().__init__(record)
@@ -84,7 +85,7 @@ class CudaIpcReader(Control):
 
     def fetch(self, min_version: int, version: int | None, timeout: float) -> Fetched | None:
         t0 = time.perf_counter()
-        opened = self.open(min_version, version, timeout, want=("cuda-ipc",))
+        opened = self.open(min_version, version, timeout, want=(Transport.CUDA_IPC,))
         if opened is None:
             return None
         lease, manifest, extra = opened

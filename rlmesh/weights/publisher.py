@@ -25,12 +25,13 @@ from rlmesh.weights import checksum
 from rlmesh.weights.directory import Directory, default_directory, publisher_key, this_host, this_job, this_proc_id
 from rlmesh.weights.layout import Manifest, plan_layout, with_checksums
 from rlmesh.weights.pool import SlotPool
+from rlmesh.weights.selection import Transport
 from rlmesh.weights.slots import SHM_DIR, SlotFile, base_name
 from rlmesh.weights.stats import PublishStats, record_publish
 
 logger = logging.getLogger(__name__)
 
-TRANSPORTS = ("shm", "tcp", "rdma", "cuda-ipc")
+TRANSPORTS = tuple(Transport)
 CHUNK = 2 << 20  # copy+checksum granularity: the bytes are still in cache for the sum
 
 
@@ -99,11 +100,11 @@ class Publisher:
         self._rdma: Any = None
         self._server: Any = None
         _ensure_secret()
-        if {"tcp", "rdma", "cuda-ipc"} & set(self.transports):
+        if {Transport.TCP, Transport.RDMA, Transport.CUDA_IPC} & set(self.transports):
             from rlmesh.weights.server import SyncServer
 
             self._server = SyncServer(self, host)
-        if "rdma" in self.transports:
+        if Transport.RDMA in self.transports:
             from rlmesh.weights import rdma
 
             self._rdma = rdma.PublisherSide.maybe_open(name)
@@ -118,8 +119,9 @@ class Publisher:
         """What subscribers read from the directory to reach this publisher."""
         return {
             "name": self.name, "host": self.host, "job": self.job, "proc": self.proc, "pid": os.getpid(),
-            "ctl": self.ctl_path, "tcp": self._server.addr if self._server else None,
-            "rdma": self._rdma.describe() if self._rdma else None, "cuda_ipc": self._cuda_live, "keep": self.keep,
+            "ctl": self.ctl_path, Transport.TCP.value: self._server.addr if self._server else None,
+            Transport.RDMA.value: self._rdma.describe() if self._rdma else None,
+            Transport.CUDA_IPC.value: self._cuda_live, "keep": self.keep,
         }
 
     def versions(self) -> list[int]:
@@ -162,7 +164,7 @@ class Publisher:
         return stats
 
     def _cuda_write(self, slot: SlotFile, plan: Manifest, state_dict: Mapping[str, Any]) -> dict[str, Any]:
-        if "cuda-ipc" not in self.transports:
+        if Transport.CUDA_IPC not in self.transports:
             return {}
         from rlmesh.weights import cuda_ipc
 
@@ -179,9 +181,9 @@ class Publisher:
             return None
         lease, slot = got
         extra: dict[str, Any] = {"slot": slot.idx, "gen": slot.gen}
-        if "rdma" in want and self._rdma:
+        if Transport.RDMA in want and self._rdma:
             extra["rdma"] = self._rdma.region(slot)
-        if "cuda-ipc" in want and "cuda" in slot.extra:
+        if Transport.CUDA_IPC in want and "cuda" in slot.extra:
             extra["cuda"] = slot.extra["cuda"]["handle"]
         return lease, slot.manifest, extra
 

@@ -22,7 +22,7 @@ from rlmesh.weights import assemble
 from rlmesh.weights.base import Fetched, ReaderTransport
 from rlmesh.weights.directory import Directory, default_directory, publisher_key, reader_id, this_host
 from rlmesh.weights.errors import StateDictMismatchError, TransportUnavailableError, WeightSyncError
-from rlmesh.weights.selection import CHOICES, select_transport
+from rlmesh.weights.selection import CHOICES, Transport, select_transport
 from rlmesh.weights.stats import SyncStats, Version, record_sync
 
 __all__ = ["Subscriber", "select_transport"]
@@ -39,7 +39,7 @@ class Subscriber:
     def __init__(self, name: str, transport: str | None = None, *, directory: Directory | None = None,
                  timeout: float = 30.0):
         if transport is not None and transport not in CHOICES:
-            raise ValueError(f"transport={transport!r} is not one of {list(CHOICES)} (or None for automatic)")
+            raise ValueError(f"transport={transport!r} is not one of {[str(c) for c in CHOICES]} (or None for automatic)")
         self.name, self.forced, self.timeout = name, transport, timeout
         self.directory = directory if directory is not None else default_directory()
         self.reader = reader_id()
@@ -56,7 +56,7 @@ class Subscriber:
         except KeyError:
             raise WeightSyncError(f"no publisher of {self.name!r} appeared within {timeout:.0f}s; "
                                   f"create rm.weights.Publisher({self.name!r}) in the trainer first") from None
-        ident = (rec.get("pid"), rec.get("ctl"), rec.get("tcp"))
+        ident = (rec.get("pid"), rec.get("ctl"), rec.get(Transport.TCP))
         if ident != self._seen:
             self._drop_readers()  # a new (or restarted) publisher: reconnect
             self._seen = ident
@@ -79,7 +79,7 @@ class Subscriber:
             # successor, rather than fall back to its (dead) TCP address and wait out a timeout
             self._record = None
             rec = self._lookup(timeout)
-        if want_cuda and not rec.get("cuda_ipc") and self.forced is None and rec.get("host") == this_host():
+        if want_cuda and not rec.get(Transport.CUDA_IPC) and self.forced is None and rec.get("host") == this_host():
             rec = self._lookup(timeout)  # the publisher advertises CUDA IPC once it has published GPU tensors
         try:
             kind, why = select_transport(rec, self.forced, want_cuda, this_host())
@@ -97,15 +97,15 @@ class Subscriber:
 
     @staticmethod
     def _make(kind: str, rec: dict[str, Any]) -> ReaderTransport:
-        if kind == "shm":
+        if kind is Transport.SHM:
             from rlmesh.weights.shm import ShmReader
 
             return ShmReader(rec)
-        if kind == "tcp":
+        if kind is Transport.TCP:
             from rlmesh.weights.tcp import TcpReader
 
             return TcpReader(rec)
-        if kind == "rdma":
+        if kind is Transport.RDMA:
             from rlmesh.weights.rdma import RdmaReader
 
             return RdmaReader(rec)
