@@ -29,6 +29,7 @@ import torch
 
 import rlmesh as rm
 from rlmesh.rl.algorithms.configs import DAPOConfig
+from rlmesh.rl.results import TrainResult
 from rlmesh.rl.actors.grpo_trainer import GRPOTrainer
 
 
@@ -57,7 +58,7 @@ class DAPOTrainer(GRPOTrainer):
         return metrics
 
     @rm.endpoint
-    def train(self, batch_size: int, timeout: float = 60.0) -> dict[str, Any]:
+    def train(self, batch_size: int, timeout: float = 60.0) -> TrainResult:
         """Sample ``batch_size`` work items, refill up to ``max_refills`` times, train once, publish.
 
         Each refill is leased after the previous batch (its cursor is that batch's lease), so a
@@ -67,14 +68,10 @@ class DAPOTrainer(GRPOTrainer):
             raise RuntimeError("DAPOTrainer was built without a buffer; call train_step() directly")
         res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor, self.durable_cursor).get()
         dropped, requeued = list(res.dropped), list(res.requeued)
-        if not res.rollouts:
-            return {"trained": False, "step": self.step, "policy_version": self.version,
-                    "dropped": [d.rollout_id for d in dropped], "drop_reasons": [d.reason for d in dropped],
-                    "requeued": requeued}
         rollouts, lease, max_lag, refills = list(res.rollouts), res.lease, res.max_lag or 0, 0
         assert self.config.max_groups is not None
-        while count_informative([r.data for r in rollouts]) < self.config.max_groups and \
-                refills < self.config.max_refills:
+        while rollouts and refills < self.config.max_refills and \
+                count_informative([r.data for r in rollouts]) < self.config.max_groups:
             more = self.buffer.sample.call_one(batch_size, self.version, self.config.refill_timeout_s, lease,
                                                self.durable_cursor).get()
             dropped += more.dropped
@@ -83,9 +80,12 @@ class DAPOTrainer(GRPOTrainer):
                 break
             rollouts += more.rollouts
             lease, max_lag, refills = more.lease, max(max_lag, more.max_lag or 0), refills + 1
-        self._refills = refills
-        out = self.learn([r.data for r in rollouts], max_lag=max_lag, cursor=lease)
-        out.update(trained=True, rollout_ids=[r.rollout_id for r in rollouts],
-                   dropped=[d.rollout_id for d in dropped], drop_reasons=[d.reason for d in dropped],
-                   requeued=requeued)
+        if rollouts:
+            self._refills = refills
+            out = self.learn([r.data for r in rollouts], max_lag=max_lag, cursor=lease)
+            out.rollout_ids = [r.rollout_id for r in rollouts]
+        else:
+            out = TrainResult(self.step, self.version, self.samples_seen)
+        out.dropped, out.drop_reasons = [d.rollout_id for d in dropped], [d.reason for d in dropped]
+        out.requeued = requeued
         return out

@@ -33,6 +33,7 @@ from rlmesh.rl.actors.gym_generator import GymGenerator, env_spaces
 from rlmesh.rl.actors.trainer import Trainer
 from rlmesh.rl.models.mlp import _ACTIVATIONS, ActorCriticConfig
 from rlmesh.rl.replay import ReplaySample, Transitions
+from rlmesh.rl.results import TrainResult
 
 # -- the Q-network -----------------------------------------------------------------------------------------------
 
@@ -189,17 +190,15 @@ class DQNTrainer(Trainer):
         return metrics
 
     @rm.endpoint
-    def train(self, batch_size: int, timeout: float = 60.0) -> dict[str, Any]:
+    def train(self, batch_size: int, timeout: float = 60.0) -> TrainResult:
         """Wait for ``batch_size`` new rollouts, then ``gradient_steps`` minibatch steps on uniform draws."""
         if self.buffer is None:
             raise RuntimeError("DQNTrainer was built without a buffer; call train_step() directly")
         c = self.config
         res = self.buffer.sample_replay.call_one(batch_size, c.gradient_steps, c.batch_size, c.learning_starts,
                                                  timeout).get()
-        common = {"dropped": [], "drop_reasons": [], "requeued": []}
         if not res.new:
-            return {"trained": False, "step": self.step, "policy_version": self.version, **common}
-        max_lag = max(self.version - r.policy_version for r in res.new)
-        out = self.learn(res, max_lag=max_lag)
-        out.update(trained=True, rollout_ids=[r.rollout_id for r in res.new], **common)
+            return TrainResult(self.step, self.version, self.samples_seen)
+        out = self.learn(res, max_lag=max(self.version - r.policy_version for r in res.new))
+        out.rollout_ids = [r.rollout_id for r in res.new]
         return out
