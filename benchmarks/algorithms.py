@@ -38,6 +38,7 @@ import argparse
 import glob
 import json
 import os
+import pickle
 import statistics
 import subprocess
 import sys
@@ -45,8 +46,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import banner  # noqa: E402
+
+from rlmesh.rl.actors.gym_generator import env_spaces  # noqa: E402
+from rlmesh.rl.algorithms.dqn import QNetwork  # noqa: E402
+from rlmesh.rl.models.mlp import ActorCritic  # noqa: E402
+from rlmesh.rl.rollout import evaluate_greedy, greedy_actor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,8 +118,7 @@ def _schedule(value):
 
 def sb3_main(algo: str, env_id: str, seed: int, steps: int, out: str) -> None:
     """Child process: train SB3 with the zoo hyperparameters, save the model (and VecNormalize stats)."""
-    import torch
-    from stable_baselines3 import A2C, DQN, PPO
+    from stable_baselines3 import A2C, DQN, PPO  # the bench extra: optional, imported only where SB3 runs
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -130,12 +138,7 @@ def sb3_main(algo: str, env_id: str, seed: int, steps: int, out: str) -> None:
 
 
 def eval_sb3(algo: str, env_id: str, out: str, episodes: int) -> list[float]:
-    import pickle
-
-    import numpy as np
-    from stable_baselines3 import A2C, DQN, PPO
-
-    from rlmesh.rl.rollout import evaluate_greedy
+    from stable_baselines3 import A2C, DQN, PPO  # the bench extra: optional, imported only where SB3 runs
 
     model = {"ppo": PPO, "a2c": A2C, "dqn": DQN}[algo].load(os.path.join(out, "model"), device="cpu")
     norm = None
@@ -153,13 +156,6 @@ def eval_sb3(algo: str, env_id: str, out: str, episodes: int) -> list[float]:
 
 
 def eval_rlmesh(algo: str, env_id: str, run_dir: str, episodes: int) -> list[float]:
-    import torch
-
-    from rlmesh.rl.actors.gym_generator import env_spaces
-    from rlmesh.rl.algorithms.dqn import QNetwork
-    from rlmesh.rl.models.mlp import ActorCritic
-    from rlmesh.rl.rollout import evaluate_greedy, greedy_actor
-
     ckpt = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*.pt")))[-1]
     obs_space, act_space = env_spaces(env_id)
     policy = QNetwork(obs_space, act_space) if algo == "dqn" else ActorCritic(obs_space, act_space)
