@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlmesh.rl.algorithms.configs import ReplayConfig
+from rlmesh.rl.config import ReplayConfig
 from rlmesh.rl.rollout import Rollout
 
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import torch
 
 from rlmesh.rl.algorithms.configs import A2CConfig
-from rlmesh.rl.actors.ppo_trainer import PPOTrainer
+from rlmesh.rl.algorithms.ppo import PPOTrainer
 
 
 class A2CLossOutput(NamedTuple):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlmesh.rl.config import BufferConfig, GRPOConfig, GymTrainerConfig, PPOConfig, check
+from rlmesh.rl.config import GRPOConfig, GymTrainerConfig, PPOConfig, ReplayConfig, check  # ReplayConfig: re-exported
 
 __all__ = ["A2CConfig", "DAPOConfig", "DQNConfig", "RLOOConfig", "ReplayConfig"]
 
@@ -138,22 +138,3 @@ class DAPOConfig(GRPOConfig):
               "dynamic sampling needs a target batch of informative groups, e.g. trainer.max_groups=32")
         check(self.max_refills >= 0, "trainer.max_refills", self.max_refills, "use 0 (no refill) or more")
         check(self.refill_timeout_s > 0, "trainer.refill_timeout_s", self.refill_timeout_s, "use a positive timeout")
-
-
-
-@dataclass
-class ReplayConfig(BufferConfig):
-    """The off-policy replay ring (``buffer=transitions``): a ``BufferConfig`` whose capacity counts
-    transitions, for :class:`~rlmesh.rl.actors.TransitionBuffer`."""
-
-    _target_: str = "rlmesh.rl.actors.TransitionBuffer"
-    """The buffer actor class."""
-
-    capacity: int = 100_000
-    """Transitions held; the oldest are overwritten beyond it."""
-    max_policy_lag: int = 1
-    """How many versions generation may run ahead of training (the work scheduler's credit).
-    Unlike the on-policy buffer nothing is dropped as stale: old data is the point."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
