@@ -11,7 +11,7 @@ by ``trainer=ppo`` or a plugin's config). The loop (:mod:`rlmesh.recipes.loop`):
 generator replica ``collect`` s one rollout per work item straight into the buffer; the trainer
 trains on what it samples there and publishes each new version; the evaluator scores the greedy
 policy on fresh envs every ``eval.every`` env steps. The algorithm's update is the trainer's
-``train_step`` (``rlmesh/rl/actors/ppo_trainer.py`` for PPO).
+``train_step`` (``rlmesh/rl/algorithms/ppo.py`` for PPO).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.payload import modules_in_payload
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
@@ -124,7 +125,7 @@ class ProcRecord:
     env: dict[str, str]
     incarnation: int = 0
     handle: ProcHandle | None = None
-    state: str = "starting"  # starting | rejoining | alive | restarting | stopping | dead | failed | stopped
+    state: ProcState = ProcState.STARTING
     pid: int | None = None
     host: str = ""
     addr: str = ""
@@ -273,7 +274,7 @@ class Controller:
                                                        restartable=r.policy.max_restarts != 0))
         except Exception as exc:
             logger.exception("launching %s failed", r.proc_id)
-            r.state = "failed"
+            r.state = ProcState.FAILED
             if not r.ready.done():
                 r.ready.set_exception(ActorError(f"could not launch proc {r.proc_id}: {exc}"))
             return
@@ -287,7 +288,7 @@ class Controller:
             for proc_id, spec in placements:
                 rec = self.procs[proc_id]
                 fut: concurrent.futures.Future = concurrent.futures.Future()
-                if rec.state != "alive":
+                if rec.state != ProcState.ALIVE:
                     fut.set_exception(ActorDied(f"proc {proc_id} is {rec.state}", mesh=spec["mesh"],
                                                 rank=spec["rank"], endpoint="__init__"))
                 else:
@@ -333,12 +334,12 @@ class Controller:
         def begin() -> None:
             for pid_ in proc_ids:
                 r = self.procs.get(pid_)
-                if r is None or r.state in ("dead", "failed", "stopped"):
+                if r is None or r.state in (ProcState.DEAD, ProcState.FAILED, ProcState.STOPPED):
                     continue
-                if r.state == "restarting":  # between death and relaunch: just cancel the relaunch
-                    r.state = "stopped"
+                if r.state == ProcState.RESTARTING:  # between death and relaunch: just cancel the relaunch
+                    r.state = ProcState.STOPPED
                     continue
-                r.state = "stopping"
+                r.state = ProcState.STOPPING
                 r.stop_deadline = time.monotonic() + timeout
                 self._send(r, P.STOP)
 
@@ -347,7 +348,7 @@ class Controller:
         self.submit(begin).result()
         end = time.monotonic() + timeout + 2
         while time.monotonic() < end:
-            if all(self.procs[p].state in ("stopped", "failed", "dead") for p in proc_ids if p in self.procs):
+            if all(self.procs[p].state in (ProcState.STOPPED, ProcState.FAILED, ProcState.DEAD) for p in proc_ids if p in self.procs):
                 return
             time.sleep(0.02)
 
@@ -362,7 +363,7 @@ class Controller:
 
         def do() -> bool:
             rec = self.procs.get(proc_id)
-            if rec is None or rec.state != "alive" or rec.handle is None:
+            if rec is None or rec.state != ProcState.ALIVE or rec.handle is None:
                 return False
             self._emit("fault_injected", rec, reason=kind)
             rec.down_at = time.time()  # recovery is timed from the fault, not from its detection
@@ -447,7 +448,7 @@ class Controller:
             rec.last_hb = now
             rec.pid, rec.host, rec.addr = msg["pid"], msg["host"], msg["addr"]
             for other in self.procs.values():  # tell the newcomer where everyone is
-                if other is not rec and other.state == "alive":
+                if other is not rec and other.state == ProcState.ALIVE:
                     self._send(rec, P.PROC_UP, proc_id=other.proc_id, addr=other.addr,
                                incarnation=other.incarnation)
             self._emit("spawned", rec)
@@ -477,13 +478,13 @@ class Controller:
             rec.stop_deadline = min(rec.stop_deadline or now + 5, now + 5)
 
     def _mark_alive(self, rec: ProcRecord) -> None:
-        rec.state = "alive"
+        rec.state = ProcState.ALIVE
         self.client.proc_up(rec.proc_id, rec.addr, rec.incarnation)
         self._broadcast(rec, P.PROC_UP, proc_id=rec.proc_id, addr=rec.addr, incarnation=rec.incarnation)
 
     def _rejoin(self, rec: ProcRecord) -> None:
         """A replacement proc joined: re-create its actors (``__init__`` then ``on_restart``)."""
-        rec.state = "rejoining"
+        rec.state = ProcState.REJOINING
         rec.rejoin_pending = len(rec.actors)
         if not rec.actors:
             self._restarted(rec)
@@ -495,7 +496,7 @@ class Controller:
             self._send_spawn(rec, [spec], cls_payload, True, fut)
 
     def _rejoined_one(self, rec: ProcRecord, inc: int, f: concurrent.futures.Future) -> None:
-        if rec.incarnation != inc or rec.state != "rejoining":
+        if rec.incarnation != inc or rec.state != ProcState.REJOINING:
             return
         exc = f.exception()
         if exc is not None:
@@ -515,36 +516,36 @@ class Controller:
 
     def _broadcast(self, about: ProcRecord, kind: str, **fields: Any) -> None:
         for other in self.procs.values():
-            if other is not about and other.state in ("alive", "rejoining", "starting"):
+            if other is not about and other.state in (ProcState.ALIVE, ProcState.REJOINING, ProcState.STARTING):
                 self._send(other, kind, **fields)
 
     def _tick(self) -> None:
         now = time.monotonic()
         for rec in list(self.procs.values()):
-            if rec.state in ("starting", "rejoining", "alive", "stopping") and rec.handle is not None:
+            if rec.state in (ProcState.STARTING, ProcState.REJOINING, ProcState.ALIVE, ProcState.STOPPING) and rec.handle is not None:
                 status = rec.handle.poll()
                 if status is not None:
                     code, sig, why = (tuple(status) + ("",))[:3]
-                    self._on_exit(rec, code, sig, reason="stopped" if rec.state == "stopping" else why)
+                    self._on_exit(rec, code, sig, reason="stopped" if rec.state == ProcState.STOPPING else why)
                     continue
-                if rec.state == "stopping" and now > rec.stop_deadline:
+                if rec.state == ProcState.STOPPING and now > rec.stop_deadline:
                     rec.handle.kill()
-                elif rec.state in ("alive", "rejoining") and now - rec.last_hb > (
+                elif rec.state in (ProcState.ALIVE, ProcState.REJOINING) and now - rec.last_hb > (
                         self.init_hb_timeout if rec.spawns_pending else self.hb_timeout):
                     rec.handle.kill()
                     limit = self.init_hb_timeout if rec.spawns_pending else self.hb_timeout
                     self._on_exit(rec, None, None, reason=f"heartbeat timeout ({limit}s without one)")
-                elif rec.state == "starting" and now - rec.started_at > rec.start_timeout:
+                elif rec.state == ProcState.STARTING and now - rec.started_at > rec.start_timeout:
                     rec.handle.kill()
                     self._on_exit(rec, None, None, reason=f"did not join within {rec.start_timeout}s")
-            elif rec.state == "restarting" and now >= rec.restart_at:
+            elif rec.state == ProcState.RESTARTING and now >= rec.restart_at:
                 self._relaunch(rec)
         if self._kv_waiters:
             self._kv_expire(now)
 
     def _on_exit(self, rec: ProcRecord, exit_code: int | None, sig: int | None, reason: str) -> None:
-        stopping = rec.state == "stopping"
-        rec.state = "stopped" if stopping else "dead"
+        stopping = rec.state == ProcState.STOPPING
+        rec.state = ProcState.STOPPED if stopping else ProcState.DEAD
         if not stopping and rec.down_at is None:
             rec.down_at = time.time()
         why = reason or ("clean exit" if exit_code == 0 else "")
@@ -568,10 +569,10 @@ class Controller:
             return
         if rec.policy.allows(rec.restarts_used):
             rec.restarts_used += 1
-            rec.state = "restarting"
+            rec.state = ProcState.RESTARTING
             rec.restart_at = time.monotonic() + rec.policy.backoff_s
         else:
-            rec.state = "failed"
+            rec.state = ProcState.FAILED
             if rec.policy.max_restarts:
                 self._emit("gave_up", rec, exit_code=exit_code, signal=sig,
                            reason=f"max_restarts={rec.policy.max_restarts} exhausted")
@@ -579,7 +580,7 @@ class Controller:
     def _relaunch(self, rec: ProcRecord) -> None:
         self.by_ident.pop(rec.ident, None)
         rec.incarnation += 1
-        rec.state = "starting"
+        rec.state = ProcState.STARTING
         rec.addr = ""
         self._launch(rec)
 
@@ -640,7 +641,7 @@ class Controller:
     def shutdown(self) -> None:
         if self._closed:
             return
-        live = [p for p, r in self.procs.items() if r.state not in ("dead", "failed", "stopped")]
+        live = [p for p, r in self.procs.items() if r.state not in (ProcState.DEAD, ProcState.FAILED, ProcState.STOPPED)]
         if live:
             try:
                 self.stop_procs(live, timeout=3)

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.controller import Controller
 from rlmesh.errors import ConfigError
 
@@ -133,7 +134,7 @@ class FaultInjector:
         wait = self.start_after_s
         while not self._stop.wait(wait):
             wait = self.every_s
-            alive = [p for p in self.proc_ids if controller.procs.get(p) and controller.procs[p].state == "alive"]
+            alive = [p for p in self.proc_ids if controller.procs.get(p) and controller.procs[p].state == ProcState.ALIVE]
             if not alive:
                 continue
             victim = self.rng.choice(alive)

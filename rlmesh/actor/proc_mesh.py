@@ -18,6 +18,7 @@ import cloudpickle
 from rlmesh.actor.actor import endpoint_names, validate_actor_class
 from rlmesh.actor.controller import Controller, Launcher, Restart, call_launchers
 from rlmesh.actor.mesh import ActorMesh, ActorPoint
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.shape import NamedMesh, Shape
 from rlmesh.transport.serialization import dumps
 
@@ -83,7 +84,7 @@ class ProcMesh(NamedMesh):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             states = self.states()
-            if all(s == "alive" for s in states):
+            if all(s == ProcState.ALIVE for s in states):
                 return
             if any(s in ("failed", "stopped") for s in states):
                 raise RuntimeError(f"procs of {self._name!r} will not come back: {states}")
@@ -104,7 +105,7 @@ class ProcMesh(NamedMesh):
         restarted proc re-creates the actor exactly as first built.
         """
         validate_actor_class(actor_cls)
-        live = (r for r in self._controller.procs.values() if r.state not in ("stopped", "failed"))
+        live = (r for r in self._controller.procs.values() if r.state not in (ProcState.STOPPED, ProcState.FAILED))
         if name in self._actor_names or any(spec["mesh"] == name for r in live for spec, _ in r.actors):
             raise ValueError(f"an actor mesh named {name!r} exists already; choose another name")
         self._actor_names.add(name)

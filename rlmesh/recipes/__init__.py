@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlmesh.recipes.compose import RecipeConfigError, compose
+from rlmesh.recipes import compose as composition  # the module (a bare `compose` would shadow it here)
+from rlmesh.recipes.compose import RecipeConfigError
 
 __all__ = ["RecipeConfigError", "compose_recipe"]
 
@@ -21,4 +22,4 @@ def compose_recipe(overrides: list[str]) -> tuple[Any, str]:
     """Compose and validate a recipe config exactly as ``rlmesh run`` does: ``(config dataclass,
     launcher name)``. Raises :class:`RecipeConfigError` (one line naming the key and the fix) for a
     config that cannot run. A stable name: tools above the recipe layer call this, not ``compose``."""
-    return compose(overrides)
+    return composition.compose(overrides)

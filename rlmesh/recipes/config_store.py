@@ -22,7 +22,9 @@ the ConfigStore and stores configs in it (docs/extending.md).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
+import os
 import typing
 from importlib.metadata import entry_points
 from typing import Any, Callable
@@ -32,6 +34,7 @@ from omegaconf import OmegaConf
 
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
+from rlmesh.rl.algorithms.configs import A2CConfig, DAPOConfig, DQNConfig, ReplayConfig, RLOOConfig
 from rlmesh.rl.config import BufferConfig, GRPOConfig, GymGeneratorConfig, LLMGeneratorConfig, PPOConfig, RewardConfig
 
 logger = logging.getLogger(__name__)
@@ -40,16 +43,20 @@ SCHEMAS: dict[str, type] = {"ppo": PPORecipeConfig, "grpo": GRPORecipeConfig}
 """Recipe schemas by program name (``schema/<name>``)."""
 
 ROLE_CONFIGS: dict[str, dict[str, type]] = {
-    "trainer": {"ppo": PPOConfig, "grpo": GRPOConfig},
+    "trainer": {"ppo": PPOConfig, "grpo": GRPOConfig, "a2c": A2CConfig, "dqn": DQNConfig, "rloo": RLOOConfig,
+                "dapo": DAPOConfig},
     "generator": {"gym": GymGeneratorConfig, "llm": LLMGeneratorConfig},
     "reward": {"base": RewardConfig},
-    "buffer": {"replay": BufferConfig},
+    "buffer": {"replay": BufferConfig, "transitions": ReplayConfig},
 }
 """The config classes rlmesh ships, by group and name (``trainer/ppo``). Add yours with
 :func:`store_role_config` (from an ``rlmesh.algorithms`` entry point)."""
 
 ENTRY_POINT_GROUP = "rlmesh.algorithms"
 """Entry point group of algorithm plugins: each names ``register(cs: ConfigStore) -> None``."""
+MODULES_ENV = "RLMESH_ALGORITHMS"
+"""Comma-separated modules (importable, e.g. through ``PYTHONPATH``) whose ``register(cs)`` is called
+like an entry point's: algorithms from a folder that is not an installed package."""
 
 _plugins_loaded = False
 
@@ -92,26 +99,27 @@ def register() -> ConfigStore:
 
 
 def load_plugins(cs: ConfigStore) -> list[str]:
-    """Call every ``rlmesh.algorithms`` entry point once per process; returns their names.
-
-    A plugin that fails to load is a config error naming the entry point and its distribution."""
+    """Call every ``rlmesh.algorithms`` entry point, then every ``$RLMESH_ALGORITHMS`` module's
+    ``register``, once per process; returns their names. A plugin that fails to load is a config
+    error naming it (and the distribution it came from)."""
     global _plugins_loaded
     if _plugins_loaded:
         return []
     _plugins_loaded = True
-    names = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        dist = getattr(ep.dist, "name", "?")
+    found: list[tuple[str, str, Callable[[], Any]]] = [
+        (ep.name, f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} (from {getattr(ep.dist, 'name', '?')})",
+         ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    found += [(m, f"{MODULES_ENV} module {m}", lambda m=m: importlib.import_module(m).register)
+              for m in filter(None, (x.strip() for x in os.environ.get(MODULES_ENV, "").split(",")))]
+    for name, what, load in found:
         try:
-            register_fn: Callable[[ConfigStore], Any] = ep.load()
-            register_fn(cs)
+            load()(cs)
         except Exception as exc:  # noqa: BLE001 - any plugin failure becomes one line naming the plugin
             _plugins_loaded = False
-            raise ConfigError(f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} (from {dist}) failed: "
-                              f"{type(exc).__name__}: {exc}; fix the plugin or uninstall {dist}") from exc
-        logger.debug("loaded algorithm plugin %s from %s", ep.name, dist)
-        names.append(ep.name)
-    return names
+            fix = f"uninstall {what.rsplit('(from ', 1)[1][:-1]}" if "(from " in what else f"unset {MODULES_ENV}"
+            raise ConfigError(f"{what} failed: {type(exc).__name__}: {exc}; fix the plugin or {fix}") from exc
+        logger.debug("loaded algorithm plugin %s", what)
+    return [name for name, _, _ in found]
 
 
 def role_types(cfg: Any) -> dict[str, str]:

@@ -210,6 +210,11 @@ class GRPORecipeConfig:
         check(self.generator.samples_per_prompt >= 2, "generator.samples_per_prompt",
                self.generator.samples_per_prompt, "GRPO's group baseline needs at least 2 samples per prompt")
         check(self.steps >= 1, "steps", self.steps, "use 1 or more train steps")
+        refills = getattr(self.trainer, "max_refills", 0)  # DAPO's dynamic sampling pulls this many extra batches
+        check(refills <= self.buffer.max_policy_lag, "trainer.max_refills", refills,
+              f"generation runs only buffer.max_policy_lag={self.buffer.max_policy_lag} batches ahead, so a refill "
+              f"beyond that waits for rollouts no generator may produce: use trainer.max_refills<="
+              f"{self.buffer.max_policy_lag} or raise buffer.max_policy_lag")
         check(self.prompts_per_step >= self.generator.replicas and self.prompts_per_step % self.generator.replicas == 0,
               "prompts_per_step", self.prompts_per_step,
               f"use a multiple of generator.replicas ({self.generator.replicas}) so each work item gets the same prompts")

@@ -27,6 +27,7 @@ __all__ = [
     "GymGeneratorConfig",
     "LLMGeneratorConfig",
     "PPOConfig",
+    "ReplayConfig",
     "RewardConfig",
     "TrainerConfig",
 ]
@@ -145,9 +146,9 @@ class GymTrainerConfig(TrainerConfig):
 
 @dataclass
 class PPOConfig(GymTrainerConfig):
-    """PPO hyperparameters (the maths in :mod:`rlmesh.rl.losses.ppo` and :mod:`rlmesh.rl.ppo_core`)."""
+    """PPO hyperparameters (the maths, top to bottom, in :mod:`rlmesh.rl.algorithms.ppo`)."""
 
-    _target_: str = "rlmesh.rl.actors.PPOTrainer"
+    _target_: str = "rlmesh.rl.algorithms.ppo.PPOTrainer"
     """The trainer actor class."""
     lr: float = 2.5e-4
     """Adam learning rate at step 0."""
@@ -177,6 +178,11 @@ class PPOConfig(GymTrainerConfig):
     """Stop the epoch loop early once approx-KL exceeds this; ``None`` never stops."""
     normalize_advantages: bool = True
     """Standardise advantages per minibatch."""
+    normalize_obs: bool = False
+    """Normalise observations by running mean/std (statistics in the policy's state_dict, so they
+    travel with the weights to generators and the evaluator and land in checkpoints)."""
+    normalize_reward: bool = False
+    """Scale rewards by the running std of the discounted return (SB3's ``VecNormalize``)."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
 
@@ -285,3 +291,21 @@ class BufferConfig:
         check(self.capacity >= 1, "buffer.capacity", self.capacity, "set buffer.capacity to 1 or more")
         check(self.max_policy_lag >= 0, "buffer.max_policy_lag", self.max_policy_lag,
                "use 0 (on-policy) or a positive number of versions")
+
+
+@dataclass
+class ReplayConfig(BufferConfig):
+    """The off-policy replay ring (``buffer=transitions``): a ``BufferConfig`` whose capacity counts
+    transitions, for :class:`~rlmesh.rl.actors.TransitionBuffer`."""
+
+    _target_: str = "rlmesh.rl.actors.TransitionBuffer"
+    """The buffer actor class."""
+
+    capacity: int = 100_000
+    """Transitions held; the oldest are overwritten beyond it."""
+    max_policy_lag: int = 1
+    """How many versions generation may run ahead of training (the work scheduler's credit).
+    Unlike the on-policy buffer nothing is dropped as stale: old data is the point."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()

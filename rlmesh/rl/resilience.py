@@ -24,6 +24,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 import rlmesh as rm
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.controller import Controller
 from rlmesh.errors import RlmeshError
 from rlmesh.rl.report import TERMINAL_SQL
@@ -116,10 +117,10 @@ class Recovery:
         deadline = time.monotonic() + self.timeout_s
         while True:
             recs = self._records(mesh)
-            bad = next((r for r in recs if r.state in ("failed", "stopped")), None)
+            bad = next((r for r in recs if r.state in (ProcState.FAILED, ProcState.STOPPED)), None)
             if bad is not None:
                 raise self.failed(role, bad, error)
-            if all(r.state == "alive" for r in recs):
+            if all(r.state == ProcState.ALIVE for r in recs):
                 return
             if time.monotonic() > deadline:
                 raise RunFailed(f"{role} {mesh._name}: no replacement serving {self.timeout_s:.0f} s after "

@@ -9,7 +9,7 @@ Autoreset: gymnasium >= 1.0 vector envs reset an episode on the step *after* it 
 (``NEXT_STEP``). That step's transition is not real (its action is ignored, reward 0), so
 the collector marks it ``valid = False`` and the trainer drops it; the observation
 returned on the done step is the real final one, which makes the truncation bootstrap
-free (see :mod:`rlmesh.rl.losses.gae`).
+free (see :func:`rlmesh.rl.algorithms.ppo.compute_gae`).
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ class Rollout:
     policy_version: int = 0
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    last_obs: torch.Tensor | None = None
+    """The raw observation after the last step, [N, ...]: the next state of step ``T - 1``
+    (off-policy algorithms build ``(s, a, r, s')`` transitions from ``obs`` and this)."""
 
     @property
     def num_steps(self) -> int:
@@ -81,6 +84,7 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         policy_version=min(r.policy_version for r in rollouts),
         episode_returns=[x for r in rollouts for x in r.episode_returns],
         episode_lengths=[x for r in rollouts for x in r.episode_lengths],
+        last_obs=None if any(r.last_obs is None for r in rollouts) else torch.cat([r.last_obs for r in rollouts]),
     )
 
 
@@ -134,7 +138,7 @@ class RolloutCollector:
             self._obs = torch.as_tensor(obs, dtype=torch.float32)
         last_value = self.policy.value(self._obs).detach() if t_max else torch.zeros(n)
         rollout = Rollout(obs_buf, act_buf, logp_buf, val_buf, rew_buf, term_buf, done_buf, valid_buf,
-                          last_value, policy_version, returns, lengths)
+                          last_value, policy_version, returns, lengths, self._obs.clone())
         self.total_steps += rollout.num_steps
         return rollout
 

@@ -16,17 +16,22 @@ _NAMES = {
     "LLMGenerator": "llm_generator",
     "RewardActor": "reward",
     "ReplayBuffer": "replay_buffer",
+    "TransitionBuffer": "transition_buffer",
     "Trainer": "trainer",
-    "PPOTrainer": "ppo_trainer",
     "GRPOTrainer": "grpo_trainer",
 }
 
-__all__ = sorted(_NAMES)
+_ALIASES = {"PPOTrainer": "rlmesh.rl.algorithms.ppo"}
+"""Trainers that live with their algorithm's maths (rlmesh/rl/algorithms/), still importable from
+here by their old name; resolved lazily, so this package does not depend on the algorithms."""
+
+__all__ = sorted([*_NAMES, *_ALIASES])
 
 
 def __getattr__(name: str) -> Any:
-    if name in _NAMES:
-        value = getattr(importlib.import_module(f"rlmesh.rl.actors.{_NAMES[name]}"), name)
+    if name in _NAMES or name in _ALIASES:
+        module = _ALIASES.get(name) or f"rlmesh.rl.actors.{_NAMES[name]}"
+        value = getattr(importlib.import_module(module), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'rlmesh.rl.actors' has no attribute {name!r}")

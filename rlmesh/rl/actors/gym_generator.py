@@ -14,6 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 import rlmesh as rm
 from rlmesh.rl.actors.generator import Generator
@@ -44,11 +45,17 @@ class GymGenerator(Generator):
         super().__init__(buffer, weights)
         self.config = config
         obs_space, act_space = env_spaces(config.env_id)
-        self.policy = ActorCritic(obs_space, act_space, model)
+        self.policy = self.build_policy(obs_space, act_space, model)
         self.action_space = act_space
         rank = max(rm.context().rank, 0) if buffer is not None else 0
         self.collector = RolloutCollector(config, self.policy, seed=config.seed + 1000 * rank) if buffer is not None \
             else None
+
+    def build_policy(self, observation_space: gym.Space, action_space: gym.Space,
+                     model: ActorCriticConfig | None) -> torch.nn.Module:
+        """Hook: the network that acts (its ``state_dict`` must match the trainer's model). Default:
+        :class:`~rlmesh.rl.models.mlp.ActorCritic`; DQN's generator returns its Q-network."""
+        return ActorCritic(observation_space, action_space, model)
 
     def weight_target(self) -> Any:
         return self.policy

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlmesh.rl.models.normalize import RunningMeanStd
+
 try:  # gymnasium is a core dependency, but keep the import error readable.
     from gymnasium import spaces
 except ImportError as exc:  # pragma: no cover
@@ -91,10 +93,15 @@ class ActorCritic(nn.Module):
         self.action_shape = () if self.discrete else tuple(action_space.shape)
         self.actor = _mlp([obs_dim, *hidden, out_dim], act, out_gain=0.01)
         self.critic = _mlp([obs_dim, *hidden, 1], act, out_gain=1.0)
+        self.obs_rms = RunningMeanStd(tuple(observation_space.shape))
+        """Observation statistics (off until the trainer's first ``update``); every method below
+        takes *raw* observations and normalises them here, so rollouts store raw observations."""
+        self.return_rms = RunningMeanStd(())
+        """Discounted-return statistics that scale rewards (trainer side only; checkpointed with the model)."""
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(s), shape [B]."""
-        return self.critic(obs).squeeze(-1)
+        return self.critic(self.obs_rms.normalize(obs)).squeeze(-1)
 
     def _log_prob_entropy(
         self, head: torch.Tensor, actions: torch.Tensor
@@ -117,7 +124,7 @@ class ActorCritic(nn.Module):
         Continuous actions are returned unclipped (their log-prob is of the sampled
         value); clip them to the space's bounds when stepping the env.
         """
-        head = self.actor(obs)
+        head = self.actor(self.obs_rms.normalize(obs))
         if self.discrete:
             if greedy:
                 actions = head.argmax(-1)
@@ -132,5 +139,5 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log_probs, entropy, values)`` of given actions, with gradients (for the trainer)."""
-        logp, entropy = self._log_prob_entropy(self.actor(obs), actions)
+        logp, entropy = self._log_prob_entropy(self.actor(self.obs_rms.normalize(obs)), actions)
         return logp, entropy, self.value(obs)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlmesh.rl.losses import compute_gae
+from rlmesh.rl.algorithms.ppo import compute_gae
 
 
 def _t(*xs):

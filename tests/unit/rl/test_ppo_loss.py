@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from rlmesh.rl.losses import ppo_loss
+from rlmesh.rl.algorithms.ppo import ppo_loss
 
 
 def _t(*xs):

@@ -1,0 +1,178 @@
+"""The pure maths of the algorithm modules (rlmesh/rl/algorithms/), checked by hand: no procs."""
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlmesh.errors import ConfigError
+from rlmesh.rl.algorithms.a2c import A2CConfig, a2c_loss
+from rlmesh.rl.algorithms.dapo import DAPOConfig, count_informative, informative_groups
+from rlmesh.rl.algorithms.dqn import DQNConfig, QNetwork, dqn_update, linear_epsilon, soft_update, td_targets
+from rlmesh.rl.algorithms.ppo import discounted_returns, ppo_loss, ppo_update, scale_rewards
+from rlmesh.rl.algorithms.rloo import RLOOConfig, scaled_rloo_advantages
+from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
+from rlmesh.rl.models.mlp import ActorCritic
+from rlmesh.rl.models.normalize import RunningMeanStd
+from rlmesh.rl.replay import ReplayConfig, Transitions, TransitionReplayCore, transitions_from_rollout
+from rlmesh.rl.rollout import RolloutCollector
+
+BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+def test_running_mean_std_merges_batches_like_one_batch_and_is_off_until_updated():
+    x = torch.randn(1000, 3) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([2.0, -1.0, 0.0])
+    rms = RunningMeanStd((3,))
+    assert torch.equal(rms.normalize(x), x)                      # disabled: identity
+    for part in x.split([1, 99, 400, 500]):
+        rms.update(part)
+    assert torch.allclose(rms.mean, x.mean(0), atol=1e-4)
+    assert torch.allclose(rms.var, x.var(0, unbiased=False), rtol=1e-3)
+    z = rms.normalize(x)
+    assert torch.allclose(z.mean(0), torch.zeros(3), atol=1e-3) and torch.allclose(z.std(0), torch.ones(3), atol=1e-2)
+
+
+def test_observation_statistics_travel_with_the_state_dict():
+    trainer_side = ActorCritic(BOX, gym.spaces.Discrete(2))
+    trainer_side.obs_rms.update(torch.randn(64, 3) * 4 + 1)
+    generator_side = ActorCritic(BOX, gym.spaces.Discrete(2))   # built with defaults, knows nothing
+    obs = torch.randn(5, 3)
+    assert not torch.allclose(generator_side.value(obs), trainer_side.value(obs))
+    generator_side.load_state_dict(trainer_side.state_dict())
+    assert torch.allclose(generator_side.value(obs), trainer_side.value(obs))
+    assert bool(generator_side.obs_rms.enabled)
+
+
+def test_discounted_returns_reset_at_episode_ends():
+    r = torch.tensor([[1.0], [1.0], [1.0], [1.0]])
+    d = torch.tensor([[0.0], [1.0], [0.0], [0.0]])
+    assert torch.allclose(discounted_returns(r, d, 0.5), torch.tensor([[1.0], [1.5], [1.0], [1.5]]))
+
+
+def _rollout(env_id="CartPole-v1", steps=16, envs=2, policy=None):
+    env = gym.make(env_id)
+    policy = policy or ActorCritic(env.observation_space, env.action_space)
+    collector = RolloutCollector(GymGeneratorConfig(env_id=env_id, num_envs=envs, num_steps=steps), policy, seed=0)
+    try:
+        return collector.collect(), policy
+    finally:
+        collector.close()
+
+
+def test_ppo_update_with_normalisation_scales_rewards_and_updates_obs_statistics_after_the_update():
+    rollout, policy = _rollout("Pendulum-v1", steps=32)
+    config = PPOConfig(normalize_obs=True, normalize_reward=True, update_epochs=1, num_minibatches=1)
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    metrics = ppo_update(policy, opt, rollout, config)
+    assert metrics["losses/approx_kl"] < 1e-6                   # one epoch, one minibatch: ratio exactly 1
+    assert bool(policy.obs_rms.enabled) and float(policy.obs_rms.count) == pytest.approx(64, abs=1e-3)
+    assert torch.allclose(policy.obs_rms.mean, rollout.obs.reshape(-1, 3).mean(0), atol=1e-3)
+    scaled = scale_rewards(policy, rollout, 0.99)               # Pendulum's rewards are ~-1..-16: scaled down
+    assert scaled.abs().max() < rollout.rewards.abs().max()
+
+
+def test_a2c_loss_has_the_policy_gradient_of_ppo_at_ratio_one():
+    torch.manual_seed(0)
+    logits = torch.randn(8, requires_grad=True)
+    adv, values, returns, ent = torch.randn(8), torch.randn(8), torch.randn(8), torch.rand(8)
+    grads = []
+    for fn in (a2c_loss, ppo_loss):
+        logits.grad = None
+        fn(logits, logits.detach(), adv, values, values, returns, ent, normalize_advantages=False).policy_loss.backward()
+        grads.append(logits.grad.clone())
+    assert torch.allclose(grads[0], grads[1])
+
+
+def test_a2c_config_refuses_epochs_and_minibatches():
+    with pytest.raises(ConfigError, match="trainer.update_epochs"):
+        A2CConfig(update_epochs=4)
+    with pytest.raises(ConfigError, match="trainer.num_minibatches"):
+        A2CConfig(num_minibatches=4)
+
+
+def test_transitions_from_rollout_pair_each_state_with_its_true_successor():
+    rollout, _ = _rollout(steps=40, envs=2)
+    t = transitions_from_rollout(rollout)
+    assert len(t) == rollout.num_steps
+    # every non-final transition's next_obs is the next row's obs; the autoreset rows are gone
+    obs, valid = rollout.obs, rollout.valid
+    for n in range(2):
+        rows = [s for s in range(40) if valid[s, n]]
+        for s in rows:
+            nxt = obs[s + 1, n] if s + 1 < 40 else rollout.last_obs[n]
+            i = int(valid[:s, :].sum() + valid[s, :n].sum())  # time-major position of (s, n)
+            assert torch.equal(t.obs[i], obs[s, n]) and torch.equal(t.next_obs[i], nxt)
+
+
+def test_transition_ring_overwrites_the_oldest_refuses_duplicates_and_waits_for_learning_starts():
+    core = TransitionReplayCore(ReplayConfig(capacity=5))
+    batch = lambda v, n: Transitions(torch.full((n, 2), v), torch.zeros(n), torch.full((n,), v), torch.zeros(n, 2),  # noqa: E731
+                                     torch.zeros(n))
+    assert core.add("a", 0, batch(1.0, 3)) == "" and core.add("a", 0, batch(1.0, 3)) == "duplicate"
+    early = core.sample(2, 4, learning_starts=4)
+    assert early.transitions is None and [r.rollout_id for r in early.new] == ["a"]   # 3 < learning_starts
+    core.add("b", 1, batch(2.0, 4))
+    assert len(core) == 5
+    s = core.sample(3, 4, learning_starts=4, generator=torch.Generator().manual_seed(0))
+    assert [r.rollout_id for r in s.new] == ["b"] and s.new_samples == 4 and len(s.transitions) == 12
+    assert set(s.transitions.rewards.tolist()) <= {1.0, 2.0}
+    assert float((core._data.rewards == 1.0).sum()) == 1                  # 2 of "a"'s 3 rows overwritten
+    assert core.sample(1, 1).new == []                                    # the new-rollout log was handed over
+
+
+def test_td_targets_bootstrap_unless_terminated():
+    net = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        net.weight.copy_(torch.eye(2))
+    batch = Transitions(torch.zeros(2, 2), torch.zeros(2), torch.tensor([1.0, 1.0]),
+                        torch.tensor([[3.0, 5.0], [3.0, 5.0]]), torch.tensor([0.0, 1.0]))
+    assert torch.allclose(td_targets(net, batch, 0.9), torch.tensor([1.0 + 0.9 * 5.0, 1.0]))
+
+
+def test_soft_update_and_epsilon_schedule():
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    target = copy.deepcopy(a)
+    soft_update(target, b, 0.25)
+    assert torch.allclose(target.weight, 0.75 * a.weight + 0.25 * b.weight)
+    assert linear_epsilon(0, 1000, 0.1, 1.0, 0.05) == 1.0
+    assert linear_epsilon(50, 1000, 0.1, 1.0, 0.05) == pytest.approx(0.525)
+    assert linear_epsilon(5000, 1000, 0.1, 1.0, 0.05) == 0.05
+
+
+def test_dqn_update_fits_q_to_the_td_targets_and_the_network_explores_by_its_epsilon_buffer():
+    torch.manual_seed(0)
+    env = gym.make("CartPole-v1")
+    q = QNetwork(env.observation_space, env.action_space)
+    target = copy.deepcopy(q)
+    n = 256
+    batch = Transitions(torch.randn(n, 4), torch.randint(2, (n,)), torch.ones(n), torch.randn(n, 4), torch.ones(n))
+    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
+    config = DQNConfig(batch_size=64, target_update_every=1000)
+    first = dqn_update(q, target, opt, batch, config)["losses/loss"]
+    for _ in range(30):
+        last = dqn_update(q, target, opt, batch, config)
+    assert last["train/gradient_steps"] == 4 and last["losses/loss"] < 0.1 * first  # all terminal: Q(s,a) -> 1
+    obs = torch.randn(500, 4)
+    q.epsilon.fill_(0.0)
+    assert torch.equal(q.act(obs)[0], q(obs).argmax(-1))
+    q.epsilon.fill_(1.0)
+    assert 0.3 < float((q.act(obs)[0] == q(obs).argmax(-1)).float().mean()) < 0.7
+    assert torch.equal(q.act(obs, greedy=True)[0], q(obs).argmax(-1))
+    with pytest.raises(TypeError, match="Discrete"):
+        QNetwork(env.observation_space, BOX)
+
+
+def test_rloo_and_dapo_pieces():
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    adv = scaled_rloo_advantages(r, 4)
+    assert torch.allclose(adv[:4], torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3])) and torch.equal(adv[4:], torch.zeros(4))
+    assert scaled_rloo_advantages(r, 4, scale_by_std=True).std() == pytest.approx(1.0)
+    assert informative_groups(r, 4).tolist() == [True, False]
+    assert count_informative([{"rewards": r.tolist(), "group_size": 2}]) == 1   # pairs (1,0) (0,0) (1,1) (1,1)
+    with pytest.raises(ConfigError, match="trainer.min_std"):
+        RLOOConfig(min_std=0)
+    with pytest.raises(ConfigError, match="trainer.max_groups"):
+        DAPOConfig(max_groups=None)
+    assert DAPOConfig().clip_coef_high == 0.28 and DAPOConfig().aggregation == "token_mean"
