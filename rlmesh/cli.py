@@ -11,7 +11,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("rlmesh.telemetry.cli:sql_main", 'query a run: rlmesh sql [RUN] "SELECT ..."'),
     "runs": ("rlmesh.telemetry.cli:runs_main", "list runs"),
     "plot": ("rlmesh.telemetry.plot:plot_main", "render reward and loss curves of a run to PNG"),
-    "k8s": ("rlmesh.launch.kubernetes_cli:k8s_main", "render or clean up Kubernetes objects"),
+    "k8s": ("rlmesh.recipes.k8s:k8s_main", "render or clean up Kubernetes objects"),
 }
 
 

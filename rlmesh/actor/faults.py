@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from rlmesh.actor.controller import Controller
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import ConfigError
 
@@ -129,8 +130,6 @@ class FaultInjector:
         self.stop()
 
     def _run(self) -> None:
-        from rlmesh.actor.controller import Controller  # lazily: FaultConfig is imported by config code
-
         controller = Controller.get()
         wait = self.start_after_s
         while not self._stop.wait(wait):

@@ -8,7 +8,7 @@ composition errors (unknown key, wrong type, unknown preset) and the dataclasses
 ``config error:`` line, exit status 2).
 
 Configs and programs ship with the package: ``configs/`` and ``recipes/<program>.py`` of the
-source tree, which a wheel installs as ``<prefix>/share/rlmesh/{configs,recipes}`` (pyproject.toml).
+source tree, which a wheel carries whole as ``rlmesh/_shipped/{configs,recipes}`` (setup.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import re
-import site
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -43,13 +42,12 @@ _PKG = Path(__file__).resolve().parents[1]  # the rlmesh package directory
 
 def _shipped(name: str) -> list[Path]:
     """Where ``configs/`` or ``recipes/`` can be: the source tree (editable installs, checkouts),
-    then ``<prefix>/share/rlmesh/`` (a wheel's data files, see pyproject.toml)."""
-    prefixes = [Path(sys.prefix), Path(site.getuserbase())]
-    return [_PKG.parent / name] + [p / "share" / "rlmesh" / name for p in prefixes]
+    then ``rlmesh/_shipped/`` inside the installed package (a wheel: setup.py copies both trees)."""
+    return [_PKG.parent / name, _PKG / "_shipped" / name]
 
 
 def config_dir() -> Path:
-    """The shipped configs (``configs/`` of the source tree, or ``share/rlmesh/configs`` of a wheel install)."""
+    """The shipped configs (``configs/`` of the source tree, or ``rlmesh/_shipped/configs`` of a wheel install)."""
     for d in _shipped("configs"):
         if (d / "config.yaml").exists():
             return d

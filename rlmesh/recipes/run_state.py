@@ -13,6 +13,10 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import signal
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,7 @@ from rlmesh.errors import ConfigError
 from rlmesh.recipes.compose import RecipeConfigError, explain, validate
 from rlmesh.recipes.config_store import SCHEMAS, role_types, schema_node
 from rlmesh.telemetry import run as runs
-from rlmesh.telemetry.api import current_run_dir
+from rlmesh.telemetry.api import RUN_ID_ENV, current_run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -81,13 +85,6 @@ def reap_leftover_procs(query: Any, run_id: str, wait_s: float = 5.0) -> list[in
     """SIGKILL workers of the dead controller that are still winding down on this host (they exit
     within seconds of losing it, but a trainer still writing a checkpoint must not race the
     resumed one). Returns the pids killed."""
-    import os
-    import signal
-    import socket
-    import time
-
-    from rlmesh.telemetry.api import RUN_ID_ENV
-
     rows = query("SELECT DISTINCT pid FROM actors WHERE event = 'spawned' AND pid IS NOT NULL "
                  f"AND host = '{socket.gethostname()}'").to_pylist()
     killed = []

@@ -9,6 +9,7 @@ import importlib
 from typing import Any
 
 import rlmesh as rm
+from rlmesh.launch.kubernetes import KubernetesCluster
 
 
 def place(launcher: str, settings: dict[str, Any] | None = None) -> Any:
@@ -17,8 +18,6 @@ def place(launcher: str, settings: dict[str, Any] | None = None) -> Any:
     if launcher == "local":
         return rm.this_host()
     if launcher == "kubernetes":
-        from rlmesh.launch.kubernetes import KubernetesCluster
-
         return KubernetesCluster(dict(settings or {}))
     raise rm.ConfigError(f"launcher={launcher!r} is not a launcher; use launcher=local or launcher=kubernetes")
 

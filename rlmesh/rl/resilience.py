@@ -24,6 +24,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 import rlmesh as rm
+from rlmesh.actor.controller import Controller
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import RlmeshError
 from rlmesh.rl.report import TERMINAL_SQL
@@ -106,8 +107,6 @@ class Recovery:
 
     @staticmethod
     def _records(mesh: Any) -> list[Any]:
-        from rlmesh.actor.controller import Controller
-
         procs = Controller.get().procs
         ids = dict.fromkeys(mesh._point(r).proc_id for r in range(len(mesh)))
         return [procs[p] for p in ids if p in procs]

@@ -36,7 +36,7 @@ def _decode(rows: list[Any]) -> tuple:
 
 def publish_device_copy(slot: Any, manifest: Manifest, state_dict: Mapping[str, Any]) -> dict[str, Any]:
     """Mirror a version into the slot's CUDA buffer if the state_dict lives on a GPU; return manifest extras."""
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     dev = next((v.device for v in state_dict.values() if isinstance(v, torch.Tensor) and v.is_cuda), None)
     if dev is None:
@@ -63,14 +63,14 @@ class CudaIpcReader(Control):
 
     def __init__(self, record: dict[str, Any]):
         super().__init__(record)
-        import torch
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
         if not torch.cuda.is_available():
             raise WeightSyncError("transport='cuda-ipc' needs CUDA in the reader; torch sees no GPU")
         self._opened: dict[str, Any] = {}
 
     def _map(self, handle: dict[str, Any]) -> Any:
-        import torch
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
         key = repr(handle["ipc"])
         t = self._opened.get(key)

@@ -20,12 +20,18 @@ import time
 import weakref
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
+from rlmesh.actor.hooks import add_shutdown_hook
 from rlmesh.transport.auth import SECRET_ENV, Authenticator
 from rlmesh.weights import checksum
+from rlmesh.weights import rdma
+from rlmesh.weights import cuda_ipc
 from rlmesh.weights.directory import Directory, default_directory, publisher_key, this_host, this_job, this_proc_id
 from rlmesh.weights.layout import Manifest, plan_layout, with_checksums
 from rlmesh.weights.pool import SlotPool
 from rlmesh.weights.selection import Transport
+from rlmesh.weights.server import SyncServer
 from rlmesh.weights.slots import SHM_DIR, SlotFile, base_name
 from rlmesh.weights.stats import PublishStats, record_publish
 
@@ -43,8 +49,7 @@ def _ensure_secret() -> None:
 
 def _write_value(dst: Any, value: Any) -> int:
     """Copy one tensor/array into its slot bytes (``dst``: uint8 tensor) and return its checksum."""
-    import numpy as np
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     n = int(dst.numel())
     if n == 0:
@@ -101,12 +106,8 @@ class Publisher:
         self._server: Any = None
         _ensure_secret()
         if {Transport.TCP, Transport.RDMA, Transport.CUDA_IPC} & set(self.transports):
-            from rlmesh.weights.server import SyncServer
-
             self._server = SyncServer(self, host)
         if Transport.RDMA in self.transports:
-            from rlmesh.weights import rdma
-
             self._rdma = rdma.PublisherSide.maybe_open(name)
             if self._rdma:
                 self.pool.on_drop.append(self._rdma.forget)
@@ -166,8 +167,6 @@ class Publisher:
     def _cuda_write(self, slot: SlotFile, plan: Manifest, state_dict: Mapping[str, Any]) -> dict[str, Any]:
         if Transport.CUDA_IPC not in self.transports:
             return {}
-        from rlmesh.weights import cuda_ipc
-
         return cuda_ipc.publish_device_copy(slot, plan, state_dict)
 
     @staticmethod
@@ -227,8 +226,6 @@ class Publisher:
 
         atexit.register(_cleanup)
         try:
-            from rlmesh.actor.hooks import add_shutdown_hook
-
             add_shutdown_hook(_cleanup)
         except ImportError:
             pass

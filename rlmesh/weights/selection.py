@@ -11,6 +11,7 @@ import os
 from enum import StrEnum
 from typing import Any
 
+from rlmesh.weights import rdma_plan as rdma
 from rlmesh.weights.errors import TransportUnavailableError
 
 
@@ -38,8 +39,6 @@ def select_transport(record: dict[str, Any], forced: str | None, want_cuda: bool
             raise TransportUnavailableError(
                 f"transport={forced!r} needs the publisher on this host; it is on {record.get('host')!r} (use 'tcp')")
         if forced is Transport.RDMA:
-            from rlmesh.weights import rdma_plan as rdma
-
             ok, why = rdma.available()
             if not record.get(Transport.RDMA) or not ok:
                 raise TransportUnavailableError(
@@ -52,8 +51,6 @@ def select_transport(record: dict[str, Any], forced: str | None, want_cuda: bool
             return Transport.CUDA_IPC, "same host, CUDA target"
         return Transport.SHM, "same host"
     if record.get(Transport.RDMA):
-        from rlmesh.weights import rdma_plan as rdma
-
         ok, why = rdma.available()
         if ok:
             return Transport.RDMA, "other host, RDMA device on both sides"

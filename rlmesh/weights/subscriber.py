@@ -20,10 +20,14 @@ from typing import Any
 
 from rlmesh.weights import assemble
 from rlmesh.weights.base import Fetched, ReaderTransport
+from rlmesh.weights.cuda_ipc import CudaIpcReader
 from rlmesh.weights.directory import Directory, default_directory, publisher_key, reader_id, this_host
 from rlmesh.weights.errors import StateDictMismatchError, TransportUnavailableError, WeightSyncError
+from rlmesh.weights.rdma import RdmaReader
 from rlmesh.weights.selection import CHOICES, Transport, select_transport
+from rlmesh.weights.shm import ShmReader
 from rlmesh.weights.stats import SyncStats, Version, record_sync
+from rlmesh.weights.tcp import TcpReader
 
 __all__ = ["Subscriber", "select_transport"]
 
@@ -98,19 +102,11 @@ class Subscriber:
     @staticmethod
     def _make(kind: str, rec: dict[str, Any]) -> ReaderTransport:
         if kind is Transport.SHM:
-            from rlmesh.weights.shm import ShmReader
-
             return ShmReader(rec)
         if kind is Transport.TCP:
-            from rlmesh.weights.tcp import TcpReader
-
             return TcpReader(rec)
         if kind is Transport.RDMA:
-            from rlmesh.weights.rdma import RdmaReader
-
             return RdmaReader(rec)
-        from rlmesh.weights.cuda_ipc import CudaIpcReader
-
         return CudaIpcReader(rec)
 
     # ---- API ----
