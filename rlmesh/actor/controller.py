@@ -33,8 +33,8 @@ from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
-from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.payload import modules_in_payload
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
 from rlmesh.transport.sockets import bind_channel, tune, zmq_context

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.controller import Controller
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import ConfigError
 
 logger = logging.getLogger(__name__)

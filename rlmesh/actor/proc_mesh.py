@@ -86,7 +86,7 @@ class ProcMesh(NamedMesh):
             states = self.states()
             if all(s == ProcState.ALIVE for s in states):
                 return
-            if any(s in ("failed", "stopped") for s in states):
+            if any(s in (ProcState.FAILED, ProcState.STOPPED) for s in states):
                 raise RuntimeError(f"procs of {self._name!r} will not come back: {states}")
             time.sleep(0.01)
         raise TimeoutError(f"procs of {self._name!r} not all alive after {timeout}s: {self.states()}")

@@ -24,8 +24,8 @@ import time
 from typing import Any, Awaitable, Callable
 
 import rlmesh as rm
-from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.controller import Controller
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import RlmeshError
 from rlmesh.rl.report import TERMINAL_SQL
 from rlmesh.rl.results import TrainResult
