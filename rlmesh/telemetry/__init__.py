@@ -14,6 +14,7 @@ Importing this package is cheap: pyarrow, zmq and DuckDB load on first use.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,8 +64,12 @@ def record_batch(table: str, data: Any) -> None:
     api.recorder().record_batch(table, data)
 
 
-def query(sql: str, run: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> "pa.Table":
-    """Read-only SQL over a run (default: this controller's run, else ``latest``) -> pyarrow Table."""
+def query(sql: str, run: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+          timeout: float = 60.0) -> "pa.Table":
+    """Read-only SQL over a run (default: this controller's run, else ``latest``) -> pyarrow Table.
+
+    The one read path of telemetry (see :func:`rlmesh.telemetry.reader.query`); a list of
+    finished runs is attached read-only side by side, each under its run id."""
     from rlmesh.telemetry.reader import query as _query
 
     return _query(sql, run, timeout)

@@ -124,6 +124,7 @@ _SQL_EXAMPLES = """examples:
   rlmesh sql "SELECT policy_version, avg(reward) FROM rollouts GROUP BY 1 ORDER BY 1"
   rlmesh sql latest "SELECT * FROM actors WHERE event = 'died'" --format json
   rlmesh sql 20261202-101500-a1b2 "SELECT * FROM spans" --format parquet --out spans.parquet
+  rlmesh sql RUN_A --with RUN_B 'SELECT * FROM "RUN_A".evals UNION ALL SELECT * FROM "RUN_B".evals'
   rlmesh sql --schema                      # tables, columns, types and meanings
 tables and ten useful queries: docs/telemetry.md"""
 
@@ -136,8 +137,10 @@ def _parser(prog: str, schema: bool) -> argparse.ArgumentParser:
         epilog=_SQL_EXAMPLES if schema else None, formatter_class=argparse.RawDescriptionHelpFormatter)
     if schema:
         p.add_argument("args", nargs="*", metavar="[RUN] SQL",
-                       help="RUN: run id, 'latest' (default), run directory or .duckdb file")
+                       help="RUN: run id, 'latest' (default), run directory or any DuckDB file")
         p.add_argument("--schema", action="store_true", help="list tables and columns with their meaning")
+        p.add_argument("--with", dest="also", action="append", default=[], metavar="RUN",
+                       help="query finished runs side by side: each is attached read-only under its run id")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help="table (people; plain text when piped), json (one stable object, no ANSI), csv, parquet")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
@@ -147,7 +150,7 @@ def _parser(prog: str, schema: bool) -> argparse.ArgumentParser:
 def sql_main(argv: list[str]) -> int:
     """``rlmesh sql [RUN] "SELECT ..."`` | ``rlmesh sql [RUN] --schema``."""
     p = _parser("rlmesh sql", schema=True)
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)
     if a.schema:
         if len(a.args) > 1:
             p.error("--schema takes at most a RUN")
@@ -162,13 +165,14 @@ def sql_main(argv: list[str]) -> int:
     from rlmesh.telemetry.errors import TelemetryError
 
     try:
-        run_dir = runs.resolve_run(run)
+        db = runs.resolve_db(run)
+        label = runs.db_label(db)
         if a.schema:
-            tbl = reader.tables(run_dir)
+            tbl = reader.tables(db)
             if a.format == "json":
-                return _write_schema_json(tbl, run_dir.name, a.out)
+                return _write_schema_json(tbl, label, a.out)
         else:
-            tbl = reader.query_run_dir(run_dir, sql)
+            tbl = reader.query(sql, [db, *a.also] if a.also else db)
     except (TelemetryError, PermissionError, FileNotFoundError) as exc:
         print(f"rlmesh sql: {exc}", file=sys.stderr)
         return 1
@@ -177,9 +181,9 @@ def sql_main(argv: list[str]) -> int:
         return 1
     try:
         if a.schema and a.format == "table":
-            _print_schema(tbl, run_dir.name)
+            _print_schema(tbl, label)
         else:
-            write_result(tbl, a.format, a.out, run_dir.name, title=f"run {run_dir.name}")
+            write_result(tbl, a.format, a.out, label, title=f"run {label}")
     except BrokenPipeError:  # `| head`: the reader has seen enough
         sys.stdout = open("/dev/null", "w")
     return 0

@@ -147,6 +147,20 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
     return out
 
 
+def resolve_db(spec: str | os.PathLike[str] | None = None) -> Path:
+    """The DuckDB file of a run: ``None``/``"latest"``, a run id or a run directory (its
+    ``telemetry.duckdb``), or any existing file path (a copy, another name: DuckDB decides if it is one)."""
+    p = Path(os.fspath(spec)) if spec is not None else None
+    if p is not None and p.is_file():
+        return p.resolve()
+    return resolve_run(spec) / DB_NAME
+
+
+def db_label(db: Path) -> str:
+    """How a file is named when several are queried together: its run id, or the file's stem."""
+    return db.parent.name if db.name == DB_NAME else db.stem
+
+
 def resolve_run(spec: str | os.PathLike[str] | None = None) -> Path:
     """Find a run directory from ``None``/``"latest"``, a run id, a run directory or a ``.duckdb`` path."""
     spec = "latest" if spec is None else os.fspath(spec)

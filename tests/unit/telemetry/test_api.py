@@ -54,6 +54,20 @@ def test_query_refuses_writes_live_and_after(runs_dir):
     assert tm.query("SELECT a FROM mine", run=run_id).to_pylist() == [{"a": 1}]
 
 
+def test_explain_analyze_cannot_write_live_or_after(runs_dir, tmp_path):
+    """Issue 11 item 3: the statement-type allowlist let EXPLAIN ANALYZE COPY write a file from the controller."""
+    out = tmp_path / "x.csv"
+    tm.record("mine", a=1)
+    for _ in range(2):  # live (the service's connection), then after the run (the file)
+        with pytest.raises(tm.ReadOnlyQueryError, match="read-only"):
+            tm.query(f"EXPLAIN ANALYZE COPY mine TO '{out}'", run=tm.current_run() or "latest")
+        with pytest.raises(tm.ReadOnlyQueryError, match="read-only"):
+            tm.query("EXPLAIN ANALYZE DELETE FROM mine", run=tm.current_run() or "latest")
+        assert not out.exists()
+        assert tm.query("SELECT a FROM mine", run=tm.current_run() or "latest").to_pylist() == [{"a": 1}]
+        tm.end_run()
+
+
 def test_schema_mismatch_raises_at_the_call(runs_dir):
     tm.record("mine", loss=0.5)
     with pytest.raises(tm.SchemaError) as ei:
