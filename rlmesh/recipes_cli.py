@@ -272,15 +272,18 @@ def run_main(argv: list[str]) -> int:
         print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         return 0
     from rlmesh.rl.resilience import RunFailed
+    from rlmesh.rl.run_state import end_interrupted, stop_on_sigterm
+    from rlmesh.telemetry.api import finish_run
 
+    stop_on_sigterm()
     try:
         run_config(cfg, launcher)
     except RunFailed as exc:
-        import rlmesh as rm
-
-        rm.telemetry.end_run("failed")
+        finish_run("failed", str(exc).splitlines()[0] if str(exc) else "RunFailed")
         print(f"run failed: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:
+        return end_interrupted(exc)
     return 0
 
 

@@ -113,11 +113,12 @@ def set_config(config: Any) -> None:
     api.start_run(_jsonable(config))  # a no-op when telemetry is off
 
 
-def end_run(status: str | None = None) -> None:
-    """Finish the run now (``ok``, or ``failed`` after an uncaught exception); normally done at exit."""
+def end_run(status: str | None = None, error: str | None = None) -> None:
+    """Finish the run now (``ok``, or ``failed`` after an uncaught exception; ``error``, why, goes to
+    ``runs.error``); normally done at exit."""
     from rlmesh.telemetry import api
 
-    api.end_run(status)
+    api.end_run(status, error)
 
 
 def _jsonable(config: Any) -> Any:

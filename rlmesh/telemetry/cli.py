@@ -224,6 +224,7 @@ def runs_main(argv: list[str]) -> int:
     from rlmesh.telemetry import run as runs
 
     a = _parser("rlmesh runs", schema=False).parse_args(argv)
+    runs.settle_dead_runs()  # runs whose controller died: status stored, stale service.json removed
     rows = []
     for r in runs.list_runs():
         start, end = r.get("start_ts"), r.get("end_ts")
@@ -231,10 +232,11 @@ def runs_main(argv: list[str]) -> int:
             "id": r["id"], "status": r["status"],
             "start": dt.datetime.fromtimestamp(start, dt.timezone.utc) if start else None,
             "duration_s": round(end - start, 1) if start and end else None,
-            "rows": r.get("rows"), "command": " ".join(r.get("argv") or []),
+            "rows": r.get("rows"), "command": " ".join(r.get("argv") or []), "error": r.get("error"),
         })
     schema = pa.schema([("id", pa.string()), ("status", pa.string()), ("start", pa.timestamp("us", tz="UTC")),
-                        ("duration_s", pa.float64()), ("rows", pa.int64()), ("command", pa.string())])
+                        ("duration_s", pa.float64()), ("rows", pa.int64()), ("command", pa.string()),
+                        ("error", pa.string())])
     tbl = pa.Table.from_pylist(rows, schema=schema)
     write_result(tbl, a.format, a.out, None, title=f"runs in {runs.runs_dir()}")
     return 0

@@ -41,8 +41,12 @@ def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
 
 
 def record_proc_event(ev: hooks.ProcEvent) -> None:
-    """Event sink: one ``actors`` row per lifecycle event (runs on the supervisor thread: cheap)."""
-    api.recorder().record_trusted("actors", {
+    """Event sink: one ``actors`` row per lifecycle event (runs on the supervisor thread: cheap).
+    Events after the run ended are not recorded (they must not start a new run)."""
+    rec = api.active_recorder()
+    if rec is None:
+        return
+    rec.record_trusted("actors", {
         "mesh": ev.proc_mesh, "rank": ev.rank, "proc": ev.proc_id, "host": ev.host,
         "event": ev.kind, "pid": ev.pid, "incarnation": ev.incarnation,
         "exit_code": ev.exit_code, "signal": ev.signal, "reason": ev.reason or None,

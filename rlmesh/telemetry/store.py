@@ -9,6 +9,7 @@ any subset of the columns in any order.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -146,13 +147,17 @@ class Store:
         self.path = Path(path)
         self.run_id = run_id
         self.con = duckdb.connect(str(self.path))
+        self._wal = self.path.with_name(self.path.name + ".wal")
         self._lock = threading.Lock()  # serialises writers on self.con
         self._cols: dict[str, dict[str, str]] = {}
         self.rows_written = 0
         self.rejected_rows = 0
         for t in schema.BUILTIN.values():
             self.con.execute(schema.builtin_ddl(t))
+            for c in t.columns:  # a database from an older rlmesh (a resumed run) gains newer columns
+                self.con.execute(f"ALTER TABLE {qident(t.name)} ADD COLUMN IF NOT EXISTS {qident(c.name)} {c.type}")
         self.con.execute(REJECTED_DDL)
+        self._private()
         lock_down(self.con)  # before any query can reach it; the writer needs no files either
         self._load_columns()
 
@@ -187,8 +192,19 @@ class Store:
                 self.con.execute(f"INSERT INTO {qident(table)} BY NAME SELECT * FROM __rlmesh_batch")
             finally:
                 self.con.unregister("__rlmesh_batch")
+            self._private()
         self.rows_written += batch.num_rows
         return batch.num_rows
+
+    def _private(self) -> None:
+        """Database and WAL readable by their owner only (0600). DuckDB creates them with the umask
+        and recreates the WAL after each checkpoint, so this looks again after each append (a stat)."""
+        for p in (self.path, self._wal):
+            try:
+                if os.stat(p).st_mode & 0o077:
+                    os.chmod(p, 0o600)
+            except FileNotFoundError:
+                pass
 
     def _ensure_schema(self, table: str, types: dict[str, str]) -> None:
         known = self._cols.get(table)
