@@ -12,6 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("rlmesh.telemetry.cli:runs_main", "list runs"),
     "plot": ("rlmesh.telemetry.plot:plot_main", "render reward and loss curves of a run to PNG"),
     "k8s": ("rlmesh.launch.kubernetes_cli:k8s_main", "render or clean up Kubernetes objects"),
+    "clean": ("rlmesh.weights.clean:clean_main", "reclaim /dev/shm segments and run records left by dead runs"),
 }
 
 
