@@ -258,9 +258,25 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _pid_reused_since(pid: int, path: str) -> bool:
+    """True when process ``pid`` started after ``path`` was last written (with 2 s of slack for
+    the clock's granularity): it cannot be the creator, whose pid was since reused. A live
+    creator's files are always newer than its start; a dead one's are never written again."""
+    try:
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            start_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        started = btime + start_ticks / os.sysconf("SC_CLK_TCK")
+        return started > os.stat(path).st_mtime + 2.0
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False  # cannot tell: keep it
+
+
 def reclaim_dead_segments(shm_dir: str | None = None) -> list[str]:
     """Unlink every rlmesh segment (slots, ``.ctl``, leftover ``.tmp``) whose creating process is
-    gone, whatever job it belonged to: what a run killed outright (every proc SIGKILLed, the
+    gone (or whose pid now belongs to a process started after the file was last written),
+    whatever job it belonged to: what a run killed outright (every proc SIGKILLed, the
     controller too) leaves behind, since nobody was left to clean up. A live owner's segments,
     and those of a pid this user may not signal, are kept. Run at each controller start
     (``rlmesh run``/``resume``) and by ``rlmesh clean``.
@@ -272,7 +288,9 @@ def reclaim_dead_segments(shm_dir: str | None = None) -> list[str]:
     removed = []
     for path in glob.glob(os.path.join(glob.escape(shm_dir), PREFIX + "*")):
         pid = owner_pid(os.path.basename(path))
-        if pid is None or pid <= 0 or _alive(pid):
+        if pid is None or pid <= 0:
+            continue
+        if _alive(pid) and not _pid_reused_since(pid, path):
             continue
         try:
             os.unlink(path)

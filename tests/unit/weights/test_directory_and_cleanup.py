@@ -99,3 +99,12 @@ def test_reclaim_takes_dead_owners_segments_of_any_job_and_spares_live_ones(tmp_
     assert not any(p.exists() for p in [*dead, undead])
     assert live.exists() and keep.exists()
     zombie.wait()
+
+
+def test_reclaim_sees_through_a_reused_pid(tmp_path):
+    """A live pid that started after the segment was last written is not its creator."""
+    stale = _touch(tmp_path, f"{slots.base_name('jobR', 'rl.1', os.getpid(), 'policy')}-tok-s0")
+    os.utime(stale, (1_000_000, 1_000_000))        # written in 1970: long before this process started
+    fresh = _touch(tmp_path, f"{slots.base_name('jobR', 'rl.1', os.getpid(), 'policy')}-tok.ctl")
+    assert slots.reclaim_dead_segments(str(tmp_path)) == [str(stale)]
+    assert fresh.exists()
