@@ -44,7 +44,7 @@ _rec: Any = None
 _pid = -1
 _svc: Any = None  # TelemetryService, controller only
 _health: Any = None
-_failed: tuple[str, str] | None = None  # (status, error) an uncaught exception ended the controller with
+_failed: tuple[str, str | None] | None = None  # (status, error) an uncaught exception ended the controller with
 _hooked = False
 
 

@@ -101,7 +101,7 @@ def settle_dead_runs(root: Path | None = None) -> list[str]:
 
 
 def _settle(d: Path, info: dict[str, Any]) -> bool:
-    import duckdb
+    import duckdb  # deferred: heavy (~0.2 s) and this module is imported by every worker, which never settles runs
 
     try:
         con = duckdb.connect(str(d / DB_NAME))
