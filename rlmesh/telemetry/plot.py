@@ -51,12 +51,13 @@ def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
     except ImportError as exc:
         raise ImportError("rlmesh plot needs matplotlib: pip install matplotlib") from exc
     from rlmesh.telemetry import run as runs
-    from rlmesh.telemetry.reader import query_run_dir
+    from rlmesh.telemetry.reader import query_db
 
-    run_dir = runs.resolve_run(run)
+    db = runs.resolve_db(run)  # any DuckDB file (a copy too), like rlmesh sql
+    run_dir = db.parent
 
     def q(sql: str) -> Any:
-        return query_run_dir(run_dir, sql)
+        return query_db(db, sql)
 
     t0 = q("SELECT epoch(start_ts) AS t0 FROM runs LIMIT 1")
     start = t0.column("t0")[0].as_py() if t0.num_rows else 0.0
@@ -66,7 +67,7 @@ def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
     died_at = _col(deaths, "t") - start if deaths.num_rows else np.array([])
 
     fig, (ax_r, ax_l) = plt.subplots(2, 1, figsize=(9, 6.5))
-    fig.suptitle(f"run {run_dir.name}")
+    fig.suptitle(f"run {runs.db_label(db)}")
     if rew.num_rows:
         t, y = _binned(_col(rew, "t") - start, _col(rew, "reward"))
         ax_r.plot(t, y, color="tab:blue", lw=1.5)
