@@ -73,11 +73,6 @@ def query_db(db: Path, sql: str, timeout: float = 60.0) -> pa.Table:
     return query_many([db], sql)
 
 
-def query_run_dir(run_dir: Path, sql: str, timeout: float = 60.0) -> pa.Table:
-    """Query one run directory (kept for callers that hold a directory)."""
-    return query_db(Path(run_dir) / runs.DB_NAME, sql, timeout)
-
-
 def query_many(dbs: list[Path], sql: str) -> pa.Table:
     """Finished runs' files, attached read-only side by side (one file: the plain case)."""
     names = [runs.db_label(p) for p in dbs] if len(dbs) > 1 else [Path(dbs[0]).stem]
