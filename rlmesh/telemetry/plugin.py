@@ -43,8 +43,12 @@ def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
 
 
 def record_refusal(r: RefusalReport) -> None:
-    """Refusal sink: one ``refusals`` row per rate-limited report (so a flood costs a row per 10 s)."""
-    api.recorder().record_trusted("refusals", {
+    """Refusal sink: one ``refusals`` row per rate-limited report (so a flood costs a row per 10 s).
+    Reports after the run ended are not recorded (they must not start a new run)."""
+    rec = api.active_recorder()
+    if rec is None:
+        return
+    rec.record_trusted("refusals", {
         "channel": r.channel, "peer": r.peer, "reason": r.reason, "count": r.count,
         "rejected_total": r.rejected_total, "replayed_total": r.replayed_total,
     })
