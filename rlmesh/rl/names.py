@@ -21,7 +21,7 @@ def check_env_id(env_id: str, key: str) -> None:
     ``module:Name-v0`` ids import ``module`` first, as ``gymnasium.make`` does, so that envs
     registered by a user package are found.
     """
-    import gymnasium  # noqa: PLC0415 - optional dependency (the gym extra), only for gym recipes
+    import gymnasium  # deferred: optional dependency (the gym extra), needed only by gym recipes
 
     name = env_id
     if ":" in env_id:

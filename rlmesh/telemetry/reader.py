@@ -24,7 +24,9 @@ from rlmesh.telemetry import api
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.client import remote_query
 from rlmesh.telemetry.errors import ServiceUnavailableError, TelemetryError
+from rlmesh.telemetry.schema import describe_column
 from rlmesh.telemetry.store import execute_read_only, open_read_only, statements
+from rlmesh.transport import Authenticator
 
 RunSpec = str | os.PathLike[str]
 
@@ -62,8 +64,6 @@ def query_db(db: Path, sql: str, timeout: float = 60.0) -> pa.Table:
     """One DuckDB file: its run's live service if the controller is still up, else the file read-only."""
     info = runs.live_service(db.parent) if db.name == runs.DB_NAME else None
     if info:
-        from rlmesh.transport import Authenticator
-
         try:
             auth = Authenticator(bytes.fromhex(info["secret"]))
             return remote_query(info["query_addr"], auth, sql, timeout)
@@ -100,8 +100,6 @@ def _open_error(dbs: list[Path], exc: Exception) -> str:
 
 def tables(run: RunSpec | None = None) -> pa.Table:
     """Every table and column of a run with its type and documented meaning (what ``--schema`` prints)."""
-    from rlmesh.telemetry.schema import describe_column
-
     cols = query(
         "SELECT table_name AS \"table\", column_name AS \"column\", data_type AS \"type\" "
         "FROM information_schema.columns WHERE table_schema = 'main' AND table_catalog = current_database() "
