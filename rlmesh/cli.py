@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("rlmesh.telemetry.plot:plot_main", "render reward and loss curves of a run to PNG"),
     "dashboard": ("rlmesh.dashboard.server:dashboard_main", "live web pages over the runs: rlmesh dashboard [RUN]"),
     "k8s": ("rlmesh.recipes.k8s:k8s_main", "render or clean up Kubernetes objects"),
+    "clean": ("rlmesh.weights.clean:clean_main", "reclaim /dev/shm segments and run records left by dead runs"),
 }
 
 

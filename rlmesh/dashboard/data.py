@@ -26,7 +26,7 @@ from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.errors import RunNotFoundError
 from rlmesh.telemetry.cli import to_json
 from rlmesh.telemetry.reader import query_run_dir, tables
-from rlmesh.telemetry.store import execute_read_only
+from rlmesh.telemetry.store import execute_read_only, open_read_only
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -66,12 +66,12 @@ class RunDirectory:
             yield charts.memoized(lambda sql: query_run_dir(run_dir, sql))
             return
         try:
-            con = duckdb.connect(str(run_dir / runs.DB_NAME), read_only=True)
+            con = open_read_only({"run": run_dir / runs.DB_NAME})  # attached READ_ONLY, then locked down
         except duckdb.IOException:  # its controller came back (resumed) in between: ask it
             yield charts.memoized(lambda sql: query_run_dir(run_dir, sql))
             return
         try:
-            yield charts.memoized(lambda sql: execute_read_only(con, sql))
+            yield charts.memoized(lambda sql: execute_read_only(con, sql, catalog="run"))
         finally:
             con.close()
 

@@ -24,6 +24,7 @@ from rlmesh.rl.config import (
     RewardConfig,
     check,
 )
+from rlmesh.rl.names import check_model_path
 from rlmesh.telemetry.config import TelemetryConfig
 
 
@@ -225,6 +226,8 @@ class GRPORecipeConfig:
         check(self.generator.max_new_tokens >= self.task.max_digits + 2, "generator.max_new_tokens",
               self.generator.max_new_tokens,
               f"answers need up to task.max_digits + 2 = {self.task.max_digits + 2} tokens (digits, carry, EOS)")
+        if not self.launcher:  # local procs read it from this host; a pod may hold it in its image instead
+            check_model_path(self.model.path, "model.path")
 
 
 def grpo_addition() -> GRPORecipeConfig:

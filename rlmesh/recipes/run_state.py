@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from rlmesh.errors import ConfigError
 from rlmesh.recipes.compose import RecipeConfigError, explain, validate
 from rlmesh.recipes.config_store import SCHEMAS, role_types, schema_node
 from rlmesh.telemetry import run as runs
-from rlmesh.telemetry.api import RUN_ID_ENV, current_run_dir
+from rlmesh.telemetry.api import RUN_ID_ENV, current_run_dir, exit_status, finish_run
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,32 @@ def begin(cfg: Any, launcher: str) -> RunStart:
         logger.warning("resuming run %s (controller generation %d) from %s", run_id, generation,
                        cfg.trainer.checkpoint_dir)
     return RunStart(run_id, run_dir, generation)
+
+
+def stop_on_sigterm() -> None:
+    """Handle SIGTERM (``kill``, ``timeout``, a pod's deletion) as Ctrl-C is handled: a
+    ``KeyboardInterrupt`` in the main thread, so the recipe stops its procs cleanly (actors'
+    ``on_stop``: the trainer's final checkpoint) and the run is recorded ``interrupted``
+    instead of the controller dying mid-run and leaving it ``crashed``. A second SIGTERM during
+    that stop is ignored (SIGKILL still ends it). Only the main thread may install it: elsewhere
+    (a sweep job run in a thread) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def end_interrupted(exc: KeyboardInterrupt) -> int:
+    """After a Ctrl-C or SIGTERM reached ``rlmesh run``: finish the run as ``interrupted`` (procs
+    stopped first) and return the shell's exit status for it (130)."""
+    status, error = exit_status(exc)
+    finish_run(status, error)
+    logger.warning("run %s: %s", status, error)
+    return 130
 
 
 def reap_leftover_procs(query: Any, run_id: str, wait_s: float = 5.0) -> list[int]:
@@ -133,7 +160,45 @@ def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
         cfg = OmegaConf.merge(base, extra, {"run": {"resume": run_dir.name}})
     except Exception as exc:  # noqa: BLE001
         raise RecipeConfigError(explain(exc)) from exc
+    problem = finished_without_more_budget(run_dir, base, cfg, overrides)
+    if problem:
+        raise RecipeConfigError(f"resume={spec}: {problem}")
+    pin_to_run_dir(cfg, run_dir, overrides)
     return validate(cfg), saved["launcher"]
+
+
+BUDGET_KEYS = ("trainer.total_steps", "steps")
+"""The config keys that say how much a recipe trains (PPO: env steps; GRPO: train steps)."""
+
+
+def finished_without_more_budget(run_dir: Path, saved: Any, cfg: Any, overrides: list[str]) -> str | None:
+    """Why resuming this run must be refused, or ``None``: a run that finished (``ok``) would
+    silently train past its budget; it continues only when a larger budget is given explicitly."""
+    status = runs.run_status(runs.read_json(run_dir / runs.RUN_JSON) or {})
+    if status != "ok":
+        return None
+    for key in BUDGET_KEYS:
+        before, now = OmegaConf.select(saved, key), OmegaConf.select(cfg, key)
+        if before is not None and any(o.startswith(f"{key}=") for o in overrides) and now > before:
+            return None
+    keys = [k for k in BUDGET_KEYS if OmegaConf.select(saved, k) is not None]
+    have = ", ".join(f"{k}={OmegaConf.select(saved, k)}" for k in keys)
+    return (f"run {run_dir.name} already finished (status ok, {have}); resuming it would train past its budget. "
+            f"To continue it, give a larger budget explicitly (e.g. {keys[0] if keys else BUDGET_KEYS[0]}=<more>), "
+            "or start a new run")
+
+
+def pin_to_run_dir(cfg: Any, run_dir: Path, overrides: list[str]) -> None:
+    """A resume acts only on the run directory it resolved (a copy of a run resumes the copy):
+    ``telemetry.runs_dir`` becomes that directory's parent, and a checkpoint directory that was
+    the original run's own (``<run dir>/checkpoints``, the default) becomes the resolved one's. An
+    explicit ``trainer.checkpoint_dir=`` override is kept."""
+    cfg.telemetry.runs_dir = str(run_dir.parent)
+    ck = cfg.trainer.checkpoint_dir
+    if any(o.startswith("trainer.checkpoint_dir=") for o in overrides):
+        return
+    if ck is None or (Path(ck).name == "checkpoints" and Path(ck).parent.name == run_dir.name):
+        cfg.trainer.checkpoint_dir = str(run_dir / "checkpoints")
 
 
 def _config_class(spec: str, role: str, path: str) -> type:

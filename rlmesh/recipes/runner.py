@@ -7,11 +7,12 @@ import os
 import sys
 from typing import Any
 
-import rlmesh as rm
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.compose import run_config
+from rlmesh.recipes.run_state import end_interrupted, stop_on_sigterm
 from rlmesh.recipes.sweep_links import JOB_DIR_ENV, link_job
 from rlmesh.rl.resilience import RunFailed
+from rlmesh.telemetry.api import finish_run
 
 
 def run_composed(cfg: Any, launcher: str) -> int:
@@ -19,6 +20,7 @@ def run_composed(cfg: Any, launcher: str) -> int:
     could not run). Inside a sweep job (``$RLMESH_HYDRA_JOB_DIR``), the job folder and the run point at
     each other whatever the outcome (:func:`rlmesh.recipes.sweep.link_job`)."""
     result, status, rc = None, "failed", 1
+    stop_on_sigterm()  # SIGTERM stops the run as Ctrl-C does: clean stop, final checkpoint, 'interrupted'
     try:
         result = run_config(cfg, launcher)
         status, rc = "ok", 0
@@ -26,8 +28,10 @@ def run_composed(cfg: Any, launcher: str) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         status, rc = "config error", 2
     except RunFailed as exc:
-        rm.telemetry.end_run("failed")
+        finish_run("failed", str(exc).splitlines()[0] if str(exc) else "RunFailed")
         print(f"run failed: {exc}", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        status, rc = "interrupted", end_interrupted(exc)
     finally:
         if os.environ.get(JOB_DIR_ENV):
             link_job(os.environ[JOB_DIR_ENV], status, getattr(result, "objective", None))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlmesh.errors import ConfigError  # re-exported: one ConfigError for the whole project (rm.ConfigError)
+from rlmesh.rl.names import check_env_id
 
 
 __all__ = [
@@ -65,6 +66,7 @@ class GymGeneratorConfig:
         check(self.num_envs >= 1, "generator.num_envs", self.num_envs, "set generator.num_envs to 1 or more")
         check(self.num_steps >= 1, "generator.num_steps", self.num_steps, "set generator.num_steps to 1 or more")
         check(self.replicas >= 1, "generator.replicas", self.replicas, "set generator.replicas to 1 or more")
+        check_env_id(self.env_id, "generator.env_id")
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlmesh.telemetry import errors
@@ -67,8 +68,12 @@ def record_batch(table: str, data: Any) -> None:
     api.recorder().record_batch(table, data)
 
 
-def query(sql: str, run: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> "pa.Table":
-    """Read-only SQL over a run (default: this controller's run, else ``latest``) -> pyarrow Table."""
+def query(sql: str, run: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
+          timeout: float = 60.0) -> "pa.Table":
+    """Read-only SQL over a run (default: this controller's run, else ``latest``) -> pyarrow Table.
+
+    The one read path of telemetry (see :func:`rlmesh.telemetry.reader.query`); a list of
+    finished runs is attached read-only side by side, each under its run id."""
     from rlmesh.telemetry.reader import query as _query  # deferred: the reader loads pyarrow and DuckDB; importing rlmesh.telemetry stays cheap
 
     return _query(sql, run, timeout)
@@ -112,11 +117,12 @@ def set_config(config: Any) -> None:
     api.start_run(_jsonable(config))  # a no-op when telemetry is off
 
 
-def end_run(status: str | None = None) -> None:
-    """Finish the run now (``ok``, or ``failed`` after an uncaught exception); normally done at exit."""
+def end_run(status: str | None = None, error: str | None = None) -> None:
+    """Finish the run now (``ok``, or ``failed`` after an uncaught exception; ``error``, why, goes to
+    ``runs.error``); normally done at exit."""
     from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
-    api.end_run(status)
+    api.end_run(status, error)
 
 
 def _jsonable(config: Any) -> Any:

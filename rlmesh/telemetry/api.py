@@ -49,7 +49,7 @@ _rec: Any = None
 _pid = -1
 _svc: Any = None  # TelemetryService, controller only
 _health: Any = None
-_failed = False
+_failed: tuple[str, str | None] | None = None  # (status, error) an uncaught exception ended the controller with
 _hooked = False
 
 
@@ -156,16 +156,30 @@ def start_run(config: Any = None, *, run_id: str | None = None,
 
             def hook(*exc: Any) -> None:
                 global _failed
-                _failed = True
+                _failed = exit_status(exc[1])
                 prev(*exc)
 
             sys.excepthook = hook
         return run_id
 
 
-def end_run(status: str | None = None) -> None:
-    """Flush, mark the run ``ok``/``failed`` and close its file. A later ``record()`` starts a new run."""
+def exit_status(exc: BaseException | None) -> tuple[str, str | None]:
+    """``(status, error)`` of a run that ``exc`` ended: ``interrupted`` for Ctrl-C/SIGTERM
+    (``KeyboardInterrupt``), ``failed`` with the exception's first line otherwise, ``ok`` for none."""
+    if exc is None:
+        return "ok", None
+    line = (str(exc).strip().splitlines() or [""])[0]
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", line or "interrupted (Ctrl-C or SIGTERM)"
+    return "failed", f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def end_run(status: str | None = None, error: str | None = None) -> None:
+    """Flush, mark the run ``ok``/``failed``/``interrupted`` (``error``: why, kept in ``runs.error``)
+    and close its file. A later ``record()`` starts a new run."""
     global _rec, _svc, _health
+    if status is None:
+        status, error = _failed or ("ok", None)
     with _lock:
         if _pid != os.getpid():
             return
@@ -174,7 +188,7 @@ def end_run(status: str | None = None) -> None:
         if _rec is not None:
             _rec.close()
         if _svc is not None:
-            _svc.stop(status or ("failed" if _failed else "ok"))
+            _svc.stop(status, error)
         elif _rec is not None and hasattr(_rec, "_sink"):
             sink = _rec._sink
             if hasattr(sink, "close"):
@@ -184,8 +198,13 @@ def end_run(status: str | None = None) -> None:
 
 
 def _at_exit() -> None:
-    """Interpreter exit: stop the runtime's procs first (if any are still up), so that their last
-    rows and their ``stopped`` events reach the run, then finish the run."""
+    finish_run()
+
+
+def finish_run(status: str | None = None, error: str | None = None) -> None:
+    """End the controller's run for good: stop the runtime's procs first (if any are still up), so
+    that their last rows and their ``stopped`` events reach the run, then :func:`end_run`. What
+    interpreter exit does, and what a CLI calls when it ends a run itself (a failure, a signal)."""
     ctl_mod = sys.modules.get("rlmesh.actor.controller")
     ctl = ctl_mod.Controller.current() if ctl_mod is not None else None
     if ctl is not None and _svc is not None and not getattr(ctl, "_closed", True):
@@ -194,9 +213,20 @@ def _at_exit() -> None:
         except Exception:
             logger.exception("telemetry: stopping the procs before finishing the run failed")
     try:
-        end_run()
+        end_run(status, error)
     except Exception:
         logger.exception("telemetry: could not finish the run cleanly")
+
+
+def active_recorder() -> Any:
+    """This process's recorder if a run is going (or this is a worker), else ``None``: for
+    framework rows (proc events) that must never start a run of their own, e.g. procs still
+    stopping or respawning after the controller's run ended (a phantom run otherwise)."""
+    if _rec is not None and _pid == os.getpid():
+        return _rec
+    if os.environ.get(ADDR_ENV) and os.environ.get(RUN_ID_ENV) and enabled():
+        return recorder()
+    return None
 
 
 def service() -> Any:

@@ -57,7 +57,9 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("config", "JSON", "the run's config (rm.telemetry.set_config), as JSON"),
         _c("start_ts", "TIMESTAMPTZ", "when the run started"),
         _c("end_ts", "TIMESTAMPTZ", "when it ended; NULL while running or if the controller was killed"),
-        _c("status", "VARCHAR", "running | ok | failed (an exception ended the controller)"),
+        _c("status", "VARCHAR", "running | ok | failed (an exception ended the controller) | interrupted "
+           "(Ctrl-C or SIGTERM: a clean stop) | crashed (the controller died; set by the next rlmesh run/runs)"),
+        _c("error", "VARCHAR", "why the run failed or stopped (one line); NULL when ok or running"),
         _c("argv", "VARCHAR", "the controller's command line"),
         _c("pid", "BIGINT", "controller pid"),
         _c("host", "VARCHAR", "controller host"),

@@ -125,6 +125,7 @@ _SQL_EXAMPLES = """examples:
   rlmesh sql "SELECT policy_version, avg(reward) FROM rollouts GROUP BY 1 ORDER BY 1"
   rlmesh sql latest "SELECT * FROM actors WHERE event = 'died'" --format json
   rlmesh sql 20261202-101500-a1b2 "SELECT * FROM spans" --format parquet --out spans.parquet
+  rlmesh sql RUN_A --with RUN_B 'SELECT * FROM "RUN_A".evals UNION ALL SELECT * FROM "RUN_B".evals'
   rlmesh sql --schema                      # tables, columns, types and meanings
 tables and ten useful queries: docs/telemetry.md"""
 
@@ -137,8 +138,10 @@ def _parser(prog: str, schema: bool) -> argparse.ArgumentParser:
         epilog=_SQL_EXAMPLES if schema else None, formatter_class=argparse.RawDescriptionHelpFormatter)
     if schema:
         p.add_argument("args", nargs="*", metavar="[RUN] SQL",
-                       help="RUN: run id, 'latest' (default), run directory or .duckdb file")
+                       help="RUN: run id, 'latest' (default), run directory or any DuckDB file")
         p.add_argument("--schema", action="store_true", help="list tables and columns with their meaning")
+        p.add_argument("--with", dest="also", action="append", default=[], metavar="RUN",
+                       help="query finished runs side by side: each is attached read-only under its run id")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help="table (people; plain text when piped), json (one stable object, no ANSI), csv, parquet")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
@@ -148,7 +151,7 @@ def _parser(prog: str, schema: bool) -> argparse.ArgumentParser:
 def sql_main(argv: list[str]) -> int:
     """``rlmesh sql [RUN] "SELECT ..."`` | ``rlmesh sql [RUN] --schema``."""
     p = _parser("rlmesh sql", schema=True)
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)
     if a.schema:
         if len(a.args) > 1:
             p.error("--schema takes at most a RUN")
@@ -160,13 +163,14 @@ def sql_main(argv: list[str]) -> int:
     else:
         p.error('give a query: rlmesh sql [RUN] "SELECT * FROM runs"')
     try:
-        run_dir = runs.resolve_run(run)
+        db = runs.resolve_db(run)
+        label = runs.db_label(db)
         if a.schema:
-            tbl = reader.tables(run_dir)
+            tbl = reader.tables(db)
             if a.format == "json":
-                return _write_schema_json(tbl, run_dir.name, a.out)
+                return _write_schema_json(tbl, label, a.out)
         else:
-            tbl = reader.query_run_dir(run_dir, sql)
+            tbl = reader.query(sql, [db, *a.also] if a.also else db)
     except (TelemetryError, PermissionError, FileNotFoundError) as exc:
         print(f"rlmesh sql: {exc}", file=sys.stderr)
         return 1
@@ -175,9 +179,9 @@ def sql_main(argv: list[str]) -> int:
         return 1
     try:
         if a.schema and a.format == "table":
-            _print_schema(tbl, run_dir.name)
+            _print_schema(tbl, label)
         else:
-            write_result(tbl, a.format, a.out, run_dir.name, title=f"run {run_dir.name}")
+            write_result(tbl, a.format, a.out, label, title=f"run {label}")
     except BrokenPipeError:  # `| head`: the reader has seen enough
         sys.stdout = open("/dev/null", "w")
     return 0
@@ -208,6 +212,7 @@ def _write_schema_json(tbl: Any, run: str, out: str | None) -> int:
 def runs_main(argv: list[str]) -> int:
     """``rlmesh runs``: every run under ``$RLMESH_RUNS_DIR`` (default ./runs), oldest first."""
     a = _parser("rlmesh runs", schema=False).parse_args(argv)
+    runs.settle_dead_runs()  # runs whose controller died: status stored, stale service.json removed
     rows = []
     for r in runs.list_runs():
         start, end = r.get("start_ts"), r.get("end_ts")
@@ -215,10 +220,11 @@ def runs_main(argv: list[str]) -> int:
             "id": r["id"], "status": r["status"],
             "start": dt.datetime.fromtimestamp(start, dt.timezone.utc) if start else None,
             "duration_s": round(end - start, 1) if start and end else None,
-            "rows": r.get("rows"), "command": " ".join(r.get("argv") or []),
+            "rows": r.get("rows"), "command": " ".join(r.get("argv") or []), "error": r.get("error"),
         })
     schema = pa.schema([("id", pa.string()), ("status", pa.string()), ("start", pa.timestamp("us", tz="UTC")),
-                        ("duration_s", pa.float64()), ("rows", pa.int64()), ("command", pa.string())])
+                        ("duration_s", pa.float64()), ("rows", pa.int64()), ("command", pa.string()),
+                        ("error", pa.string())])
     tbl = pa.Table.from_pylist(rows, schema=schema)
     write_result(tbl, a.format, a.out, None, title=f"runs in {runs.runs_dir()}")
     return 0

@@ -44,16 +44,24 @@ def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
 
 
 def record_refusal(r: RefusalReport) -> None:
-    """Refusal sink: one ``refusals`` row per rate-limited report (so a flood costs a row per 10 s)."""
-    api.recorder().record_trusted("refusals", {
+    """Refusal sink: one ``refusals`` row per rate-limited report (so a flood costs a row per 10 s).
+    Reports after the run ended are not recorded (they must not start a new run)."""
+    rec = api.active_recorder()
+    if rec is None:
+        return
+    rec.record_trusted("refusals", {
         "channel": r.channel, "peer": r.peer, "reason": r.reason, "count": r.count,
         "rejected_total": r.rejected_total, "replayed_total": r.replayed_total,
     })
 
 
 def record_proc_event(ev: hooks.ProcEvent) -> None:
-    """Event sink: one ``actors`` row per lifecycle event (runs on the supervisor thread: cheap)."""
-    api.recorder().record_trusted("actors", {
+    """Event sink: one ``actors`` row per lifecycle event (runs on the supervisor thread: cheap).
+    Events after the run ended are not recorded (they must not start a new run)."""
+    rec = api.active_recorder()
+    if rec is None:
+        return
+    rec.record_trusted("actors", {
         "mesh": ev.proc_mesh, "rank": ev.rank, "proc": ev.proc_id, "host": ev.host,
         "event": ev.kind, "pid": ev.pid, "incarnation": ev.incarnation,
         "exit_code": ev.exit_code, "signal": ev.signal, "reason": ev.reason or None,

@@ -38,10 +38,13 @@ def new_run_id() -> str:
 
 
 def create_run_dir(run_id: str, root: Path | None = None) -> Path:
-    """Make ``runs/<run_id>/`` and point ``runs/latest`` at it (atomically)."""
+    """Make ``runs/<run_id>/`` (mode 0700: it holds the job's secret while live) and point
+    ``runs/latest`` at it (atomically). Settles runs of dead controllers first (:func:`settle_dead_runs`)."""
     root = root or runs_dir()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    settle_dead_runs(root)
     d = root / run_id
-    d.mkdir(parents=True, exist_ok=False)
+    d.mkdir(mode=0o700, exist_ok=False)
     _point_latest(root, run_id)
     return d
 
@@ -70,8 +73,53 @@ def reopen_run_dir(run_id: str, root: Path | None = None) -> Path:
     if run_status(info) == "running":
         raise RunNotFoundError(f"cannot resume run {run_id!r}: its controller (pid {info.get('pid')}) is still "
                                "running; stop it first")
+    settle_dead_runs(root)
+    d.chmod(0o700)
     _point_latest(root, run_id)
     return d
+
+
+def settle_dead_runs(root: Path | None = None) -> list[str]:
+    """Finish the bookkeeping of runs whose controller died on this host (SIGKILL, OOM, a kill
+    during close): remove the stale ``service.json`` (it holds the secret), and make ``run.json``
+    and the database's ``runs`` row agree: a status the database already holds (the controller
+    got that far) wins; else both say ``crashed``. Called by ``rlmesh run``/``resume``/``runs``.
+    A database another process holds (a resume starting) is left alone. Returns the ids settled."""
+    root = root or runs_dir()
+    settled = []
+    if not root.is_dir():
+        return settled
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        info = read_json(d / RUN_JSON)
+        svc = read_json(d / SERVICE_JSON)
+        dead = [x for x in (info, svc) if x and x.get("host") == socket.gethostname()
+                and not pid_alive(int(x.get("pid", -1)))]
+        if svc and svc in dead:
+            (d / SERVICE_JSON).unlink(missing_ok=True)
+        if info and info in dead and info.get("status") == "running" and _settle(d, info):
+            settled.append(d.name)
+    return settled
+
+
+def _settle(d: Path, info: dict[str, Any]) -> bool:
+    import duckdb  # deferred: ~0.5 s to import, and every worker imports this module (workers never settle runs)
+
+    try:
+        con = duckdb.connect(str(d / DB_NAME))
+    except duckdb.Error:
+        return False  # held by another process, or not readable: leave it for later
+    try:
+        row = con.execute("SELECT status, epoch(end_ts) FROM runs WHERE id = ?", [info.get("id", d.name)]).fetchall()
+        status, end = (row[0] if row else ("running", None))
+        if status == "running":
+            status = "crashed"
+            con.execute("UPDATE runs SET status = 'crashed' WHERE id = ?", [info.get("id", d.name)])
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
+    write_json(d / RUN_JSON, dict(info, status=status, end_ts=end if end is not None else info.get("end_ts")))
+    return True
 
 
 def write_json(path: Path, data: dict[str, Any], private: bool = False) -> None:
@@ -144,6 +192,20 @@ def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
         info = dict(info, status=run_status(info), path=str(d))
         out.append(info)
     return out
+
+
+def resolve_db(spec: str | os.PathLike[str] | None = None) -> Path:
+    """The DuckDB file of a run: ``None``/``"latest"``, a run id or a run directory (its
+    ``telemetry.duckdb``), or any existing file path (a copy, another name: DuckDB decides if it is one)."""
+    p = Path(os.fspath(spec)) if spec is not None else None
+    if p is not None and p.is_file():
+        return p.resolve()
+    return resolve_run(spec) / DB_NAME
+
+
+def db_label(db: Path) -> str:
+    """How a file is named when several are queried together: its run id, or the file's stem."""
+    return db.parent.name if db.name == DB_NAME else db.stem
 
 
 def resolve_run(spec: str | os.PathLike[str] | None = None) -> Path:

@@ -56,6 +56,9 @@ class TelemetryService:
         self.auth = auth
         self.store = Store(self.run_dir / runs.DB_NAME, run_id)
         self.started = time.time()
+        before = (runs.read_json(self.run_dir / runs.RUN_JSON) or {}) if resume else {}
+        self.first_started = float(before.get("start_ts") or self.started)  # the whole run's start, across resumes
+        self.rows_before = int(before.get("rows") or 0)  # rows of earlier controller generations
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()  # (ticket, batches) | [] | None
         self._submitted = 0  # ingest tickets handed out
         self._written = 0  # highest ticket in the file
@@ -71,7 +74,8 @@ class TelemetryService:
         self.resumed = resume and bool(self.store.con.execute(
             "SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchone()[0])
         if self.resumed:  # a resumed run: the same row goes back to running
-            self.store.execute_write("UPDATE runs SET status = 'running', end_ts = NULL, pid = ?, argv = ? WHERE id = ?",
+            self.store.execute_write("UPDATE runs SET status = 'running', end_ts = NULL, error = NULL, pid = ?, argv = ? "
+                                     "WHERE id = ?",
                                      [os.getpid(), " ".join(sys.argv), run_id])
             if config is not None:
                 self.set_config(config)
@@ -96,8 +100,10 @@ class TelemetryService:
         logger.info("telemetry: run %s recording to %s", self.run_id, self.store.path)
         return self
 
-    def stop(self, status: str = "ok") -> None:
-        """Drain, mark the run finished, checkpoint and close. Idempotent."""
+    def stop(self, status: str = "ok", error: str | None = None) -> None:
+        """Drain, mark the run finished (``error``: why it failed, kept in ``runs.error``), checkpoint
+        and close. Idempotent. The database row is committed before ``run.json`` is rewritten: a
+        kill in between is settled from the database (:func:`runs.settle_dead_runs`)."""
         if self._stop.is_set():
             return
         give_up = time.monotonic() + 1.0
@@ -109,11 +115,12 @@ class TelemetryService:
         for t in self._threads:
             t.join(timeout=5)
         try:
-            self.store.execute_write("UPDATE runs SET end_ts = now(), status = ? WHERE id = ?", [status, self.run_id])
+            self.store.execute_write("UPDATE runs SET end_ts = now(), status = ?, error = ? WHERE id = ?",
+                                     [status, error, self.run_id])
             self.store.close()
         finally:
             (self.run_dir / runs.SERVICE_JSON).unlink(missing_ok=True)
-            self._write_run_json(status, end=time.time())
+            self._write_run_json(status, end=time.time(), error=error)
         for s in (self._pull, self._router):
             s.close(0)
         logger.info("telemetry: run %s %s; %d rows in %s", self.run_id, status, self.store.rows_written, self.store.path)
@@ -130,11 +137,11 @@ class TelemetryService:
         self.store.execute_write("UPDATE runs SET config = ? WHERE id = ?",
                                  [json.dumps(config, default=str), self.run_id])
 
-    def _write_run_json(self, status: str, end: float | None = None) -> None:
+    def _write_run_json(self, status: str, end: float | None = None, error: str | None = None) -> None:
         runs.write_json(self.run_dir / runs.RUN_JSON, {
-            "id": self.run_id, "status": status, "start_ts": self.started, "end_ts": end,
-            "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv,
-            "rows": self.store.rows_written,
+            "id": self.run_id, "status": status, "start_ts": self.first_started, "end_ts": end,
+            "generation_start_ts": self.started, "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv,
+            "rows": self.rows_before + self.store.rows_written, "error": error,
         })
 
     # ---- ingest ----------------------------------------------------------------------

@@ -9,6 +9,7 @@ any subset of the columns in any order.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ from rlmesh.telemetry.errors import ReadOnlyQueryError
 
 logger = logging.getLogger(__name__)
 
-_ALLOWED = {"SELECT", "EXPLAIN"}
 _CANON = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE", "INT64": "BIGINT", "FLOAT8": "DOUBLE"}
 # Lossless widenings accepted without complaint: batch type -> table types it may enter.
 _WIDEN = {
@@ -40,37 +40,104 @@ def canon(sql_type: str) -> str:
     return _CANON.get(t.upper(), t)
 
 
-def check_read_only(sql: str) -> None:
-    """Refuse anything but SELECT-like statements (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)."""
+def lock_down(con: Any) -> None:
+    """Close this DuckDB *database* (every connection to it, the writer's too) to the outside, for good.
+
+    ``enable_external_access=false``: no file is read or written through SQL (``COPY ... TO``,
+    ``read_csv``, ``ATTACH`` of a file, ``EXPORT DATABASE``, extension installs, Python
+    replacement scans); ``lock_configuration=true``: no statement can turn that back on. DuckDB
+    enforces both, whatever the statement's shape (``EXPLAIN ANALYZE COPY ...`` included).
+    """
+    if _locked(con):
+        return
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def _locked(con: Any) -> bool:
+    row = con.execute("SELECT current_setting('lock_configuration'), current_setting('enable_external_access')").fetchall()[0]
+    return bool(row[0]) and not bool(row[1])
+
+
+def statements(sql: str) -> list[Any]:
+    """DuckDB's own split of ``sql`` into statements (a parse error is a :class:`duckdb.ParserException`)."""
     try:
         stmts = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
         raise duckdb.ParserException(f"cannot parse telemetry query: {exc}") from exc
     if not stmts:
         raise ValueError("empty telemetry query; try: SELECT * FROM runs")
-    for st in stmts:
-        kind = str(st.type).rsplit(".", 1)[-1]
-        if kind not in _ALLOWED:
-            raise ReadOnlyQueryError(
-                f"telemetry queries are read-only: a {kind} statement was refused "
-                f"({st.query.strip()[:60]!r}). Use SELECT/WITH/DESCRIBE/SHOW/EXPLAIN; to change "
-                "data, copy runs/<run>/telemetry.duckdb after the run and open the copy with duckdb."
-            )
+    return stmts
 
 
-def execute_read_only(con: Any, sql: str) -> pa.Table:
-    """Run a checked query in a transaction that is always rolled back: reads only, twice over."""
-    check_read_only(sql)
+def execute_read_only(con: Any, sql: str, catalog: str | None = None) -> pa.Table:
+    """THE read path of every telemetry query (live or finished, CLI, API, agents): the result of
+    the last statement of ``sql``, as a pyarrow Table.
+
+    Read-only by DuckDB's own means, not by guessing from the statement's text: the database
+    is locked down (:func:`lock_down`), and each statement runs alone in its own
+    ``BEGIN TRANSACTION READ ONLY`` on a fresh cursor, rolled back after, so a ``COMMIT``
+    inside ``sql`` cannot leave the next statement outside a read-only transaction.
+    ``catalog``: the attached database that unqualified names mean (see :func:`open_read_only`).
+    """
+    stmts = statements(sql)
     cur = con.cursor()
     try:
-        cur.begin()
-        try:
-            rel = cur.sql(sql)
-            return rel.to_arrow_table() if rel is not None else pa.table({})
-        finally:
-            cur.rollback()
+        lock_down(cur)  # global settings: a no-op on a database that is already locked down
+        if catalog is not None:
+            cur.execute(f"USE {qident(catalog)}")  # per connection: a cursor does not inherit it
+        out = None
+        for st in stmts:
+            out = _run_read_only(cur, st)
+        return out if out is not None else pa.table({})
     finally:
         cur.close()
+
+
+# DuckDB's words when it refuses a write, a file or a setting (read-only transaction or database, lock-down).
+_REFUSED = ("read-only", "read only", "file system operations are disabled", "configuration has been locked",
+            "disabled by configuration")
+
+
+def _run_read_only(cur: Any, st: Any) -> pa.Table | None:
+    cur.execute("BEGIN TRANSACTION READ ONLY")
+    try:
+        rel = cur.sql(st.query)
+        return rel.to_arrow_table() if rel is not None else None
+    except duckdb.Error as exc:
+        if any(w in str(exc) for w in _REFUSED):
+            kind = str(st.type).rsplit(".", 1)[-1]
+            raise ReadOnlyQueryError(
+                f"telemetry queries are read-only: a {kind} statement was refused ({st.query.strip()[:60]!r}; "
+                f"DuckDB: {str(exc).splitlines()[0]}). Use SELECT/WITH/DESCRIBE/SHOW/SUMMARIZE/EXPLAIN; to change "
+                "data, copy runs/<run>/telemetry.duckdb after the run and open the copy with duckdb."
+            ) from exc
+        raise
+    finally:
+        try:
+            cur.rollback()
+        except duckdb.TransactionException:
+            pass  # the statement was itself a COMMIT or ROLLBACK: nothing left open
+
+
+def open_read_only(dbs: dict[str, Path]) -> Any:
+    """A fresh in-memory DuckDB with each file of ``dbs`` attached ``READ_ONLY`` under its alias,
+    then locked down: nothing else can be attached. Pass the alias meant by unqualified names
+    as ``catalog`` to :func:`execute_read_only`.
+
+    This is how several runs are queried side by side without ATTACH being open to any path.
+    Raises ``duckdb.IOException`` (lock held by a live writer, not a DuckDB file) as DuckDB does.
+    """
+    con = duckdb.connect(":memory:")
+    try:
+        for alias, path in dbs.items():
+            lit = "'" + str(path).replace("'", "''") + "'"
+            con.execute(f"ATTACH {lit} AS {qident(alias)} (READ_ONLY)")
+        lock_down(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 class Store:
@@ -80,13 +147,18 @@ class Store:
         self.path = Path(path)
         self.run_id = run_id
         self.con = duckdb.connect(str(self.path))
+        self._wal = self.path.with_name(self.path.name + ".wal")
         self._lock = threading.Lock()  # serialises writers on self.con
         self._cols: dict[str, dict[str, str]] = {}
         self.rows_written = 0
         self.rejected_rows = 0
         for t in schema.BUILTIN.values():
             self.con.execute(schema.builtin_ddl(t))
+            for c in t.columns:  # a database from an older rlmesh (a resumed run) gains newer columns
+                self.con.execute(f"ALTER TABLE {qident(t.name)} ADD COLUMN IF NOT EXISTS {qident(c.name)} {c.type}")
         self.con.execute(REJECTED_DDL)
+        self._private()
+        lock_down(self.con)  # before any query can reach it; the writer needs no files either
         self._load_columns()
 
     def _load_columns(self) -> None:
@@ -120,8 +192,19 @@ class Store:
                 self.con.execute(f"INSERT INTO {qident(table)} BY NAME SELECT * FROM __rlmesh_batch")
             finally:
                 self.con.unregister("__rlmesh_batch")
+            self._private()
         self.rows_written += batch.num_rows
         return batch.num_rows
+
+    def _private(self) -> None:
+        """Database and WAL readable by their owner only (0600). DuckDB creates them with the umask
+        and recreates the WAL after each checkpoint, so this looks again after each append (a stat)."""
+        for p in (self.path, self._wal):
+            try:
+                if os.stat(p).st_mode & 0o077:
+                    os.chmod(p, 0o600)
+            except FileNotFoundError:
+                pass
 
     def _ensure_schema(self, table: str, types: dict[str, str]) -> None:
         known = self._cols.get(table)

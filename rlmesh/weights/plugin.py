@@ -6,7 +6,8 @@ OOM-killed proc runs no code. The controller sees every death, so this plugin tu
 ``died`` / ``stopped`` / ``gave_up`` events into unlinks of that proc's segments (only
 for procs on the controller's own host: a remote pod's ``/dev/shm`` goes with the
 pod), withdraws the dead publisher's directory record, and removes whatever the job
-left at controller exit.
+left at controller exit. At its start it also reclaims segments of any earlier job whose
+creating process is gone (a run killed outright, controller included, cleaned up nothing).
 
 Register it with ``register_controller_plugin("rlmesh.weights.plugin:on_controller_start")``.
 """
@@ -22,7 +23,7 @@ from rlmesh.actor import kv
 from rlmesh.actor.hooks import add_event_sink
 from rlmesh.weights.directory import KEY_PREFIX
 from rlmesh.weights.directory import this_job
-from rlmesh.weights.slots import cleanup_segments
+from rlmesh.weights.slots import cleanup_segments, reclaim_dead_segments
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ def on_controller_start(info: Any) -> dict[str, str]:
     """Controller plugin: install the death sink and the exit-time sweep for this job."""
     job = this_job()
     host = getattr(info, "host", None) or socket.gethostname()
+    reclaim_dead_segments()  # what runs killed outright (controller and all) left in /dev/shm
     sink = make_sink(job, host)
     add_event_sink(sink)
     if not _state.get(job):

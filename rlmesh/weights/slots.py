@@ -144,7 +144,7 @@ class SlotFile:
 def write_ctl(path: str, doc: dict[str, Any]) -> None:
     """Replace the index atomically, so a reader sees the old or the new list, never half of one."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:  # owner only, like the slots
         json.dump(doc, f)
     os.replace(tmp, path)
 
@@ -227,4 +227,75 @@ def cleanup_segments(job: str, proc: str | None = None, pid: int | None = None, 
             pass
     if removed:
         logger.info("removed %d weight segment(s) of job %s%s", len(removed), job, f" proc {proc}" if proc else "")
+    return removed
+
+
+def owner_pid(segment: str) -> int | None:
+    """The pid of the process that created ``segment`` (a file name under the shm dir), from its
+    name (``rlmesh-w-<job>-<proc>-<pid>-...``); ``None`` if it is not an rlmesh segment."""
+    if not segment.startswith(PREFIX):
+        return None
+    try:
+        return int(segment[len(PREFIX):].split("-")[2])
+    except (ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone); a process of
+    another user that we may not signal counts as alive."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _pid_reused_since(pid: int, path: str) -> bool:
+    """True when process ``pid`` started after ``path`` was last written (with 2 s of slack for
+    the clock's granularity): it cannot be the creator, whose pid was since reused. A live
+    creator's files are always newer than its start; a dead one's are never written again."""
+    try:
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            start_ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        started = btime + start_ticks / os.sysconf("SC_CLK_TCK")
+        return started > os.stat(path).st_mtime + 2.0
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False  # cannot tell: keep it
+
+
+def reclaim_dead_segments(shm_dir: str | None = None) -> list[str]:
+    """Unlink every rlmesh segment (slots, ``.ctl``, leftover ``.tmp``) whose creating process is
+    gone (or whose pid now belongs to a process started after the file was last written),
+    whatever job it belonged to: what a run killed outright (every proc SIGKILLed, the
+    controller too) leaves behind, since nobody was left to clean up. A live owner's segments,
+    and those of a pid this user may not signal, are kept. Run at each controller start
+    (``rlmesh run``/``resume``) and by ``rlmesh clean``.
+
+    Limit: the owner is judged by pid on this host's pid namespace; a container sharing this
+    ``/dev/shm`` from another pid namespace must not run it.
+    """
+    shm_dir = shm_dir or SHM_DIR
+    removed = []
+    for path in glob.glob(os.path.join(glob.escape(shm_dir), PREFIX + "*")):
+        pid = owner_pid(os.path.basename(path))
+        if pid is None or pid <= 0:
+            continue
+        if _alive(pid) and not _pid_reused_since(pid, path):
+            continue
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except (FileNotFoundError, PermissionError):
+            pass
+    if removed:
+        logger.warning("reclaimed %d shared-memory segment(s) left by dead processes in %s", len(removed), shm_dir)
     return removed

@@ -36,6 +36,7 @@ import torch._dynamo  # noqa: F401 - built optimisers import it lazily (~1.2 s);
 
 import rlmesh as rm
 from rlmesh.actor import kv
+from rlmesh.rl import checkpoint
 from rlmesh.rl.config import TrainerConfig
 from rlmesh.rl.results import TrainerState, TrainResult
 from rlmesh.weights import Publisher
@@ -204,30 +205,22 @@ class Trainer(rm.Actor):
             return None
 
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
-        """Atomically write model, optimiser, RNG states, counters and :meth:`checkpoint_extra`."""
+        """Atomically write model, optimiser, RNG states, counters and :meth:`checkpoint_extra`
+        (tensors and plain values only: see :mod:`rlmesh.rl.checkpoint`)."""
         if path is None:
             if not self.config.checkpoint_dir:
                 raise rm.ConfigError("trainer.checkpoint_dir is not set; set it to save checkpoints")
-            path = Path(self.config.checkpoint_dir) / f"step_{self.step:08d}.pt"
+            path = Path(self.config.checkpoint_dir) / checkpoint.name_for(self.step)
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
                  "version": self.version, "samples_seen": self.samples_seen, "buffer_cursor": self.cursor,
-                 "torch_rng": torch.get_rng_state(), "numpy_rng": np.random.get_state(), "python_rng": random.getstate(),
-                 "extra": self.checkpoint_extra()}
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+                 "rng": checkpoint.rng_state(), "extra": self.checkpoint_extra()}
+        checkpoint.write(path, state, self.step, self.version)
         self.durable_cursor = self.cursor
-        self._prune_checkpoints(path.parent)
+        checkpoint.prune(path.parent, getattr(self.config, "checkpoint_keep", 3))
         self._record_checkpoint("save", path, time.perf_counter() - t0)
         return path
-
-    def _prune_checkpoints(self, d: Path) -> None:
-        keep = getattr(self.config, "checkpoint_keep", 3)
-        for old in sorted(d.glob("step_*.pt"))[:-keep]:
-            old.unlink(missing_ok=True)
 
     def _record_checkpoint(self, event: str, path: Path, took: float) -> None:
         size = path.stat().st_size if path.exists() else None
@@ -235,26 +228,23 @@ class Trainer(rm.Actor):
                             bytes=size, buffer_cursor=self.cursor, duration_s=took)
 
     def newest_checkpoint(self) -> Path | None:
-        """The newest ``step_*.pt`` in ``checkpoint_dir`` (``None`` without a directory or a file)."""
-        d = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
-        found = sorted(d.glob("step_*.pt")) if d and d.is_dir() else []
-        return found[-1] if found else None
+        """The newest ``step_*.pt`` with its checksum file in ``checkpoint_dir`` (``None`` if none)."""
+        return checkpoint.newest(Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None)
 
     def load_checkpoint(self, path: str | os.PathLike[str] | None = None) -> bool:
         """Restore from ``path``, or the newest ``step_*.pt`` in ``checkpoint_dir``; republish.
-        Returns ``False`` when there is nothing to load."""
+        Returns ``False`` when there is nothing to load; raises :class:`~rlmesh.rl.checkpoint.CheckpointError`
+        for a file that fails its checksum or holds more than tensors and plain values."""
         t0 = time.perf_counter()
         path = Path(path) if path is not None else self.newest_checkpoint()
         if path is None:
             return False
-        state = torch.load(path, weights_only=False)
+        state = checkpoint.read(path)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
         self.cursor = self.durable_cursor = int(state.get("buffer_cursor", 0))
-        torch.set_rng_state(state["torch_rng"])
-        np.random.set_state(state["numpy_rng"])
-        random.setstate(state["python_rng"])
+        checkpoint.set_rng_state(state["rng"])
         self.restore_extra(state.get("extra", {}))
         self.publish()
         took = time.perf_counter() - t0

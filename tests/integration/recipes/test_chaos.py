@@ -175,6 +175,7 @@ def test_repeated_failure_stops_with_a_clear_message_and_a_final_checkpoint(tmp_
     ckpt = Path(msg.split("final checkpoint ")[1].split(";")[0])
     assert ckpt.is_file() and ckpt.parent == db / "checkpoints"
     assert q(db, "SELECT status FROM runs") == [("failed",)]
+    assert q(db, "SELECT error FROM runs")[0][0] == msg.removeprefix("run failed: ")   # the cause, stored
     assert q(db, "SELECT count(*) FROM actors WHERE event = 'gave_up'")[0][0] == 1
     assert account(db)["lost"] == 0
 

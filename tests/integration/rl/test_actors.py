@@ -68,6 +68,56 @@ def test_checkpoint_restores_everything(tmp_path):
     collector.close()
 
 
+class _Evil:
+    """Unpickling this runs a shell command: what a planted checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_planted_and_corrupt_checkpoints_are_refused(tmp_path):
+    """Issue 11 item 4: checkpoints were loaded with weights_only=False, so a planted file ran code."""
+    import hashlib
+    import json
+    import stat
+
+    from rlmesh.rl import checkpoint
+
+    d, marker = tmp_path / "ckpt", tmp_path / "pwned"
+    cfg = PPOConfig(total_steps=10_000, num_minibatches=2, checkpoint_dir=str(d), checkpoint_every=0)
+    trainer = PPOTrainer(cfg, "CartPole-v1", weights=f"ckpt-{uuid.uuid4().hex[:6]}", seed=3)
+    good = trainer.save_checkpoint()
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700 and stat.S_IMODE(good.stat().st_mode) == 0o600
+    assert stat.S_IMODE(checkpoint.meta_path(good).stat().st_mode) == 0o600
+    # planted without a side file: not a checkpoint (resume takes the good one), and refused by name
+    planted = d / "step_99999999.pt"
+    torch.save({"model": _Evil(marker)}, planted)
+    assert trainer.newest_checkpoint() == good
+    with pytest.raises(checkpoint.CheckpointError, match="no step_99999999.json"):
+        trainer.load_checkpoint(planted)
+    # planted with a matching side file (the attacker can hash too): refused by weights_only, no code ran
+    data = planted.read_bytes()
+    checkpoint.meta_path(planted).write_text(json.dumps(
+        {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "step": 99999999, "version": 0, "format": 1}))
+    with pytest.raises(checkpoint.CheckpointError, match="more than tensors"):
+        trainer.load_checkpoint()
+    assert not marker.exists()
+    planted.unlink()
+    checkpoint.meta_path(planted).unlink()
+    # corrupted (one flipped byte): refused with a clear error naming the file
+    raw = bytearray(good.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    good.write_bytes(bytes(raw))
+    with pytest.raises(checkpoint.CheckpointError, match="fails its checksum"):
+        PPOTrainer(cfg, "CartPole-v1", weights=f"ckpt-{uuid.uuid4().hex[:6]}", seed=0)
+    trainer.publisher.close()
+
+
 @pytest.mark.timeout(120)
 def test_generator_killed_mid_rollout_is_reissued_and_counted_once():
     import os

@@ -113,6 +113,13 @@ def test_live_refusal_of_writes(live, runs_dir):
     out = subprocess.run([sys.executable, "-m", "rlmesh.cli", "sql", run_dir.name, "DROP TABLE rollouts"],
                          env=_env(runs_dir), capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "read-only" in out.stderr and "DROP" in out.stderr
+    # issue 11 item 3: EXPLAIN ANALYZE passed a statement-type check and wrote a file from the controller
+    target = runs_dir / "leak.csv"
+    for sql in (f"EXPLAIN ANALYZE COPY rollouts TO '{target}'", "EXPLAIN ANALYZE DELETE FROM rollouts"):
+        out = subprocess.run([sys.executable, "-m", "rlmesh.cli", "sql", run_dir.name, sql],
+                             env=_env(runs_dir), capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1 and "read-only" in out.stderr, out.stderr
+    assert not target.exists()
 
 
 def test_live_runs_listing(live, runs_dir):

@@ -36,6 +36,13 @@ def test_overrides_reach_the_dataclasses():
     (["recipe=grpo_addition", "prompts_per_step=10", "generator.replicas=3"], r"prompts_per_step=10 is invalid"),
     (["launcher=kubernetes"], r"launcher\.image is required"),
     (["telemetry.flush_interval_s=5"], r"telemetry\.flush_interval_s=5\.0 must be in"),
+    # issue 11 item 13: caught here, not 40 s later as a remote traceback from a generator proc
+    (["generator.env_id=CartPole-v9"],
+     r"^generator\.env_id='CartPole-v9' is not a registered gymnasium environment; did you mean CartPole-v1"),
+    (["generator.env_id=Pendulum"], r"generator\.env_id='Pendulum' .*did you mean Pendulum-v1"),
+    (["generator.env_id=nosuchpkg:Foo-v0"], r"generator\.env_id='nosuchpkg:Foo-v0' is invalid: cannot import"),
+    (["recipe=grpo_addition", "model.path=/no/such/model", "trainer.sft_steps=0"],
+     r"model\.path='/no/such/model' is invalid: no such folder"),
 ])
 def test_bad_configs_name_the_key_and_the_fix(overrides, message):
     with pytest.raises(RecipeConfigError, match=message):

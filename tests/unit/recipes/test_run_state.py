@@ -69,3 +69,39 @@ def test_a_run_whose_controller_is_alive_cannot_be_reopened(runs_dir):
     make_run(runs_dir, "20260101-000000-bbbb", status="running")          # its pid is gone: crashed
     assert runs.reopen_run_dir("20260101-000000-bbbb", runs_dir) == runs_dir / "20260101-000000-bbbb"
     assert (runs_dir / "latest").resolve() == (runs_dir / "20260101-000000-bbbb").resolve()
+
+
+def test_a_copied_run_resumes_the_copy_not_the_original(runs_dir, tmp_path):
+    """Issue 11 item 12: the saved config kept telemetry.runs_dir and trainer.checkpoint_dir absolute,
+    so resuming a copy appended to the ORIGINAL run's database and checkpoints."""
+    orig_root = tmp_path / "original"
+    orig_root.mkdir()
+    d = make_run(orig_root, "20260101-000000-aaaa")
+    saved = json.loads((d / RECIPE_JSON).read_text())
+    cfg = OmegaConf.create(saved["config"])
+    cfg.telemetry.runs_dir = str(orig_root)                           # what an absolute runs_dir saved looks like
+    cfg.trainer.checkpoint_dir = str(d / "checkpoints")              # the default begin() filled in
+    saved["config"] = OmegaConf.to_yaml(cfg)
+    (d / RECIPE_JSON).write_text(json.dumps(saved))
+    import shutil
+
+    shutil.copytree(d, runs_dir / d.name)                            # RLMESH_RUNS_DIR points at the copy's root
+    got, _ = resume_config("latest", [])
+    assert got.telemetry.runs_dir == str(runs_dir)
+    assert got.trainer.checkpoint_dir == str(runs_dir / d.name / "checkpoints")
+    mine, _ = resume_config("latest", ["trainer.checkpoint_dir=/somewhere/else"])
+    assert mine.trainer.checkpoint_dir == "/somewhere/else"          # an explicit choice is kept
+
+
+def test_a_finished_run_resumes_only_with_a_larger_budget(runs_dir):
+    """Issue 11 item 15: resume of a run that finished silently trained more."""
+    make_run(runs_dir, "20260101-000000-aaaa", status="ok")
+    budget = ppo_cartpole().trainer.total_steps
+    with pytest.raises(RecipeConfigError, match=f"already finished.*trainer.total_steps={budget}.*larger budget"):
+        resume_config("latest", [])
+    with pytest.raises(RecipeConfigError, match="already finished"):
+        resume_config("latest", [f"trainer.total_steps={budget}"])   # not larger
+    cfg, _ = resume_config("latest", [f"trainer.total_steps={budget * 2}"])
+    assert cfg.trainer.total_steps == budget * 2
+    make_run(runs_dir, "20260101-000001-bbbb", status="interrupted")  # a stopped run continues as before
+    assert resume_config("latest", [])[0].run.resume == "20260101-000001-bbbb"

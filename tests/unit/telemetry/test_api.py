@@ -54,6 +54,20 @@ def test_query_refuses_writes_live_and_after(runs_dir):
     assert tm.query("SELECT a FROM mine", run=run_id).to_pylist() == [{"a": 1}]
 
 
+def test_explain_analyze_cannot_write_live_or_after(runs_dir, tmp_path):
+    """Issue 11 item 3: the statement-type allowlist let EXPLAIN ANALYZE COPY write a file from the controller."""
+    out = tmp_path / "x.csv"
+    tm.record("mine", a=1)
+    for _ in range(2):  # live (the service's connection), then after the run (the file)
+        with pytest.raises(tm.ReadOnlyQueryError, match="read-only"):
+            tm.query(f"EXPLAIN ANALYZE COPY mine TO '{out}'", run=tm.current_run() or "latest")
+        with pytest.raises(tm.ReadOnlyQueryError, match="read-only"):
+            tm.query("EXPLAIN ANALYZE DELETE FROM mine", run=tm.current_run() or "latest")
+        assert not out.exists()
+        assert tm.query("SELECT a FROM mine", run=tm.current_run() or "latest").to_pylist() == [{"a": 1}]
+        tm.end_run()
+
+
 def test_schema_mismatch_raises_at_the_call(runs_dir):
     tm.record("mine", loss=0.5)
     with pytest.raises(tm.SchemaError) as ei:
@@ -116,3 +130,40 @@ def test_worker_env_names_the_service(runs_dir):
     env = api.worker_env()
     assert env["RLMESH_RUN_ID"] == tm.current_run()
     assert env["RLMESH_TELEMETRY_ADDR"].startswith("tcp://127.0.0.1:")
+
+
+def test_proc_events_after_the_run_ended_start_no_phantom_run(runs_dir):
+    """Issue 11 item 15: procs still stopping/respawning after a failed run's end_run created a new
+    run (status ok) and moved runs/latest to it."""
+    import socket
+
+    from rlmesh.actor.hooks import ProcEvent
+    from rlmesh.telemetry.plugin import record_proc_event
+
+    tm.record("mine", a=1)
+    run_id = tm.current_run()
+    tm.end_run("failed", "RunFailed: trainer gave up")
+    record_proc_event(ProcEvent("restarted", "rl", 1, "rl.1", 123, socket.gethostname(), 1))
+    record_proc_event(ProcEvent("stopped", "rl", 1, "rl.1", 123, socket.gethostname(), 1))
+    assert tm.current_run() is None
+    assert [p.name for p in runs_dir.iterdir() if p.name != "latest"] == [run_id]
+    assert os.readlink(runs_dir / "latest") == run_id
+    info = json.loads((runs_dir / run_id / runs.RUN_JSON).read_text())
+    assert info["status"] == "failed" and info["error"] == "RunFailed: trainer gave up"
+    assert tm.query("SELECT status, error FROM runs", run=run_id).to_pylist() == [
+        {"status": "failed", "error": "RunFailed: trainer gave up"}]
+
+
+def test_run_files_are_private_and_the_service_record_goes(runs_dir):
+    import stat
+
+    tm.record("mine", a=1)
+    tm.flush()
+    d = api.current_run_dir()
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE((d / runs.SERVICE_JSON).stat().st_mode) == 0o600
+    for f in d.glob("telemetry.duckdb*"):  # the database and its WAL
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    tm.end_run()
+    assert not (d / runs.SERVICE_JSON).exists()
+    assert stat.S_IMODE((d / runs.DB_NAME).stat().st_mode) == 0o600

@@ -81,3 +81,33 @@ def test_runs_lists_status(finished_run, capsys):
     assert runs_main(["--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(r["id"], r["status"]) for r in doc["rows"]] == [(finished_run, "ok")]
+
+
+def test_any_duckdb_file_path_is_accepted(finished_run, runs_dir, tmp_path, capsys):
+    copy = tmp_path / "some" / "copy.duckdb"  # issue 11 item 14: not named telemetry.duckdb
+    copy.parent.mkdir()
+    copy.write_bytes((runs_dir / finished_run / "telemetry.duckdb").read_bytes())
+    assert sql_main([str(copy), "SELECT count(*) AS n FROM rollouts", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == [{"n": 3}]
+
+
+def test_a_corrupt_file_says_so_without_the_other_host_hint(tmp_path, capsys):
+    bad = tmp_path / "broken.duckdb"
+    bad.write_bytes(b"not a database" * 100)
+    assert sql_main([str(bad), "SELECT 1"]) == 1
+    err = capsys.readouterr().err
+    assert "not a valid DuckDB database" in err and "another host" not in err
+
+
+def test_finished_runs_side_by_side(finished_run, runs_dir, capsys):
+    tm.record("rollouts", reward=9.0, policy_version=9, rollout_id="x")
+    second = tm.current_run()
+    tm.end_run()
+    q = (f'SELECT (SELECT count(*) FROM "{finished_run}".rollouts) AS a, '
+         f'(SELECT count(*) FROM "{second}".rollouts) AS b, (SELECT count(*) FROM rollouts) AS default_')
+    assert sql_main([finished_run, "--with", second, q, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == [{"a": 3, "b": 1, "default_": 3}]
+    assert tm.query(q, run=[finished_run, second]).to_pylist() == [{"a": 3, "b": 1, "default_": 3}]
+    # the attached files are the only ones: nothing else can be attached or read through SQL
+    assert sql_main([finished_run, "--with", second, f"ATTACH '{runs_dir}/x.duckdb' AS x"]) == 1
+    assert "read-only" in capsys.readouterr().err and not (runs_dir / "x.duckdb").exists()

@@ -43,3 +43,38 @@ def test_service_file_is_private(runs_dir):
     d = _make(runs_dir, "20260101-000000-priv")
     runs.write_json(d / runs.SERVICE_JSON, {"secret": "00"}, private=True)
     assert (d / runs.SERVICE_JSON).stat().st_mode & 0o077 == 0
+
+
+def _dead_run(root, run_id, db_status):
+    """A run whose controller died on this host: run.json says running, its pid is gone."""
+    from rlmesh.telemetry.store import Store
+
+    d = runs.create_run_dir(run_id, root)
+    store = Store(d / runs.DB_NAME, run_id)
+    store.execute_write("INSERT INTO runs (id, status) VALUES (?, ?)", [run_id, db_status])
+    store.close()
+    dead = {"id": run_id, "status": "running", "pid": 999_999_999, "host": socket.gethostname(), "start_ts": 1.0}
+    runs.write_json(d / runs.RUN_JSON, dead)
+    runs.write_json(d / runs.SERVICE_JSON, {**dead, "secret": "00"}, private=True)
+    return d
+
+
+def test_dead_runs_are_settled_so_runs_and_the_database_agree(runs_dir, capsys):
+    """Issue 11 items 5 and 12: a stale service.json (it holds the secret) stayed after a crash, and
+    a kill during close left run.json and the database disagreeing on the status."""
+    import json
+
+    import duckdb
+
+    from rlmesh.telemetry.cli import runs_main
+
+    crashed = _dead_run(runs_dir, "20260101-000000-aaaa", "running")     # killed mid-run
+    closing = _dead_run(runs_dir, "20260101-000001-bbbb", "ok")          # killed between the DB row and run.json
+    assert runs_main(["--format", "json"]) == 0
+    shown = {r["id"]: r["status"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert shown == {crashed.name: "crashed", closing.name: "ok"}
+    for d, want in ((crashed, "crashed"), (closing, "ok")):
+        assert not (d / runs.SERVICE_JSON).exists()
+        assert runs.read_json(d / runs.RUN_JSON)["status"] == want
+        with duckdb.connect(str(d / runs.DB_NAME), read_only=True) as con:
+            assert con.execute("SELECT status FROM runs").fetchall() == [(want,)]

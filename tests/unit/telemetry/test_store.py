@@ -5,7 +5,7 @@ import pytest
 from rlmesh.telemetry.columnar import TS_TYPE
 from rlmesh.telemetry.errors import ReadOnlyQueryError
 from rlmesh.telemetry.schema import SchemaError
-from rlmesh.telemetry.store import Store, check_read_only
+from rlmesh.telemetry.store import Store, statements
 
 
 @pytest.fixture
@@ -61,11 +61,19 @@ def test_all_null_column_waits_for_a_typed_value(store):
     "UPDATE runs SET status = 'x'", "CREATE TABLE x (a INT)", "COPY rollouts TO '/tmp/x.csv'",
     "ATTACH '/tmp/other.duckdb'", "PRAGMA force_checkpoint", "SET threads = 1",
     "SELECT 1; DROP TABLE rollouts", "ALTER TABLE runs ADD COLUMN x INT",
+    # shapes a statement-type allowlist let through (issue 11 item 3): the database refuses them itself
+    "EXPLAIN ANALYZE COPY rollouts TO '{out}'", "EXPLAIN ANALYZE DELETE FROM rollouts",
+    "COMMIT; DELETE FROM rollouts", "ROLLBACK; DROP TABLE rollouts", "SELECT * FROM read_csv('{out}')",
+    "EXPLAIN ANALYZE SELECT * FROM read_text('/etc/hostname')", "SET enable_external_access = true",
+    "EXPORT DATABASE '{out}'", "INSTALL httpfs",
 ])
-def test_writes_are_refused_with_a_clear_message(store, sql):
+def test_writes_are_refused_with_a_clear_message(store, sql, tmp_path):
+    out = tmp_path / "x.csv"
+    store.append("rollouts", pa.table({**_auto(1), "reward": [1.0]}))
     with pytest.raises(ReadOnlyQueryError, match="read-only"):
-        store.query(sql)
-    assert store.query("SELECT count(*) AS n FROM rollouts").num_rows == 1  # table still there
+        store.query(sql.format(out=out))
+    assert not out.exists()
+    assert store.query("SELECT count(*) AS n FROM rollouts").to_pylist() == [{"n": 1}]  # rows still there
 
 
 @pytest.mark.parametrize("sql", [
@@ -78,7 +86,7 @@ def test_reads_are_allowed(store, sql):
 
 def test_sql_errors_are_duckdb_errors():
     with pytest.raises(duckdb.Error):
-        check_read_only("SELEC nonsense")
+        statements("SELEC nonsense")
 
 
 def test_odd_names_are_quoted_not_injected(store):

@@ -72,3 +72,39 @@ def test_job_sweep_removes_everything_of_the_job(tmp_path, monkeypatch):
     keep = _touch(tmp_path, "unrelated")
     assert sorted(slots.cleanup_segments("j")) == sorted([str(a), str(b)])
     assert keep.exists()
+
+
+def test_reclaim_takes_dead_owners_segments_of_any_job_and_spares_live_ones(tmp_path, monkeypatch, capsys):
+    """Issue 11 item 8: a run killed outright (controller too) left its slots and .ctl forever."""
+    import subprocess
+    import sys
+
+    from rlmesh.weights.clean import clean_main
+
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # exits; left unreaped until wait(): a zombie
+    gone = 2**22 + 12345
+    dead = [_touch(tmp_path, f"{slots.base_name(job, 'rl.1', gone, 'policy')}-tok{sfx}")
+            for job in ("jobA", "jobB") for sfx in ("-s0", "-s1", ".ctl", ".ctl.99.tmp")]
+    live = _touch(tmp_path, f"{slots.base_name('jobA', 'rl.2', os.getpid(), 'policy')}-tok-s0")
+    keep = _touch(tmp_path, "rlmesh-w-not-a-pid-name")
+    import time
+
+    deadline = time.monotonic() + 30
+    while slots._alive(zombie.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    undead = _touch(tmp_path, f"{slots.base_name('jobC', 'rl.1', zombie.pid, 'policy')}-tok.ctl")
+    monkeypatch.setenv("RLMESH_RUNS_DIR", str(tmp_path / "runs"))
+    assert clean_main(["--shm-dir", str(tmp_path)]) == 0
+    assert "removed 9 shared-memory segment(s)" in capsys.readouterr().out
+    assert not any(p.exists() for p in [*dead, undead])
+    assert live.exists() and keep.exists()
+    zombie.wait()
+
+
+def test_reclaim_sees_through_a_reused_pid(tmp_path):
+    """A live pid that started after the segment was last written is not its creator."""
+    stale = _touch(tmp_path, f"{slots.base_name('jobR', 'rl.1', os.getpid(), 'policy')}-tok-s0")
+    os.utime(stale, (1_000_000, 1_000_000))        # written in 1970: long before this process started
+    fresh = _touch(tmp_path, f"{slots.base_name('jobR', 'rl.1', os.getpid(), 'policy')}-tok.ctl")
+    assert slots.reclaim_dead_segments(str(tmp_path)) == [str(stale)]
+    assert fresh.exists()
