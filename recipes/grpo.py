@@ -55,7 +55,7 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRP
     abandoned = abandon_previous(rm.telemetry.query, ledger) if run.generation else 0
     n_procs = cfg.proc_meshes()["rl"]
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": n_procs}, name="rl",
-                                                     restart=rm.Restart(max_restarts=cfg.run.max_restarts))
+                                                     restart=cfg.run.restart_policy())
     try:
         # proc 0: buffer + evaluator, proc 1: trainer, then reward actors, then generators
         buffer = procs.slice(procs=0).spawn("buffer", ReplayBuffer, cfg.buffer)

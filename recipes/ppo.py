@@ -35,7 +35,7 @@ def main(cfg: PPORecipeConfig, launcher: str = "local", trainer_cls: type = PPOT
     run = begin(cfg, launcher)  # a new run, or (run.resume) the same run id, database and checkpoints
     ledger = WorkLedger(run.generation)
     abandoned = abandon_previous(rm.telemetry.query, ledger) if run.generation else 0
-    restart = rm.Restart(max_restarts=cfg.run.max_restarts)
+    restart = cfg.run.restart_policy()  # the budget (N restarts in T s) and every run.*_timeout_s
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, restart=restart,
                                                      name="rl")
     try:

@@ -117,6 +117,12 @@ class ForkedProcHandle:
     def pid(self) -> int | None:
         return self.server._pids.get(self.rid)
 
+    @property
+    def local_pid(self) -> int | None:
+        """For the supervisor's ``/proc/<pid>/stat`` check; None once reaped (the pid may be reused)."""
+        pid = self.pid
+        return None if pid is None or pid in self.server._status else pid
+
     def poll(self) -> tuple[int | None, int | None] | tuple[int | None, int | None, str] | None:
         s = self.server
         pid = self.pid
