@@ -35,7 +35,7 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
 from rlmesh.actor.supervision import (HB_TIMEOUT_ENV, INIT_HB_TIMEOUT_ENV, START_TIMEOUT_ENV,  # noqa: F401
-                                      FailureDetection, HeartbeatMonitor, OsState, Restart, os_state)
+                                      FailureDetection, HeartbeatMonitor, HostLoad, OsState, Restart, os_state)
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, Authenticator
 from rlmesh.transport.sockets import bind_random, tune, zmq_context
@@ -164,6 +164,7 @@ class Controller:
         self.detection = FailureDetection.from_env()  # meshes whose Restart carries no detection= use this
         self._reaping: list[ProcHandle] = []  # killed procs not yet seen exit (waitpid'ed each tick: no zombies)
         self._last_tick = time.monotonic()
+        self._load = HostLoad()
         self.procs: dict[str, ProcRecord] = {}
         self.by_ident: dict[bytes, ProcRecord] = {}
         self.kv = kv.LocalKV()
@@ -563,11 +564,12 @@ class Controller:
             rec.handle.kill()
             self._reaping.append(rec.handle)
 
-    def _silent_death(self, rec: ProcRecord, now: float) -> str | None:
+    def _silent_death(self, rec: ProcRecord, now: float, together: int = 1) -> str | None:
         """Why a proc that has not exited counts as dead, or None while it may be slow.
 
         The OS decides where it can (a stopped local proc is frozen: a hang); otherwise the
-        silence must exceed what the heartbeat delays observed so far make plausible."""
+        silence must exceed what the heartbeat delays observed so far, and the host's load,
+        make plausible (twice that when ``together`` procs fell silent at once: a common cause)."""
         d = rec.detect
         silence = now - rec.last_hb
         if silence <= d.heartbeat_timeout_s:
@@ -579,12 +581,13 @@ class Controller:
         if state is OsState.STOPPED:
             return f"heartbeat silent for {silence:.1f}s and the proc is stopped (SIGSTOP or a debugger): a hang"
         floor = d.init_heartbeat_timeout_s if rec.spawns_pending else d.heartbeat_timeout_s
-        allowed = rec.hb.allowance(floor, d.heartbeat_phi)
+        load = self._load.factor(now)
+        allowed = rec.hb.allowance(floor * load, d.heartbeat_phi) * (2.0 if together > 1 else 1.0)
         if silence <= allowed:
             return None
         key = d.key("init_heartbeat_timeout_s" if rec.spawns_pending else "heartbeat_timeout_s")
         return (f"heartbeat timeout: silent for {silence:.1f}s, beyond the {allowed:.1f}s the observed heartbeat "
-                f"delays allow ({key}={floor:g} is the floor)")
+                f"delays and the host's load (x{load:.1f}) allow ({key}={floor:g} is the floor)")
 
     def _broadcast(self, about: ProcRecord, kind: str, **fields: Any) -> None:
         for other in self.procs.values():
@@ -596,6 +599,9 @@ class Controller:
         # This thread itself was starved (a busy host): heartbeats may still sit unread; judge next tick.
         stalled = now - self._last_tick > 0.5
         self._last_tick = now
+        # Procs silent past the floor right now: if several are, the cause is likely shared (this process).
+        together = sum(1 for r in self.procs.values() if r.state in ("alive", "rejoining")
+                       and now - r.last_hb > r.detect.heartbeat_timeout_s)
         for rec in list(self.procs.values()):
             if rec.state in ("starting", "rejoining", "alive", "stopping") and rec.handle is not None:
                 status = rec.handle.poll()
@@ -606,7 +612,7 @@ class Controller:
                 if rec.state == "stopping" and now > rec.stop_deadline:
                     rec.handle.kill()
                 elif rec.state in ("alive", "rejoining") and not stalled:
-                    why = self._silent_death(rec, now)
+                    why = self._silent_death(rec, now, together)
                     if why is not None:
                         self._kill(rec)
                         self._on_exit(rec, None, None, reason=why)

@@ -16,9 +16,11 @@ a stopped one (SIGSTOP, state ``T`` in ``/proc/<pid>/stat``) is a hang once its 
 silent for ``heartbeat_timeout_s``. Where it cannot (a running proc whose heartbeats stop: stuck
 in a C call holding the GIL, or just starved of CPU on a busy host), suspicion adapts to the
 heartbeat delays observed so far (phi-accrual): the allowed silence is the largest of the floor
-``heartbeat_timeout_s``, the phi threshold's quantile of a normal fit to recent inter-arrival
-times, and twice the longest recent gap. On a quiet host that is the floor (1.5 s); at load 16 on
-two cores it grows to what the host has shown it needs.
+``heartbeat_timeout_s`` (scaled by how oversubscribed the host's CPUs are, from the load average,
+at most x6), the phi threshold's quantile of a normal fit to recent inter-arrival times, and twice
+the longest recent gap. On a quiet host that is the floor (1.5 s); at load 16 on two cores it
+grows to what the host has shown it needs. Several procs falling silent together point at a
+common cause (the controller's own process starved): the supervisor then waits twice as long.
 """
 
 from __future__ import annotations
@@ -154,6 +156,26 @@ def os_state(pid: int | None) -> OsState:
     return OsState.RUNNING
 
 
+class HostLoad:
+    """How oversubscribed this host's CPUs are: 1-minute load average per CPU, clamped to [1, cap]
+    (read at most once a second). On a host without ``getloadavg`` it is 1."""
+
+    def __init__(self, cap: float = 6.0) -> None:
+        self.cap = cap
+        self._at = -1.0
+        self._factor = 1.0
+        self._cpus = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+    def factor(self, now: float) -> float:
+        if now - self._at >= 1.0:
+            self._at = now
+            try:
+                self._factor = min(self.cap, max(1.0, os.getloadavg()[0] / self._cpus))
+            except (OSError, AttributeError):
+                self._factor = 1.0
+        return self._factor
+
+
 def _normal_quantile_tail(phi: float) -> float:
     """z with P(N(0,1) > z) = 10**-phi (bisection on erfc; no scipy needed for one number)."""
     target = 10.0 ** -phi
@@ -192,7 +214,8 @@ class HeartbeatMonitor:
         return 0.0 if self.last is None else now - self.last
 
     def allowance(self, floor: float, phi: float) -> float:
-        """Seconds of silence before the proc is suspected: never below ``floor``."""
+        """Seconds of silence before the proc is suspected: never below ``floor`` (already scaled by
+        the host's load)."""
         n = len(self.intervals)
         if n < self.MIN_SAMPLES:
             return floor
