@@ -25,8 +25,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import zmq
 
@@ -34,8 +33,8 @@ from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
-from rlmesh.actor.supervision import (HB_TIMEOUT_ENV, INIT_HB_TIMEOUT_ENV, START_TIMEOUT_ENV,  # noqa: F401
-                                      FailureDetection, HeartbeatMonitor, HostLoad, OsState, Restart, os_state)
+from rlmesh.actor.procs import Launcher, LaunchRequest, ProcHandle, ProcRecord, call_launchers  # noqa: F401
+from rlmesh.actor.supervision import FailureDetection, HostLoad, Restart, silent_death  # noqa: F401 - Restart re-exported
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, Authenticator
 from rlmesh.transport.sockets import bind_random, tune, zmq_context
@@ -43,95 +42,6 @@ from rlmesh.transport.sockets import bind_random, tune, zmq_context
 logger = logging.getLogger(__name__)
 
 CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
-
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    """Everything a launcher needs to start one worker proc."""
-
-    controller_addr: str
-    proc_id: str
-    proc_mesh: str
-    rank: int
-    incarnation: int
-    env: dict[str, str]
-    restartable: bool = False  # the mesh's Restart policy allows restarts (local launcher: keep a warm template)
-
-
-class ProcHandle(Protocol):
-    """A launched proc as its launcher sees it (a child process, a pod...)."""
-
-    pid: int | None
-
-    def poll(self) -> tuple[int | None, int | None] | tuple[int | None, int | None, str] | None:
-        """``None`` while running, else ``(exit_code, signal)`` or ``(exit_code, signal, reason)``.
-
-        Called on the supervisor thread every tick (50 ms): it must not block; a
-        launcher that learns about exits asynchronously (a pod watch) caches them.
-        """
-
-    def kill(self) -> None:
-        """Make sure the proc is gone (SIGKILL, pod deletion). Must not block."""
-
-
-class Launcher(Protocol):
-    """Optional extras, looked up with ``getattr``: ``preload(proc_mesh, modules)`` (the modules the mesh's
-    actor classes live in), ``release(proc_mesh)`` (the mesh is gone) and ``close()`` (the controller is)."""
-
-    def launch(self, req: LaunchRequest) -> ProcHandle: ...
-
-
-def call_launchers(launchers: Any, method: str, *args: Any) -> None:
-    """Call an optional launcher method once per distinct launcher; errors are logged, never raised."""
-    for launcher in {id(x): x for x in launchers}.values():
-        fn = getattr(launcher, method, None)
-        if fn is None:
-            continue
-        try:
-            fn(*args)
-        except Exception:  # noqa: BLE001
-            logger.warning("launcher %s(%s) failed", method, ", ".join(map(repr, args)), exc_info=True)
-
-
-@dataclass
-class ProcRecord:
-    proc_id: str
-    proc_mesh: str
-    rank: int
-    launcher: Launcher
-    policy: Restart
-    env: dict[str, str]
-    incarnation: int = 0
-    handle: ProcHandle | None = None
-    state: str = "starting"  # starting | rejoining | alive | restarting | stopping | dead | failed | stopped
-    pid: int | None = None
-    host: str = ""
-    addr: str = ""
-    last_hb: float = 0.0
-    started_at: float = 0.0
-    restarts_used: int = 0
-    restart_at: float = 0.0
-    stop_deadline: float = 0.0
-    actors: list[tuple[dict, list[Any]]] = field(default_factory=list)
-    ready: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
-    rejoin_pending: int = 0
-    detect: FailureDetection = field(default_factory=FailureDetection)
-    start_timeout: float = 60.0
-    spawns_pending: int = 0  # actor __init__ calls in flight: heartbeats may pause (imports hold the GIL)
-    down_at: float | None = None  # wall time of the injected fault or, failing that, the death; cleared when serving
-    restart_times: deque = field(default_factory=deque)  # monotonic times of its restarts (the intensity window)
-    hb: HeartbeatMonitor = field(default_factory=HeartbeatMonitor)
-    joined: bool = False  # some incarnation has joined (a proc that never did and exits by itself is not retried)
-    awaiting: list = field(default_factory=list)  # first-time spawns whose proc died: done when a replacement serves
-    deferred: list = field(default_factory=list)  # first-time spawns to send once the proc is alive again
-    gave_up_reason: str = ""
-
-    @property
-    def ident(self) -> bytes:
-        return f"{self.proc_id}#{self.incarnation}".encode()
-
-    def actor_ids(self) -> tuple[str, ...]:
-        return tuple(spec["actor_id"] for spec, _ in self.actors)
 
 
 class Controller:
@@ -267,7 +177,7 @@ class Controller:
             r.state = "failed"
             if not r.ready.done():
                 r.ready.set_exception(ActorError(f"could not launch proc {r.proc_id}: {exc}"))
-            self._fail_waiters(r, f"could not launch it: {exc}")
+            r.fail_waiters(f"could not launch it: {exc}")
             return
         r.pid = getattr(r.handle, "pid", None)
 
@@ -542,52 +452,11 @@ class Controller:
         for spec, cls_payload, fut in deferred:
             self._send_spawn(rec, [spec], cls_payload, False, fut, first=True)
 
-    def _fail_waiters(self, rec: ProcRecord, why: str, exit_code: int | None = None,
-                      sig: int | None = None) -> None:
-        """The proc will not come back: whoever waits for it to start or to create actors learns why."""
-        if not rec.ready.done():
-            rec.ready.set_exception(ActorDied(
-                f"proc {rec.proc_id} ended before it joined ({why}); its stderr above says why",
-                mesh=rec.proc_mesh, rank=rec.rank, endpoint="(start)", exit_code=exit_code, signal=sig))
-        waiting = rec.awaiting + [fut for _, _, fut in rec.deferred]
-        rec.awaiting, rec.deferred = [], []
-        for fut in waiting:
-            if not fut.done():
-                spec = fut._rlmesh_specs[0]
-                fut.set_exception(ActorDied(f"proc {rec.proc_id} died while creating {spec['mesh']}[{spec['rank']}] "
-                                            f"and will not be replaced: {why}", mesh=spec["mesh"], rank=spec["rank"],
-                                            endpoint="__init__", exit_code=exit_code, signal=sig))
-
     def _kill(self, rec: ProcRecord) -> None:
         """SIGKILL (or delete) the proc and keep polling its handle until the exit is collected (no zombies)."""
         if rec.handle is not None:
             rec.handle.kill()
             self._reaping.append(rec.handle)
-
-    def _silent_death(self, rec: ProcRecord, now: float, together: int = 1) -> str | None:
-        """Why a proc that has not exited counts as dead, or None while it may be slow.
-
-        The OS decides where it can (a stopped local proc is frozen: a hang); otherwise the
-        silence must exceed what the heartbeat delays observed so far, and the host's load,
-        make plausible (twice that when ``together`` procs fell silent at once: a common cause)."""
-        d = rec.detect
-        silence = now - rec.last_hb
-        if silence <= d.heartbeat_timeout_s:
-            return None
-        pid = getattr(rec.handle, "local_pid", None)
-        state = os_state(pid) if pid is not None else OsState.UNKNOWN
-        if state is OsState.GONE:
-            return None  # its exit is collected by poll() on the next tick
-        if state is OsState.STOPPED:
-            return f"heartbeat silent for {silence:.1f}s and the proc is stopped (SIGSTOP or a debugger): a hang"
-        floor = d.init_heartbeat_timeout_s if rec.spawns_pending else d.heartbeat_timeout_s
-        load = self._load.factor(now)
-        allowed = rec.hb.allowance(floor * load, d.heartbeat_phi) * (2.0 if together > 1 else 1.0)
-        if silence <= allowed:
-            return None
-        key = d.key("init_heartbeat_timeout_s" if rec.spawns_pending else "heartbeat_timeout_s")
-        return (f"heartbeat timeout: silent for {silence:.1f}s, beyond the {allowed:.1f}s the observed heartbeat "
-                f"delays and the host's load (x{load:.1f}) allow ({key}={floor:g} is the floor)")
 
     def _broadcast(self, about: ProcRecord, kind: str, **fields: Any) -> None:
         for other in self.procs.values():
@@ -612,7 +481,7 @@ class Controller:
                 if rec.state == "stopping" and now > rec.stop_deadline:
                     rec.handle.kill()
                 elif rec.state in ("alive", "rejoining") and not stalled:
-                    why = self._silent_death(rec, now, together)
+                    why = silent_death(rec, now, self._load.factor(now), together)
                     if why is not None:
                         self._kill(rec)
                         self._on_exit(rec, None, None, reason=why)
@@ -642,7 +511,7 @@ class Controller:
             if r is rec:
                 del self._spawn_waits[req]
                 if getattr(fut, "_rlmesh_first", False):
-                    rec.awaiting.append(fut)  # the replacement re-creates it (or _fail_waiters below says why not)
+                    rec.awaiting.append(fut)  # the replacement re-creates it (or fail_waiters below says why not)
                     continue
                 spec = fut._rlmesh_specs[0]
                 fut.set_exception(Client._died(spec["mesh"], spec["rank"], "__init__", exit_code, sig, why))
@@ -651,14 +520,14 @@ class Controller:
         rec.deferred = []
         how = f"signal {sig}" if sig is not None else f"exit code {exit_code}" if exit_code is not None else why
         if stopping:
-            self._fail_waiters(rec, f"stopped ({how})", exit_code, sig)
+            rec.fail_waiters(f"stopped ({how})", exit_code, sig)
             return
         now = time.monotonic()
         if not rec.joined and sig is None:
             # It never joined and ended by itself (an import error, a bad interpreter) or by the start
             # timeout: a restart would do the same again. Killed by a signal, it is retried below.
             rec.state = "failed"
-            self._fail_waiters(rec, how, exit_code, sig)
+            rec.fail_waiters(how, exit_code, sig)
         elif rec.policy.allows(rec.restart_times, now):
             rec.restarts_used += 1
             rec.restart_times.append(now)
@@ -672,7 +541,7 @@ class Controller:
             if rec.policy.max_restarts:
                 self._emit("gave_up", rec, exit_code=exit_code, signal=sig,
                            reason=f"max_restarts={rec.policy.max_restarts} exhausted ({rec.gave_up_reason})")
-            self._fail_waiters(rec, f"{how}; {rec.gave_up_reason or 'restarts are off'}", exit_code, sig)
+            rec.fail_waiters(f"{how}; {rec.gave_up_reason or 'restarts are off'}", exit_code, sig)
 
     def _relaunch(self, rec: ProcRecord) -> None:
         self.by_ident.pop(rec.ident, None)

@@ -31,6 +31,7 @@ import sys
 from collections import deque
 from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import Any
 
 HB_TIMEOUT_ENV = "RLMESH_HEARTBEAT_TIMEOUT_S"
 INIT_HB_TIMEOUT_ENV = "RLMESH_INIT_HEARTBEAT_TIMEOUT_S"
@@ -225,3 +226,30 @@ class HeartbeatMonitor:
         if z is None:
             z = self._z[phi] = _normal_quantile_tail(phi)
         return max(floor, mean + z * std, 2.0 * max(self.intervals))
+
+
+def silent_death(rec: Any, now: float, load: float = 1.0, together: int = 1) -> str | None:
+    """Why a proc that has not exited counts as dead, or None while it may just be slow.
+
+    ``rec`` is the controller's record of it (``last_hb``, ``hb``, ``detect``, ``handle``,
+    ``spawns_pending``). The OS decides where it can: a stopped local proc is frozen, a hang.
+    Otherwise the silence must exceed what the observed heartbeat delays and the host's
+    ``load`` factor make plausible, twice that when ``together`` procs fell silent at once
+    (a common cause: the controller's own process starved)."""
+    d: FailureDetection = rec.detect
+    silence = now - rec.last_hb
+    if silence <= d.heartbeat_timeout_s:
+        return None
+    pid = getattr(rec.handle, "local_pid", None)
+    state = os_state(pid) if pid is not None else OsState.UNKNOWN
+    if state is OsState.GONE:
+        return None  # its exit is collected by the launcher's poll() on the next tick
+    if state is OsState.STOPPED:
+        return f"heartbeat silent for {silence:.1f}s and the proc is stopped (SIGSTOP or a debugger): a hang"
+    floor = d.init_heartbeat_timeout_s if rec.spawns_pending else d.heartbeat_timeout_s
+    allowed = rec.hb.allowance(floor * load, d.heartbeat_phi) * (2.0 if together > 1 else 1.0)
+    if silence <= allowed:
+        return None
+    key = d.key("init_heartbeat_timeout_s" if rec.spawns_pending else "heartbeat_timeout_s")
+    return (f"heartbeat timeout: silent for {silence:.1f}s, beyond the {allowed:.1f}s the observed heartbeat "
+            f"delays and the host's load (x{load:.1f}) allow ({key}={floor:g} is the floor)")

@@ -18,7 +18,7 @@ import pytest
 import rlmesh as rm
 from rlmesh.actor import hooks
 from rlmesh.actor.controller import Controller
-from chaos_actors import Counter, Scribbler, SlowInit
+from chaos_actors import Counter, SlowInit
 
 pytestmark = pytest.mark.timeout(120)
 HERE = Path(__file__).resolve().parent
@@ -62,13 +62,14 @@ def test_a_proc_killed_inside_actor_init_is_replaced_and_the_spawn_succeeds(tmp_
             killed.set()
 
         threading.Thread(target=kill_inside_init, daemon=True).start()
-        mesh = procs.spawn("slow", SlowInit, str(tmp_path), 2.0)
+        mesh = procs.spawn("slow", SlowInit, str(tmp_path), 5.0)  # long enough for the killer on a busy host
         assert killed.is_set()
         assert mesh.slice(procs=1).incarnation.call_one().get(timeout=30) == 1
         assert mesh.slice(procs=0).incarnation.call_one().get(timeout=30) == 0
         assert mesh.slice(procs=1).pid.call_one().get(timeout=30) == procs.pids[1] != victim
         kinds = [e.kind for e in events if e.proc_mesh == procs.name and e.rank == 1]
-        assert kinds[:4] == ["spawned", "died", "spawned", "restarted"], kinds
+        assert kinds[:2] == ["spawned", "died"] and "restarted" in kinds, kinds
+        assert any(e.kind == "died" and e.pid == victim and e.signal == signal.SIGKILL for e in events)
 
 
 def test_a_proc_killed_before_it_joined_is_replaced_and_the_launch_succeeds(events):
