@@ -149,7 +149,10 @@ class ControlLink(threading.Thread):
             if now - last_hb >= self.hb_s and not self.hung:
                 sock.send_multipart(P.control(self.auth, P.HEARTBEAT, proc_id=w.proc.proc_id))
                 last_hb = now
-            if now - last_heard > self.controller_timeout:
+            if now - last_heard > self.controller_timeout and w.parent_pid <= 0:
+                # Only where the OS cannot say (pods, remote hosts): a local proc knows its controller
+                # lives from its parent (the kernel kills it, or reparents it, when that dies), and a
+                # controller starved on a busy host must not make its live workers quit.
                 controller_gone(f"no word from the controller for {now - last_heard:.0f}s")
             if w.parent_pid > 0 and os.getppid() != w.parent_pid:  # reparented: the launching process died
                 controller_gone(f"the process that launched this one (pid {w.parent_pid}) is gone")
