@@ -33,11 +33,12 @@ from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
+from rlmesh.actor.payload import modules_in_payload
 from rlmesh.actor.procs import Launcher, LaunchRequest, ProcHandle, ProcRecord, call_launchers  # noqa: F401
-from rlmesh.actor.supervision import FailureDetection, HostLoad, Restart, silent_death  # noqa: F401 - Restart re-exported
+from rlmesh.actor.supervision import FailureDetection, HostLoad, Restart, silent_death  # noqa: F401 - re-export
 from rlmesh.errors import ActorDied, ActorError
-from rlmesh.transport.auth import SECRET_ENV, Authenticator
-from rlmesh.transport.sockets import bind_random, tune, zmq_context
+from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
+from rlmesh.transport.sockets import bind_channel, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +70,8 @@ class Controller:
         self.sock = tune(zmq_context().socket(zmq.ROUTER))
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         port = os.environ.get(CONTROLLER_PORT_ENV)
-        self.addr = bind_random(self.sock, port=int(port) if port else None)
-        self.auth = self.auth.for_address(self.addr)
+        self.addr, self.chan = bind_channel(self.sock, self.auth, "controller", port=int(port) if port else None)
+        self._reply_out: dict[bytes, Any] = {}  # proc ident -> session answering that proc's link
         self.detection = FailureDetection.from_env()  # meshes whose Restart carries no detection= use this
         self._reaping: list[ProcHandle] = []  # killed procs not yet seen exit (waitpid'ed each tick: no zombies)
         self._last_tick = time.monotonic()
@@ -238,8 +239,6 @@ class Controller:
 
     def _preload(self, placements: list[tuple[str, dict]], cls_payload: list[Any]) -> None:
         """Tell launchers that keep warm templates (local fork server) which modules these actors need."""
-        from rlmesh.launch.forkserver import modules_in_payload
-
         recs = [self.procs[p] for p, _ in placements if p in self.procs]
         restartable = [r for r in recs if r.policy.restartable]
         if not restartable:
@@ -307,8 +306,12 @@ class Controller:
 
     # ------------------------------------------------------------------ supervisor loop
     def _send(self, rec: ProcRecord, kind: str, **fields: Any) -> None:
+        out = self._reply_out.get(rec.ident)
+        if out is None:  # it has not said hello yet: nothing can reach it
+            logger.debug("control send to %s before its hello: dropped", rec.proc_id)
+            return
         try:
-            self.sock.send_multipart([rec.ident, *P.control(self.auth, kind, **fields)], copy=False)
+            self.sock.send_multipart([rec.ident, *P.control(out, kind, **fields)], copy=False)
         except zmq.ZMQError as exc:  # not connected (yet / any more)
             logger.debug("control send to %s failed: %s", rec.proc_id, exc)
 
@@ -349,7 +352,9 @@ class Controller:
                 return
             ident = bytes(frames[0])
             try:
-                kind, msg = P.read_control(self.auth, frames[1:])
+                kind, msg, sid = P.read_control_session(self.chan, frames[1:])
+            except AuthError:
+                continue  # counted, and logged at most once per peer per interval, by the channel
             except Exception as exc:
                 logger.warning("refused a control message from %r: %s", ident[:40], exc)
                 continue
@@ -357,6 +362,7 @@ class Controller:
             if rec is None:
                 logger.warning("control message %s from unknown proc %r", kind, ident[:40])
                 continue
+            self._reply_out[ident] = self.chan.reply_outbound(sid)
             try:
                 self._handle(rec, kind, msg)
             except Exception:

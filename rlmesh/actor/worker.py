@@ -1,7 +1,8 @@
 """A worker proc: joins a controller, hosts actors, heartbeats, and exits when the controller is gone.
 
-Run as ``python -m rlmesh.worker --controller tcp://HOST:PORT --proc-id ID ...``
-(the local launcher and Kubernetes pods use the same entry point). The job secret
+Run as ``python -m rlmesh.worker --controller tcp://HOST:PORT#m<nonce> --proc-id ID ...`` (the
+address exactly as the controller advertises it, channel nonce included; the local
+launcher and Kubernetes pods use the same entry point). The job secret
 comes in the ``RLMESH_SECRET`` environment variable, never on the command line.
 
 Threads: the main thread runs the asyncio loop with the :class:`ActorServer`;
@@ -15,8 +16,10 @@ heartbeating and is declared dead.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import concurrent.futures
+import ctypes
 import itertools
 import logging
 import os
@@ -33,10 +36,12 @@ import zmq
 from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, set_client_factory
+from rlmesh.actor.client import error_payload
 from rlmesh.actor.context import ProcInfo, _set_proc, current_context
 from rlmesh.actor.server import ActorServer
-from rlmesh.transport.auth import Authenticator
-from rlmesh.transport.sockets import tune, zmq_context
+from rlmesh.transport.auth import AuthError, Authenticator
+from rlmesh.transport.serialization import loads
+from rlmesh.transport.sockets import connect_channel, tune, zmq_context
 
 logger = logging.getLogger("rlmesh.worker")
 
@@ -90,8 +95,7 @@ class ControlLink(threading.Thread):
     def __init__(self, worker: "Worker"):
         super().__init__(name="rlmesh-control", daemon=True)
         self.w = worker
-        self.auth = worker.auth.for_address(worker.controller)
-        self.outq: deque = deque()
+        self.outq: deque = deque()  # (kind, fields): signed on this thread, so counters leave in order
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.reqs: dict[int, concurrent.futures.Future] = {}
         self.ids = itertools.count(1)
@@ -101,7 +105,7 @@ class ControlLink(threading.Thread):
         self.hung = False
 
     def send(self, kind: str, **fields: Any) -> None:
-        self.outq.append(P.control(self.auth, kind, **fields))
+        self.outq.append((kind, fields))
         os.eventfd_write(self.efd, 1)
 
     def request(self, kind: str, **fields: Any) -> concurrent.futures.Future:
@@ -115,8 +119,15 @@ class ControlLink(threading.Thread):
         w = self.w
         sock = tune(zmq_context().socket(zmq.DEALER))
         sock.setsockopt(zmq.IDENTITY, f"{w.proc.proc_id}#{w.proc.incarnation}".encode())
-        sock.connect(w.controller)
-        sock.send_multipart(P.control(self.auth, P.HELLO, proc_id=w.proc.proc_id, incarnation=w.proc.incarnation,
+        out = connect_channel(sock, w.auth, w.controller)
+        replies = out.reply_inbound(f"controller messages to {w.proc.proc_id}")
+
+        def flush() -> None:
+            while self.outq:
+                kind, fields = self.outq.popleft()
+                sock.send_multipart(P.control(out, kind, **fields), copy=False)
+
+        sock.send_multipart(P.control(out, P.HELLO, proc_id=w.proc.proc_id, incarnation=w.proc.incarnation,
                                       pid=os.getpid(), host=w.proc.host, addr=w.server.addr))
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -138,16 +149,17 @@ class ControlLink(threading.Thread):
                         break
                     last_heard = time.monotonic()
                     try:
-                        kind, msg = P.read_control(self.auth, frames)
+                        kind, msg = P.read_control(replies, frames)
+                    except AuthError:
+                        continue  # counted, and logged at most once per interval, by the channel
                     except Exception as exc:
                         logger.warning("refused a control message: %s", exc)
                         continue
                     self.handle(kind, msg)
-            while self.outq:
-                sock.send_multipart(self.outq.popleft(), copy=False)
+            flush()
             now = time.monotonic()
             if now - last_hb >= self.hb_s and not self.hung:
-                sock.send_multipart(P.control(self.auth, P.HEARTBEAT, proc_id=w.proc.proc_id))
+                sock.send_multipart(P.control(out, P.HEARTBEAT, proc_id=w.proc.proc_id))
                 last_hb = now
             if now - last_heard > self.controller_timeout and w.parent_pid <= 0:
                 # Only where the OS cannot say (pods, remote hosts): a local proc knows its controller
@@ -156,8 +168,7 @@ class ControlLink(threading.Thread):
                 controller_gone(f"no word from the controller for {now - last_heard:.0f}s")
             if w.parent_pid > 0 and os.getppid() != w.parent_pid:  # reparented: the launching process died
                 controller_gone(f"the process that launched this one (pid {w.parent_pid}) is gone")
-        while self.outq:
-            sock.send_multipart(self.outq.popleft(), copy=False)
+        flush()
         sock.close(linger=200)
 
     def handle(self, kind: str, msg: dict) -> None:
@@ -183,9 +194,6 @@ class ControlLink(threading.Thread):
             w.loop.call_soon_threadsafe(time.sleep, 10**9)
 
     def _spawned(self, req: int, f: concurrent.futures.Future) -> None:
-        from rlmesh.actor.client import error_payload
-        from rlmesh.transport.serialization import loads
-
         exc = f.exception()
         if exc is None:
             self.send(P.SPAWNED, req=req, ok=True, error=None)
@@ -295,8 +303,6 @@ def _die_with_parent(parent_pid: int) -> None:
     if parent_pid <= 0 or not sys.platform.startswith("linux"):
         return
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
@@ -306,10 +312,8 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m rlmesh.worker", description=__doc__.split("\n")[0])
-    ap.add_argument("--controller", required=True, help="controller address, e.g. tcp://127.0.0.1:5555")
+    ap.add_argument("--controller", required=True, help="controller address as advertised, e.g. tcp://127.0.0.1:5555#m<32 hex>")
     ap.add_argument("--proc-id", required=True)
     ap.add_argument("--proc-mesh", default="procs")
     ap.add_argument("--rank", type=int, default=0)

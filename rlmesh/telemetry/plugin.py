@@ -20,6 +20,8 @@ from typing import Any
 
 from rlmesh.actor import hooks
 from rlmesh.telemetry import api
+from rlmesh.telemetry.health import HealthSampler
+from rlmesh.transport.refusals import RefusalReport, set_refusal_sink
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +38,17 @@ def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
     if not env:  # telemetry off, or this controller is itself a worker of another run
         return {}
     hooks.add_event_sink(record_proc_event)
+    set_refusal_sink(record_refusal)
     env[hooks.WORKER_PLUGINS_ENV] = WORKER_PLUGIN
     return env
+
+
+def record_refusal(r: RefusalReport) -> None:
+    """Refusal sink: one ``refusals`` row per rate-limited report (so a flood costs a row per 10 s)."""
+    api.recorder().record_trusted("refusals", {
+        "channel": r.channel, "peer": r.peer, "reason": r.reason, "count": r.count,
+        "rejected_total": r.rejected_total, "replayed_total": r.replayed_total,
+    })
 
 
 def record_proc_event(ev: hooks.ProcEvent) -> None:
@@ -88,13 +99,12 @@ class SpanSampler:
 def on_worker_start(info: hooks.WorkerInfo) -> None:
     """In each worker: record spans, take part in the per-host health election, flush at exit."""
     global _health
-    from rlmesh.telemetry.health import HealthSampler
-
     rec = api.recorder()
     if rec.run_id is None:  # telemetry off
         return
     if os.environ.get(SPANS_ENV, "1").lower() not in ("0", "false", "off", "no"):
         hooks.set_span_sink(SpanSampler(rec))
+    set_refusal_sink(record_refusal)
     _health = HealthSampler(rec.record_trusted, rec.run_id).start()
     hooks.add_shutdown_hook(_worker_shutdown)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
+from rlmesh import telemetry
+
 logger = logging.getLogger(__name__)
 
 
@@ -56,12 +58,13 @@ class Version(int):
         obj.stats = stats
         return obj
 
+    def __reduce__(self) -> tuple:
+        # int subclasses pickle through int.__getnewargs__ (the value only): pass stats too,
+        # or a Version returned by an endpoint could not be rebuilt in the caller.
+        return (Version, (int(self), self.stats))
+
 
 def _record(table: str, **row: object) -> None:
-    try:
-        from rlmesh import telemetry  # optional layer, built separately
-    except Exception:
-        return
     try:
         telemetry.record(table, **row)
     except Exception:

@@ -15,7 +15,7 @@ import pytest
 import rlmesh as rm
 from rlmesh.actor import hooks
 from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig, MeshResources
-from rlmesh.launch.kubernetes_manifests import run_selector, secret_name
+from rlmesh.launch.kubernetes.manifests import run_selector, secret_name
 
 pytestmark = pytest.mark.timeout(90)
 IMAGE = "rlmesh-test:local"  # the fake kubelet runs every image as this checkout's venv
@@ -118,7 +118,7 @@ def test_watch_resumes_after_it_expires(k8s, events, monkeypatch):
     """Watches end every watch_timeout_s; a death after several resumptions is still seen at once."""
     from k8s_actors import Probe
 
-    from rlmesh.launch.kubernetes_pods import PodWatcher
+    from rlmesh.launch.kubernetes.pods import PodWatcher
 
     monkeypatch.setattr(PodWatcher, "watch_timeout_s", 1)
     cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-rewatch")
@@ -240,7 +240,8 @@ def test_controller_in_a_pod_as_in_the_docs(k8s):
     log = (k8s.kubelet.log_dir / f"{k8s.namespace}_it-incluster-controller.log").read_text()
     assert phase == "Succeeded", log[-3000:]
     ctl_ip = k8s.core.read_namespaced_pod("it-incluster-controller", k8s.namespace).status.pod_ip
-    assert f"CONTROLLER tcp://{ctl_ip}:" in log  # off loopback: every frame fully authenticated
+    assert f"CONTROLLER tcp://{ctl_ip}:" in log
+    assert "#c" in log.split("CONTROLLER ", 1)[1].splitlines()[0]  # bound off loopback (0.0.0.0): CurveZMQ
     assert "RESULT [3, 3]" in log
     advertised = ast.literal_eval(log.split("ADVERTISED ", 1)[1].splitlines()[0])
     assert len(set(advertised)) == 2 and ctl_ip not in advertised  # each worker its own pod IP

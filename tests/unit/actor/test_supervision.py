@@ -91,7 +91,7 @@ def test_timeouts_are_named_by_the_key_that_sets_them(monkeypatch):
 
 
 def test_run_config_builds_the_mesh_policy():
-    from rlmesh.rl.recipe_config import RunConfig
+    from rlmesh.recipes.recipe_config import RunConfig
 
     policy = RunConfig(max_restarts=5, restart_window_s=20.0, start_timeout_s=99.0).restart_policy()
     assert (policy.max_restarts, policy.within_s) == (5, 20.0)
