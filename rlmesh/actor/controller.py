@@ -3,14 +3,15 @@
 One :class:`Controller` per controller process, created by the first
 ``spawn_procs``. Its supervisor thread owns the control ROUTER socket: workers
 dial in (``HELLO``), heartbeat, answer spawn requests and use the KV table.
-Every tick it checks each proc: a launcher-reported exit (exit code / signal)
-or a heartbeat older than ``RLMESH_HEARTBEAT_TIMEOUT_S`` (default 1.5 s) makes
-the proc dead (while an actor's ``__init__`` runs, the allowance is
-``RLMESH_INIT_HEARTBEAT_TIMEOUT_S``, default 30 s: first imports of torch or a
-model load can hold the GIL for seconds). Then every future waiting on it fails with ``ActorDied``, the
-other procs are told (so their own pending calls fail too), an event goes to
-the sinks, and the :class:`Restart` policy decides on a replacement, which gets
-its actors re-created from their original constructor arguments.
+Every tick it checks each proc (:mod:`rlmesh.actor.supervision` says how a death is
+decided: an exit seen by the launcher, a stopped local proc, or a heartbeat silence
+longer than the host's observed delays allow). Then every future waiting on it
+fails with ``ActorDied``, the other procs are told (so their own pending calls fail
+too), an event goes to the sinks, and the :class:`Restart` policy (an intensity: N
+restarts within T seconds) decides on a replacement, which gets its actors
+re-created from their original constructor arguments. A death while a proc starts
+or while its actors are being created is handled the same way: the spawn caller
+waits for the replacement instead of failing.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import zmq
 
@@ -35,118 +35,15 @@ from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
 from rlmesh.actor.payload import modules_in_payload
 from rlmesh.actor.proc_state import ProcState
+from rlmesh.actor.procs import Launcher, LaunchRequest, ProcHandle, ProcRecord, call_launchers  # noqa: F401
+from rlmesh.actor.supervision import FailureDetection, HostLoad, Restart, silent_death  # noqa: F401 - re-export
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
 from rlmesh.transport.sockets import bind_channel, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
-HB_TIMEOUT_ENV = "RLMESH_HEARTBEAT_TIMEOUT_S"
-INIT_HB_TIMEOUT_ENV = "RLMESH_INIT_HEARTBEAT_TIMEOUT_S"
-START_TIMEOUT_ENV = "RLMESH_START_TIMEOUT_S"
 CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
-
-
-@dataclass(frozen=True)
-class Restart:
-    """What to do when a proc dies. ``max_restarts``: 0 never (default), N at most N times, -1 forever.
-
-    ``backoff_s``: wait this long before each replacement is launched.
-    """
-
-    max_restarts: int = 0
-    backoff_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_restarts, int) or self.max_restarts < -1:
-            raise ValueError(f"Restart(max_restarts={self.max_restarts!r}): use 0 (never), N > 0, or -1 (forever)")
-        if self.backoff_s < 0:
-            raise ValueError(f"Restart(backoff_s={self.backoff_s!r}) must be >= 0 seconds")
-
-    def allows(self, used: int) -> bool:
-        return self.max_restarts == -1 or used < self.max_restarts
-
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    """Everything a launcher needs to start one worker proc."""
-
-    controller_addr: str
-    proc_id: str
-    proc_mesh: str
-    rank: int
-    incarnation: int
-    env: dict[str, str]
-    restartable: bool = False  # the mesh's Restart policy allows restarts (local launcher: keep a warm template)
-
-
-class ProcHandle(Protocol):
-    """A launched proc as its launcher sees it (a child process, a pod...)."""
-
-    pid: int | None
-
-    def poll(self) -> tuple[int | None, int | None] | tuple[int | None, int | None, str] | None:
-        """``None`` while running, else ``(exit_code, signal)`` or ``(exit_code, signal, reason)``.
-
-        Called on the supervisor thread every tick (50 ms): it must not block; a
-        launcher that learns about exits asynchronously (a pod watch) caches them.
-        """
-
-    def kill(self) -> None:
-        """Make sure the proc is gone (SIGKILL, pod deletion). Must not block."""
-
-
-class Launcher(Protocol):
-    """Optional extras, looked up with ``getattr``: ``preload(proc_mesh, modules)`` (the modules the mesh's
-    actor classes live in), ``release(proc_mesh)`` (the mesh is gone) and ``close()`` (the controller is)."""
-
-    def launch(self, req: LaunchRequest) -> ProcHandle: ...
-
-
-def call_launchers(launchers: Any, method: str, *args: Any) -> None:
-    """Call an optional launcher method once per distinct launcher; errors are logged, never raised."""
-    for launcher in {id(x): x for x in launchers}.values():
-        fn = getattr(launcher, method, None)
-        if fn is None:
-            continue
-        try:
-            fn(*args)
-        except Exception:  # noqa: BLE001
-            logger.warning("launcher %s(%s) failed", method, ", ".join(map(repr, args)), exc_info=True)
-
-
-@dataclass
-class ProcRecord:
-    proc_id: str
-    proc_mesh: str
-    rank: int
-    launcher: Launcher
-    policy: Restart
-    env: dict[str, str]
-    incarnation: int = 0
-    handle: ProcHandle | None = None
-    state: ProcState = ProcState.STARTING
-    pid: int | None = None
-    host: str = ""
-    addr: str = ""
-    last_hb: float = 0.0
-    started_at: float = 0.0
-    restarts_used: int = 0
-    restart_at: float = 0.0
-    stop_deadline: float = 0.0
-    actors: list[tuple[dict, list[Any]]] = field(default_factory=list)
-    ready: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
-    rejoin_pending: int = 0
-    start_timeout: float = 60.0
-    spawns_pending: int = 0  # actor __init__ calls in flight: heartbeats may pause (imports hold the GIL)
-    down_at: float | None = None  # wall time of the injected fault or, failing that, the death; cleared when serving
-
-    @property
-    def ident(self) -> bytes:
-        return f"{self.proc_id}#{self.incarnation}".encode()
-
-    def actor_ids(self) -> tuple[str, ...]:
-        return tuple(spec["actor_id"] for spec, _ in self.actors)
 
 
 class Controller:
@@ -176,9 +73,10 @@ class Controller:
         port = os.environ.get(CONTROLLER_PORT_ENV)
         self.addr, self.chan = bind_channel(self.sock, self.auth, "controller", port=int(port) if port else None)
         self._reply_out: dict[bytes, Any] = {}  # proc ident -> session answering that proc's link
-        self.hb_timeout = float(os.environ.get(HB_TIMEOUT_ENV, "1.5"))
-        self.init_hb_timeout = max(self.hb_timeout, float(os.environ.get(INIT_HB_TIMEOUT_ENV, "30")))
-        self.start_timeout = float(os.environ.get(START_TIMEOUT_ENV, "60"))
+        self.detection = FailureDetection.from_env()  # meshes whose Restart carries no detection= use this
+        self._reaping: list[ProcHandle] = []  # killed procs not yet seen exit (waitpid'ed each tick: no zombies)
+        self._last_tick = time.monotonic()
+        self._load = HostLoad()
         self.procs: dict[str, ProcRecord] = {}
         self.by_ident: dict[bytes, ProcRecord] = {}
         self.kv = kv.LocalKV()
@@ -217,26 +115,30 @@ class Controller:
     # ------------------------------------------------------------------ procs
     def launch_procs(self, proc_mesh: str, n: int, launcher: Launcher, policy: Restart,
                      env: dict[str, str] | None = None, timeout: float | None = None) -> list[ProcRecord]:
-        """Launch ``n`` procs and wait until all joined; if any fails or is late, none is left running.
+        """Launch ``n`` procs and wait until all joined; if any fails for good, none is left running.
 
-        ``timeout`` (default ``RLMESH_START_TIMEOUT_S``, 60 s) bounds each proc's start
-        (slow image pulls want more). A failed launch frees the mesh name for a retry.
+        ``timeout`` (default: the policy's ``detection.start_timeout_s``, else
+        ``RLMESH_START_TIMEOUT_S``, 60 s) bounds each proc's start (slow image pulls want
+        more). A proc killed before it joined is restarted under ``policy`` like any other
+        death. A failed launch frees the mesh name for a retry.
         """
         if any(r.proc_mesh == proc_mesh for r in self.procs.values()):
             raise ValueError(f"a proc mesh named {proc_mesh!r} exists already; pass another name=")
-        start_timeout = timeout or self.start_timeout
+        detect = policy.detection or self.detection
+        start_timeout = timeout or detect.start_timeout_s
         base_env = {**self.plugin_env(), **(env or {})}
-        recs = [ProcRecord(f"{proc_mesh}.{i}", proc_mesh, i, launcher, policy, base_env,
+        recs = [ProcRecord(f"{proc_mesh}.{i}", proc_mesh, i, launcher, policy, base_env, detect=detect,
                            start_timeout=start_timeout) for i in range(n)]
         self.submit(lambda: [self._launch(r) for r in recs]).result()
-        deadline = time.monotonic() + start_timeout
         try:
-            for r in recs:
-                try:
-                    r.ready.result(max(0.1, deadline - time.monotonic()))
-                except concurrent.futures.TimeoutError:
-                    raise ActorError(f"proc {r.proc_id} did not join within {start_timeout}s "
-                                     f"(pass spawn_procs(timeout=...) or set {START_TIMEOUT_ENV})") from None
+            for r in recs:  # every path ends the future: join, give-up, the start timeout (on the tick)
+                while True:
+                    try:
+                        r.ready.result(1.0)
+                        break
+                    except concurrent.futures.TimeoutError:
+                        if self._closed:
+                            raise ActorError(f"the controller shut down while {r.proc_id} started") from None
         except BaseException:
             self._abandon(recs)
             raise
@@ -271,50 +173,75 @@ class Controller:
         env = {**r.env, SECRET_ENV: os.environ[SECRET_ENV], JOB_ID_ENV: self.job_id}
         try:
             r.handle = r.launcher.launch(LaunchRequest(self.addr, r.proc_id, r.proc_mesh, r.rank, r.incarnation, env,
-                                                       restartable=r.policy.max_restarts != 0))
+                                                       restartable=r.policy.restartable))
         except Exception as exc:
             logger.exception("launching %s failed", r.proc_id)
             r.state = ProcState.FAILED
             if not r.ready.done():
                 r.ready.set_exception(ActorError(f"could not launch proc {r.proc_id}: {exc}"))
+            r.fail_waiters(f"could not launch it: {exc}")
             return
         r.pid = getattr(r.handle, "pid", None)
 
     def spawn_actors(self, placements: list[tuple[str, dict]], cls_payload: list[Any],
                      timeout: float | None = None) -> dict[str, tuple[str, int]]:
-        """Create one actor per ``(proc_id, spec)``; returns ``{actor_id: (addr, incarnation)}``."""
+        """Create one actor per ``(proc_id, spec)``; returns ``{actor_id: (addr, incarnation)}``.
+
+        Each spec joins its proc's actor list *before* its ``__init__`` is sent, so a proc
+        that dies while creating it (or while starting) re-creates it in its replacement, and
+        this call waits for that replacement, under the mesh's restart policy: spawning is
+        recovered like any other moment of a run. An exception raised by ``__init__`` is
+        raised here (and the specs are dropped again). ``timeout`` (default the policy's
+        ``spawn_timeout_s``: none) bounds a construction whose proc stays alive.
+        """
         def start() -> list[tuple[ProcRecord, dict, concurrent.futures.Future]]:
             out = []
             for proc_id, spec in placements:
                 rec = self.procs[proc_id]
                 fut: concurrent.futures.Future = concurrent.futures.Future()
-                if rec.state != ProcState.ALIVE:
+                fut._rlmesh_specs = [spec]  # type: ignore[attr-defined]  # for error messages
+                if rec.state in ("failed", "stopped", "stopping"):
                     fut.set_exception(ActorDied(f"proc {proc_id} is {rec.state}", mesh=spec["mesh"],
                                                 rank=spec["rank"], endpoint="__init__"))
                 else:
-                    self._send_spawn(rec, [spec], cls_payload, False, fut)
+                    rec.actors.append((spec, cls_payload))
+                    if rec.state == "alive":
+                        self._send_spawn(rec, [spec], cls_payload, False, fut, first=True)
+                    elif rec.state == "rejoining":  # its re-creations are under way: this one follows them
+                        rec.deferred.append((spec, cls_payload, fut))
+                    else:  # dead and about to be replaced: the replacement's rejoin creates it
+                        rec.awaiting.append(fut)
                 out.append((rec, spec, fut))
             return out
 
         waits = self.submit(start).result()
-        result: dict[str, tuple[str, int]] = {}
+        limit = timeout if timeout is not None else (waits[0][0].detect.spawn_timeout_s if waits else None)
+        deadline = None if limit is None else time.monotonic() + limit
         errors: list[BaseException] = []
         for rec, spec, fut in waits:
             try:
-                fut.result(timeout or self.start_timeout)
-                result[spec["actor_id"]] = (rec.addr, rec.incarnation)
+                fut.result(None if deadline is None else max(0.1, deadline - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                errors.append(ActorError(
+                    f"{spec['mesh']}[{spec['rank']}].__init__ did not finish within {limit:g}s while its proc "
+                    f"{rec.proc_id} lived (raise {rec.detect.key('spawn_timeout_s')}, or leave it unset: no limit)",
+                    mesh=spec["mesh"], rank=spec["rank"], endpoint="__init__"))
             except Exception as exc:
                 errors.append(exc)
         if errors:
+            ids = {spec["actor_id"] for _, spec in placements}
+            self.submit(lambda: [r.actors.__setitem__(slice(None), [a for a in r.actors if a[0]["actor_id"] not in ids])
+                                 for r in {id(r): r for r, _, _ in waits}.values()]).result()
             raise errors[0]
-        self.submit(lambda: [self.procs[p].actors.append((s, cls_payload)) for p, s in placements]).result()
+        result = self.submit(lambda: {spec["actor_id"]: (self.procs[p].addr, self.procs[p].incarnation)
+                                      for p, spec in placements}).result()
         self._preload(placements, cls_payload)
         return result
 
     def _preload(self, placements: list[tuple[str, dict]], cls_payload: list[Any]) -> None:
         """Tell launchers that keep warm templates (local fork server) which modules these actors need."""
         recs = [self.procs[p] for p, _ in placements if p in self.procs]
-        restartable = [r for r in recs if r.policy.max_restarts != 0]
+        restartable = [r for r in recs if r.policy.restartable]
         if not restartable:
             return
         modules = modules_in_payload(cls_payload)
@@ -323,11 +250,14 @@ class Controller:
                 call_launchers((r.launcher for r in restartable if r.proc_mesh == mesh), "preload", mesh, modules)
 
     def _send_spawn(self, rec: ProcRecord, specs: list[dict], cls_payload: list[Any], restarted: bool,
-                    fut: concurrent.futures.Future) -> None:
+                    fut: concurrent.futures.Future, first: bool = False) -> None:
+        """``first``: a first-time creation (``spawn_actors``): if the proc dies before it is done,
+        the future waits for the replacement (which re-creates it) instead of failing."""
         req = next(self._req_ids)
         self._spawn_waits[req] = (rec, fut)
         rec.spawns_pending += 1
         fut._rlmesh_specs = specs  # type: ignore[attr-defined]  # for error messages
+        fut._rlmesh_first = first  # type: ignore[attr-defined]
         self._send(rec, P.SPAWN, req=req, specs=specs, cls=cls_payload, restarted=restarted)
 
     def stop_procs(self, proc_ids: list[str], timeout: float = 5.0) -> None:
@@ -443,9 +373,15 @@ class Controller:
         now = time.monotonic()
         if kind == P.HEARTBEAT:
             rec.last_hb = now
+            if rec.spawns_pending:  # gaps while an __init__ holds the GIL have their own allowance
+                rec.hb.restart(now)
+            else:
+                rec.hb.beat(now)
             self._send(rec, P.HB_ACK)  # the worker's proof that its controller is alive
         elif kind == P.HELLO:
             rec.last_hb = now
+            rec.hb.restart(now)
+            rec.joined = True
             rec.pid, rec.host, rec.addr = msg["pid"], msg["host"], msg["addr"]
             for other in self.procs.values():  # tell the newcomer where everyone is
                 if other is not rec and other.state == ProcState.ALIVE:
@@ -513,6 +449,21 @@ class Controller:
         took = None if rec.down_at is None else time.time() - rec.down_at
         rec.down_at = None
         self._emit("restarted", rec, recovery_s=took)
+        if not rec.ready.done():  # killed before it first joined: the launch waits for this one
+            rec.ready.set_result(rec)
+        for fut in rec.awaiting:  # first-time spawns its predecessor died in: the rejoin created them
+            if not fut.done():
+                fut.set_result(True)
+        rec.awaiting.clear()
+        deferred, rec.deferred = rec.deferred, []
+        for spec, cls_payload, fut in deferred:
+            self._send_spawn(rec, [spec], cls_payload, False, fut, first=True)
+
+    def _kill(self, rec: ProcRecord) -> None:
+        """SIGKILL (or delete) the proc and keep polling its handle until the exit is collected (no zombies)."""
+        if rec.handle is not None:
+            rec.handle.kill()
+            self._reaping.append(rec.handle)
 
     def _broadcast(self, about: ProcRecord, kind: str, **fields: Any) -> None:
         for other in self.procs.values():
@@ -521,6 +472,12 @@ class Controller:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        # This thread itself was starved (a busy host): heartbeats may still sit unread; judge next tick.
+        stalled = now - self._last_tick > 0.5
+        self._last_tick = now
+        # Procs silent past the floor right now: if several are, the cause is likely shared (this process).
+        together = sum(1 for r in self.procs.values() if r.state in ("alive", "rejoining")
+                       and now - r.last_hb > r.detect.heartbeat_timeout_s)
         for rec in list(self.procs.values()):
             if rec.state in (ProcState.STARTING, ProcState.REJOINING, ProcState.ALIVE, ProcState.STOPPING) and rec.handle is not None:
                 status = rec.handle.poll()
@@ -530,16 +487,19 @@ class Controller:
                     continue
                 if rec.state == ProcState.STOPPING and now > rec.stop_deadline:
                     rec.handle.kill()
-                elif rec.state in (ProcState.ALIVE, ProcState.REJOINING) and now - rec.last_hb > (
-                        self.init_hb_timeout if rec.spawns_pending else self.hb_timeout):
-                    rec.handle.kill()
-                    limit = self.init_hb_timeout if rec.spawns_pending else self.hb_timeout
-                    self._on_exit(rec, None, None, reason=f"heartbeat timeout ({limit}s without one)")
-                elif rec.state == ProcState.STARTING and now - rec.started_at > rec.start_timeout:
-                    rec.handle.kill()
-                    self._on_exit(rec, None, None, reason=f"did not join within {rec.start_timeout}s")
-            elif rec.state == ProcState.RESTARTING and now >= rec.restart_at:
+                elif rec.state in ("alive", "rejoining") and not stalled:
+                    why = silent_death(rec, now, self._load.factor(now), together)
+                    if why is not None:
+                        self._kill(rec)
+                        self._on_exit(rec, None, None, reason=why)
+                elif rec.state == "starting" and now - rec.started_at > rec.start_timeout and not stalled:
+                    self._kill(rec)
+                    self._on_exit(rec, None, None, reason=f"did not join within {float(rec.start_timeout)}s "
+                                                          f"({rec.detect.key('start_timeout_s')})")
+            elif rec.state == "restarting" and now >= rec.restart_at:
                 self._relaunch(rec)
+        if self._reaping:
+            self._reaping = [h for h in self._reaping if h.poll() is None]
         if self._kv_waiters:
             self._kv_expire(now)
 
@@ -557,25 +517,38 @@ class Controller:
         for req, (r, fut) in list(self._spawn_waits.items()):
             if r is rec:
                 del self._spawn_waits[req]
-                rec.spawns_pending = 0
+                if getattr(fut, "_rlmesh_first", False):
+                    rec.awaiting.append(fut)  # the replacement re-creates it (or fail_waiters below says why not)
+                    continue
                 spec = fut._rlmesh_specs[0]
                 fut.set_exception(Client._died(spec["mesh"], spec["rank"], "__init__", exit_code, sig, why))
-        if not rec.ready.done():
-            how = f"signal {sig}" if sig is not None else f"exit code {exit_code}" if exit_code is not None else why
-            rec.ready.set_exception(ActorDied(
-                f"proc {rec.proc_id} ended before it joined ({how}); its stderr above says why",
-                mesh=rec.proc_mesh, rank=rec.rank, endpoint="(start)", exit_code=exit_code, signal=sig))
+        rec.spawns_pending = 0
+        rec.awaiting.extend(fut for _, _, fut in rec.deferred)  # they are in rec.actors: the rejoin makes them
+        rec.deferred = []
+        how = f"signal {sig}" if sig is not None else f"exit code {exit_code}" if exit_code is not None else why
         if stopping:
+            rec.fail_waiters(f"stopped ({how})", exit_code, sig)
             return
-        if rec.policy.allows(rec.restarts_used):
+        now = time.monotonic()
+        if not rec.joined and sig is None:
+            # It never joined and ended by itself (an import error, a bad interpreter) or by the start
+            # timeout: a restart would do the same again. Killed by a signal, it is retried below.
+            rec.state = "failed"
+            rec.fail_waiters(how, exit_code, sig)
+        elif rec.policy.allows(rec.restart_times, now):
             rec.restarts_used += 1
-            rec.state = ProcState.RESTARTING
-            rec.restart_at = time.monotonic() + rec.policy.backoff_s
+            rec.restart_times.append(now)
+            while rec.policy.within_s is not None and now - rec.restart_times[0] >= rec.policy.within_s:
+                rec.restart_times.popleft()
+            rec.state = "restarting"
+            rec.restart_at = now + rec.policy.backoff_s
         else:
-            rec.state = ProcState.FAILED
+            rec.state = "failed"
+            rec.gave_up_reason = f"{rec.policy.describe()} used up"
             if rec.policy.max_restarts:
                 self._emit("gave_up", rec, exit_code=exit_code, signal=sig,
-                           reason=f"max_restarts={rec.policy.max_restarts} exhausted")
+                           reason=f"max_restarts={rec.policy.max_restarts} exhausted ({rec.gave_up_reason})")
+            rec.fail_waiters(f"{how}; {rec.gave_up_reason or 'restarts are off'}", exit_code, sig)
 
     def _relaunch(self, rec: ProcRecord) -> None:
         self.by_ident.pop(rec.ident, None)

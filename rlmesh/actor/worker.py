@@ -161,10 +161,13 @@ class ControlLink(threading.Thread):
             if now - last_hb >= self.hb_s and not self.hung:
                 sock.send_multipart(P.control(out, P.HEARTBEAT, proc_id=w.proc.proc_id))
                 last_hb = now
-            if now - last_heard > self.controller_timeout:
-                logger.error("no word from the controller for %.0fs: it is gone; exiting", now - last_heard)
-                w.exit_soon(3)
-                last_heard = now  # exit_soon takes over; do not repeat the message
+            if now - last_heard > self.controller_timeout and w.parent_pid <= 0:
+                # Only where the OS cannot say (pods, remote hosts): a local proc knows its controller
+                # lives from its parent (the kernel kills it, or reparents it, when that dies), and a
+                # controller starved on a busy host must not make its live workers quit.
+                controller_gone(f"no word from the controller for {now - last_heard:.0f}s")
+            if w.parent_pid > 0 and os.getppid() != w.parent_pid:  # reparented: the launching process died
+                controller_gone(f"the process that launched this one (pid {w.parent_pid}) is gone")
         flush()
         sock.close(linger=200)
 
@@ -199,8 +202,9 @@ class ControlLink(threading.Thread):
 
 
 class Worker:
-    def __init__(self, controller: str, proc: ProcInfo):
+    def __init__(self, controller: str, proc: ProcInfo, parent_pid: int = 0):
         self.controller = controller
+        self.parent_pid = parent_pid
         self.proc = proc
         self.auth = Authenticator.from_env()
         self.loop = asyncio.new_event_loop()
@@ -273,13 +277,34 @@ class Worker:
                 self.client.close()
 
 
+def controller_gone(why: str) -> None:
+    """The controller is dead: exit now, running nothing (no ``on_stop``, no shutdown hooks).
+
+    Its run is over or will be resumed from the newest checkpoint; a worker that went on
+    (a trainer finishing its step and saving) would write into a run nobody supervises,
+    possibly while ``resume`` already started a new trainer on the same directory."""
+    logger.error("%s: the controller is gone; exiting without writing anything", why)
+    try:
+        logging.shutdown()
+        sys.stderr.flush()
+    finally:
+        os._exit(3)
+
+
 def _die_with_parent(parent_pid: int) -> None:
-    """Linux: get SIGTERM when the process that started us dies, even by SIGKILL (no orphans)."""
+    """Linux: be SIGKILLed the moment the process that launched us dies (no orphans, nothing written).
+
+    ``PR_SET_PDEATHSIG`` fires when the launching *thread* ends: the controller launches from its
+    supervisor thread, which lives as long as the controller; a relaunched proc's parent is its
+    mesh's fork server (single-threaded; itself SIGKILLed when the controller's thread ends), so
+    the chain reaches every worker. SIGKILL rather than SIGTERM: a trainer must not run
+    ``on_stop`` (a checkpoint save) for a controller that is gone. Elsewhere, the control
+    thread's parent-pid check and the controller-silence timeout do the same, more slowly."""
     if parent_pid <= 0 or not sys.platform.startswith("linux"):
         return
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
@@ -304,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s [%(rlmesh_where)s pid=%(process)d] %(name)s: %(message)s")
     for h in logging.getLogger().handlers:
         h.addFilter(_WhereFilter(proc))
-    code = Worker(args.controller, proc).run()
+    code = Worker(args.controller, proc, args.parent_pid).run()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -86,6 +86,12 @@ class ForkedProcHandle:
     def pid(self) -> int | None:
         return self.server._pids.get(self.rid)
 
+    @property
+    def local_pid(self) -> int | None:
+        """For the supervisor's ``/proc/<pid>/stat`` check; None once reaped (the pid may be reused)."""
+        pid = self.pid
+        return None if pid is None or self.rid in self.server._status else pid
+
     def poll(self) -> tuple[int | None, int | None] | tuple[int | None, int | None, str] | None:
         s = self.server
         pid = self.pid
@@ -96,7 +102,7 @@ class ForkedProcHandle:
             if s.dead:
                 return (None, None, "the fork server died before forking it")
             return None
-        st = s._status.get(pid)
+        st = s._status.get(self.rid)
         if st is not None:
             return st
         if s.dead:  # nobody reports its exit any more: look whether it still exists
@@ -110,7 +116,7 @@ class ForkedProcHandle:
         if pid is None:
             s._kill_on_fork.add(self.rid)
             return
-        if pid in s._status:
+        if self.rid in s._status:
             return  # already reaped: the pid may belong to someone else now
         try:
             os.kill(pid, signal.SIGKILL)
@@ -134,7 +140,7 @@ class ForkServer:
         self.warned = False
         self._pids: dict[int, int] = {}
         self._errors: dict[int, str] = {}
-        self._status: dict[int, tuple[int | None, int | None]] = {}
+        self._status: dict[int, tuple[int | None, int | None]] = {}  # request id -> (exit code, signal)
         self._kill_on_fork: set[int] = set()
         self._next_id = 0
         self._lock = threading.Lock()
@@ -206,7 +212,9 @@ class ForkServer:
 
     def _on_message(self, msg: dict) -> None:
         if "exit" in msg:
-            self._status[msg["exit"]] = (msg["code"], msg["signal"])
+            # By request id, not pid: pids are reused (a long run forks thousands of procs), and an
+            # earlier child's exit must never make a later one with the same pid look dead.
+            self._status[msg["id"]] = (msg["code"], msg["signal"])
             if self.on_exit is not None:
                 try:
                     self.on_exit()
@@ -236,8 +244,8 @@ class ForkServer:
             self.popen.kill()
             self.popen.wait()
         self._reader.join(1)
-        for pid in list(self._pids.values()):
-            if pid not in self._status:
+        for rid, pid in list(self._pids.items()):
+            if rid not in self._status:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -246,7 +254,7 @@ class ForkServer:
 
 # ====================================================================== server side
 _status_fd = -1
-_children: set[int] = set()
+_children: dict[int, int] = {}  # pid -> request id
 
 
 def _send(msg: dict) -> None:
@@ -262,10 +270,12 @@ def _reap(*_: Any) -> None:
             return
         if pid == 0:
             return
-        _children.discard(pid)
+        rid = _children.pop(pid, None)
+        if rid is None:
+            continue
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-        _send({"exit": pid, "code": code, "signal": sig})
+        _send({"exit": pid, "id": rid, "code": code, "signal": sig})
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -319,13 +329,20 @@ def _child(msg: dict, close_fds: list[int]) -> None:
 
 
 def _fork(msg: dict, close_fds: list[int]) -> None:
+    # SIGCHLD stays blocked until the child is registered: a child that dies at once is reported
+    # under its request id, never missed (the handler reaps only what it knows).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # threads of preloaded C libraries
             pid = os.fork()
     except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         _send({"id": msg["id"], "error": str(exc)})
         return
+    if pid != 0:
+        _children[pid] = msg["id"]
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
     if pid == 0:
         code = 1
         try:
@@ -340,7 +357,6 @@ def _fork(msg: dict, close_fds: list[int]) -> None:
                 sys.stderr.flush()
             finally:
                 os._exit(code)
-    _children.add(pid)
     _send({"id": msg["id"], "pid": pid})
 
 

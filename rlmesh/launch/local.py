@@ -47,6 +47,11 @@ class LocalProcHandle:
         except ProcessLookupError:
             pass
 
+    @property
+    def local_pid(self) -> int | None:
+        """For the supervisor's ``/proc/<pid>/stat`` check (a stopped proc is a hang, a running one may be slow)."""
+        return self.pid
+
 
 def _wake_supervisor() -> None:
     """A forked proc's exit was reported: have the supervisor poll now rather than at its next 50 ms tick."""

@@ -167,7 +167,7 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
     result = RunResult(run.run_id, run.generation)
     result.abandoned = abandon_previous(rm.telemetry.query, ledger) if run.generation else 0
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, name="rl",
-                                                     restart=rm.Restart(max_restarts=cfg.run.max_restarts))
+                                                     restart=cfg.run.restart_policy())  # N restarts in T s, run.*_s
     try:
         roles = spawn(procs)
         with FaultInjector.from_config(cfg.faults, roles.by_role()) as faults:

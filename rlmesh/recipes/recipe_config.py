@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from rlmesh.actor.faults import FaultConfig
+from rlmesh.actor.supervision import FailureDetection, Restart
 from rlmesh.rl.config import (
     BufferConfig,
     GRPOConfig,
@@ -36,10 +37,23 @@ class RunConfig:
     """Seeds the trainer; generator replicas derive their env seeds from ``generator.seed``."""
     progress: bool = True
     """Show the live progress bar (rich) on a terminal."""
-    max_restarts: int = 3
-    """Restart policy of every proc (``rm.Restart``): 0 never, -1 forever. A restarted trainer
-    resumes from its newest checkpoint; a generator's lost work is re-issued. Once a proc has
-    used them up, the run stops (after a final checkpoint) with a message naming it."""
+    max_restarts: int = 10
+    """Restart budget of every proc (``rm.Restart``): at most this many restarts within any
+    ``restart_window_s`` seconds; 0 never, -1 forever. A restarted trainer resumes from its newest
+    checkpoint; a generator's lost work is re-issued. A proc that exceeds it (a crash loop) stops
+    the run, after a final checkpoint, with a message naming it. Why 10 in 30 s: docs/faults.md."""
+    restart_window_s: Optional[float] = 30.0
+    """The window of ``max_restarts`` (null: a lifetime count, the old meaning)."""
+    start_timeout_s: float = 120.0
+    """A proc must join (interpreter started, imports done) within this; a busy host needs more."""
+    spawn_timeout_s: Optional[float] = None
+    """Bound on one actor's ``__init__`` while its proc lives (null: none; a long construction,
+    like GRPO's SFT warm start, is not a hang, and a dead or frozen proc is caught anyway)."""
+    heartbeat_timeout_s: float = 1.5
+    """Least heartbeat silence that makes a proc dead; on a busy host the allowance grows with the
+    heartbeat delays observed (a stopped or exited local proc is seen by the OS, at once)."""
+    init_heartbeat_timeout_s: float = 60.0
+    """The same floor while an actor's ``__init__`` runs (imports and model loads hold the GIL)."""
     train_timeout_s: float = 120.0
     """How long one train call waits for enough fresh rollouts before the controller checks again."""
     call_timeout_s: Optional[float] = None
@@ -58,13 +72,25 @@ class RunConfig:
               "use a positive number of seconds, or null for no limit")
         check(self.recovery_timeout_s > 0, "run.recovery_timeout_s", self.recovery_timeout_s,
               "use a positive number of seconds")
+        for key in ("start_timeout_s", "heartbeat_timeout_s", "init_heartbeat_timeout_s"):
+            check(getattr(self, key) > 0, f"run.{key}", getattr(self, key), "use a positive number of seconds")
+        for key in ("restart_window_s", "spawn_timeout_s"):
+            check(getattr(self, key) is None or getattr(self, key) > 0, f"run.{key}", getattr(self, key),
+                  "use a positive number of seconds, or null")
+
+    def restart_policy(self) -> Restart:
+        """``spawn_procs(restart=...)`` for every mesh of a recipe: the budget and the timeouts above."""
+        detect = FailureDetection(start_timeout_s=self.start_timeout_s, heartbeat_timeout_s=self.heartbeat_timeout_s,
+                                  init_heartbeat_timeout_s=max(self.init_heartbeat_timeout_s, self.heartbeat_timeout_s),
+                                  spawn_timeout_s=self.spawn_timeout_s, key_prefix="run.")
+        return Restart(max_restarts=self.max_restarts, within_s=self.restart_window_s, detection=detect)
 
 
 def check_faults(faults: FaultConfig, run: RunConfig, roles: tuple[str, ...]) -> None:
     """Fault injection aims at a role the recipe has, and the procs it hits may be restarted."""
     faults.check_roles(roles)
     check(faults.target is None or run.max_restarts != 0, "run.max_restarts", run.max_restarts,
-          f"faults.{faults.kind}={faults.target} kills procs: allow restarts (run.max_restarts=3, or -1 for forever)")
+          f"faults.{faults.kind}={faults.target} kills procs: allow restarts (run.max_restarts=10, or -1 for forever)")
 
 
 @dataclass

@@ -124,7 +124,8 @@ class Recovery:
                 return
             if time.monotonic() > deadline:
                 raise RunFailed(f"{role} {mesh._name}: no replacement serving {self.timeout_s:.0f} s after "
-                                f"{short_error(error)}", mesh=mesh._name, last_error=short_error(error))
+                                f"{short_error(error)} (run.recovery_timeout_s)", mesh=mesh._name,
+                                last_error=short_error(error))
             await asyncio.sleep(self.poll_s)
 
     async def train(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
@@ -153,10 +154,12 @@ class Recovery:
 
     @staticmethod
     def failed(role: str, rec: Any, error: BaseException) -> RunFailed:
-        used = rec.restarts_used
+        used, policy = rec.restarts_used, rec.policy
+        window = "" if policy.within_s is None else f" within {policy.within_s:g} s"
         return RunFailed(
             f"{role} {rec.proc_mesh}[{rec.rank}] (proc {rec.proc_id}) failed for good: its restarts are used up "
-            f"(max_restarts={rec.policy.max_restarts}, {used} used); last error: {short_error(error)}",
+            f"(max_restarts={policy.max_restarts}{window}: run.max_restarts, run.restart_window_s; {used} used in "
+            f"all); last error: {short_error(error)}",
             mesh=rec.proc_mesh, rank=rec.rank, last_error=short_error(error))
 
 

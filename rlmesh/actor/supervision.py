@@ -1,0 +1,255 @@
+"""What the supervisor does when a proc dies, and how it decides that one has.
+
+Two policies, both per proc mesh (``spawn_procs(restart=...)``):
+
+- :class:`Restart` is the restart budget as an *intensity*, the way OTP supervisors define it:
+  at most ``max_restarts`` restarts of a proc within any ``within_s`` seconds. A steady trickle
+  of faults (a flaky node, an operator's kill every few seconds) is survived for as long as the
+  run lasts, while a crash loop (a proc that dies as fast as it is restarted) still exhausts the
+  budget within seconds and stops the run. ``within_s=None`` keeps the old lifetime count.
+- :class:`FailureDetection` holds every timeout the supervisor applies, each named by the key
+  that sets it (``run.*`` in a recipe), so an error can say which knob to turn.
+
+How a death is decided (:class:`HeartbeatMonitor`, :func:`os_state`): where the OS can say, it
+decides with certainty: a local proc's exit is seen by ``waitpid`` (the launcher's ``poll``), and
+a stopped one (SIGSTOP, state ``T`` in ``/proc/<pid>/stat``) is a hang once its heartbeat has been
+silent for ``heartbeat_timeout_s``. Where it cannot (a running proc whose heartbeats stop: stuck
+in a C call holding the GIL, or just starved of CPU on a busy host), suspicion adapts to the
+heartbeat delays observed so far (phi-accrual): the allowed silence is the largest of the floor
+``heartbeat_timeout_s`` (scaled by how oversubscribed the host's CPUs are, from the load average,
+at most x6), the phi threshold's quantile of a normal fit to recent inter-arrival times, and twice
+the longest recent gap. On a quiet host that is the floor (1.5 s); at load 16 on two cores it
+grows to what the host has shown it needs. Several procs falling silent together point at a
+common cause (the controller's own process starved): the supervisor then waits twice as long.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections import deque
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any
+
+HB_TIMEOUT_ENV = "RLMESH_HEARTBEAT_TIMEOUT_S"
+INIT_HB_TIMEOUT_ENV = "RLMESH_INIT_HEARTBEAT_TIMEOUT_S"
+START_TIMEOUT_ENV = "RLMESH_START_TIMEOUT_S"
+SPAWN_TIMEOUT_ENV = "RLMESH_SPAWN_TIMEOUT_S"
+
+_ENV_KEYS = {"heartbeat_timeout_s": HB_TIMEOUT_ENV, "init_heartbeat_timeout_s": INIT_HB_TIMEOUT_ENV,
+             "start_timeout_s": START_TIMEOUT_ENV, "spawn_timeout_s": SPAWN_TIMEOUT_ENV,
+             "heartbeat_phi": "RLMESH_HEARTBEAT_PHI"}
+
+
+@dataclass(frozen=True)
+class FailureDetection:
+    """The supervisor's timeouts for one proc mesh. ``key_prefix``: how errors name a field
+    (``"run."`` gives ``run.start_timeout_s``; empty: the environment variable that sets it)."""
+
+    start_timeout_s: float = 60.0
+    """A proc must join (interpreter up, imports done, connected) within this."""
+    heartbeat_timeout_s: float = 1.5
+    """The least heartbeat silence that makes a proc dead (a quiet host's detection time for a hang)."""
+    init_heartbeat_timeout_s: float = 30.0
+    """The same floor while an actor's ``__init__`` runs (first imports hold the GIL for seconds)."""
+    spawn_timeout_s: float | None = None
+    """How long one actor's ``__init__`` may take while its proc lives (None: no limit; a long
+    construction is not a hang, a dead or silent proc is caught by the rules above)."""
+    heartbeat_phi: float = 8.0
+    """Suspicion threshold: a silence as unlikely as 10**-phi under the observed heartbeat delays."""
+    key_prefix: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("start_timeout_s", "heartbeat_timeout_s", "init_heartbeat_timeout_s", "heartbeat_phi"):
+            if not getattr(self, f) > 0:
+                raise ValueError(f"{self.key(f)}={getattr(self, f)!r}: use a positive number")
+        if self.spawn_timeout_s is not None and not self.spawn_timeout_s > 0:
+            raise ValueError(f"{self.key('spawn_timeout_s')}={self.spawn_timeout_s!r}: use a positive number or None")
+
+    def key(self, field: str) -> str:
+        """The name a user sets ``field`` by, for error messages."""
+        return f"{self.key_prefix}{field}" if self.key_prefix else _ENV_KEYS[field]
+
+    @classmethod
+    def from_env(cls) -> "FailureDetection":
+        """Defaults, overridden by the ``RLMESH_*`` variables (the library's knobs outside a recipe)."""
+        kw: dict[str, float | None] = {}
+        for f in fields(cls):
+            var = _ENV_KEYS.get(f.name)
+            if var and os.environ.get(var):
+                kw[f.name] = float(os.environ[var])
+        init = kw.get("init_heartbeat_timeout_s")
+        if init is not None and kw.get("heartbeat_timeout_s") and init < kw["heartbeat_timeout_s"]:
+            kw["init_heartbeat_timeout_s"] = kw["heartbeat_timeout_s"]
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class Restart:
+    """What to do when a proc dies: restart it, at most ``max_restarts`` times within any ``within_s``
+    seconds (0: never, the default; -1: forever; ``within_s=None``: ``max_restarts`` in the proc's
+    lifetime, the old meaning). ``backoff_s``: wait this long before each replacement is launched.
+    ``detection``: the mesh's timeouts (None: :meth:`FailureDetection.from_env`).
+    """
+
+    max_restarts: int = 0
+    backoff_s: float = 0.0
+    within_s: float | None = None
+    detection: FailureDetection | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_restarts, int) or self.max_restarts < -1:
+            raise ValueError(f"Restart(max_restarts={self.max_restarts!r}): use 0 (never), N > 0, or -1 (forever)")
+        if self.backoff_s < 0:
+            raise ValueError(f"Restart(backoff_s={self.backoff_s!r}) must be >= 0 seconds")
+        if self.within_s is not None and not self.within_s > 0:
+            raise ValueError(f"Restart(within_s={self.within_s!r}): use a positive number of seconds, or None "
+                             f"for a lifetime budget")
+
+    @property
+    def restartable(self) -> bool:
+        return self.max_restarts != 0
+
+    def allows(self, past: "deque[float] | list[float] | int", now: float = 0.0) -> bool:
+        """May a proc whose restarts happened at monotonic times ``past`` be restarted at ``now``?
+        (An int is a plain count, for a lifetime budget.)"""
+        if self.max_restarts == -1:
+            return True
+        if isinstance(past, int):
+            return past < self.max_restarts
+        recent = len(past) if self.within_s is None else sum(1 for t in past if now - t < self.within_s)
+        return recent < self.max_restarts
+
+    def describe(self) -> str:
+        if self.max_restarts == -1:
+            return "restarts without limit"
+        span = "in its lifetime" if self.within_s is None else f"within {self.within_s:g} s"
+        return f"at most {self.max_restarts} restarts {span}"
+
+
+# ---------------------------------------------------------------------------------------- detection
+class OsState(StrEnum):
+    """What the kernel says about a local pid."""
+
+    RUNNING = "running"  # running, runnable, sleeping or in disk wait: it may just be slow
+    STOPPED = "stopped"  # SIGSTOP / job control / ptrace stop: frozen, it will not heartbeat
+    GONE = "gone"  # exited (a zombie or no such pid)
+    UNKNOWN = "unknown"  # not a Linux /proc, or unreadable
+
+
+def os_state(pid: int | None) -> OsState:
+    """The state of a local ``pid`` from ``/proc/<pid>/stat`` (field 3)."""
+    if pid is None or not sys.platform.startswith("linux"):
+        return OsState.UNKNOWN
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[-1].split()[0]
+    except FileNotFoundError:
+        return OsState.GONE
+    except (OSError, IndexError):
+        return OsState.UNKNOWN
+    if state in (b"T", b"t"):
+        return OsState.STOPPED
+    if state in (b"Z", b"X", b"x"):
+        return OsState.GONE
+    return OsState.RUNNING
+
+
+class HostLoad:
+    """How oversubscribed this host's CPUs are: 1-minute load average per CPU, clamped to [1, cap]
+    (read at most once a second). On a host without ``getloadavg`` it is 1."""
+
+    def __init__(self, cap: float = 6.0) -> None:
+        self.cap = cap
+        self._at = -1.0
+        self._factor = 1.0
+        self._cpus = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+    def factor(self, now: float) -> float:
+        if now - self._at >= 1.0:
+            self._at = now
+            try:
+                self._factor = min(self.cap, max(1.0, os.getloadavg()[0] / self._cpus))
+            except (OSError, AttributeError):
+                self._factor = 1.0
+        return self._factor
+
+
+def _normal_quantile_tail(phi: float) -> float:
+    """z with P(N(0,1) > z) = 10**-phi (bisection on erfc; no scipy needed for one number)."""
+    target = 10.0 ** -phi
+    lo, hi = 0.0, 40.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if 0.5 * math.erfc(mid / math.sqrt(2)) > target:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+class HeartbeatMonitor:
+    """Heartbeat arrivals of one proc (kept across its incarnations: the host's load is what it
+    measures) and the silence they make suspicious (phi-accrual with a floor and a spike rule)."""
+
+    MIN_STD_S = 0.05
+    MIN_SAMPLES = 5
+
+    def __init__(self, window: int = 300) -> None:
+        self.intervals: deque[float] = deque(maxlen=window)  # ~1 min of 0.2 s heartbeats
+        self.last: float | None = None
+        self._z: dict[float, float] = {}
+
+    def beat(self, now: float) -> None:
+        if self.last is not None and now > self.last:
+            self.intervals.append(now - self.last)
+        self.last = now
+
+    def restart(self, now: float) -> None:
+        """A new incarnation joined: its silence counts from now; the delay history stays."""
+        self.last = now
+
+    def silence(self, now: float) -> float:
+        return 0.0 if self.last is None else now - self.last
+
+    def allowance(self, floor: float, phi: float) -> float:
+        """Seconds of silence before the proc is suspected: never below ``floor`` (already scaled by
+        the host's load)."""
+        n = len(self.intervals)
+        if n < self.MIN_SAMPLES:
+            return floor
+        mean = sum(self.intervals) / n
+        std = max(self.MIN_STD_S, math.sqrt(sum((x - mean) ** 2 for x in self.intervals) / n))
+        z = self._z.get(phi)
+        if z is None:
+            z = self._z[phi] = _normal_quantile_tail(phi)
+        return max(floor, mean + z * std, 2.0 * max(self.intervals))
+
+
+def silent_death(rec: Any, now: float, load: float = 1.0, together: int = 1) -> str | None:
+    """Why a proc that has not exited counts as dead, or None while it may just be slow.
+
+    ``rec`` is the controller's record of it (``last_hb``, ``hb``, ``detect``, ``handle``,
+    ``spawns_pending``). The OS decides where it can: a stopped local proc is frozen, a hang.
+    Otherwise the silence must exceed what the observed heartbeat delays and the host's
+    ``load`` factor make plausible, twice that when ``together`` procs fell silent at once
+    (a common cause: the controller's own process starved)."""
+    d: FailureDetection = rec.detect
+    silence = now - rec.last_hb
+    if silence <= d.heartbeat_timeout_s:
+        return None
+    pid = getattr(rec.handle, "local_pid", None)
+    state = os_state(pid) if pid is not None else OsState.UNKNOWN
+    if state is OsState.GONE:
+        return None  # its exit is collected by the launcher's poll() on the next tick
+    if state is OsState.STOPPED:
+        return f"heartbeat silent for {silence:.1f}s and the proc is stopped (SIGSTOP or a debugger): a hang"
+    floor = d.init_heartbeat_timeout_s if rec.spawns_pending else d.heartbeat_timeout_s
+    allowed = rec.hb.allowance(floor * load, d.heartbeat_phi) * (2.0 if together > 1 else 1.0)
+    if silence <= allowed:
+        return None
+    key = d.key("init_heartbeat_timeout_s" if rec.spawns_pending else "heartbeat_timeout_s")
+    return (f"heartbeat timeout: silent for {silence:.1f}s, beyond the {allowed:.1f}s the observed heartbeat "
+            f"delays and the host's load (x{load:.1f}) allow ({key}={floor:g} is the floor)")
