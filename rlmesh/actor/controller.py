@@ -525,7 +525,7 @@ class Controller:
                     rec.handle.kill()
                 elif rec.state in ("alive", "rejoining") and now - rec.last_hb > (
                         self.init_hb_timeout if rec.spawns_pending else self.hb_timeout):
-                    rec.handle.kill()
+                    getattr(rec.handle, "kill_hung", rec.handle.kill)()  # a capturing launcher takes its stacks first
                     limit = self.init_hb_timeout if rec.spawns_pending else self.hb_timeout
                     self._on_exit(rec, None, None, reason=f"heartbeat timeout ({limit}s without one)")
                 elif rec.state == "starting" and now - rec.started_at > rec.start_timeout:

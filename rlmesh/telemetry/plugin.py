@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from rlmesh.actor import hooks
-from rlmesh.telemetry import api
+from rlmesh.telemetry import api, logs
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
     if not env:  # telemetry off, or this controller is itself a worker of another run
         return {}
     hooks.add_event_sink(record_proc_event)
+    logs.install()  # procs' output -> logs, stack dumps -> stacks
     env[hooks.WORKER_PLUGINS_ENV] = WORKER_PLUGIN
     return env
 
