@@ -11,6 +11,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("rlmesh.telemetry.cli:sql_main", 'query a run: rlmesh sql [RUN] "SELECT ..."'),
     "runs": ("rlmesh.telemetry.cli:runs_main", "list runs"),
     "plot": ("rlmesh.telemetry.plot:plot_main", "render reward and loss curves of a run to PNG"),
+    "logs": ("rlmesh.telemetry.logs_cli:logs_main", "a run's output and log records: rlmesh logs [RUN] --level WARNING"),
+    "stacks": ("rlmesh.telemetry.logs_cli:stacks_main", "every thread's Python stack of a live run's procs"),
+    "mcp": ("rlmesh.agents.mcp_server:mcp_main", "MCP server (stdio) over runs, for AI agents"),
     "k8s": ("rlmesh.launch.kubernetes_cli:k8s_main", "render or clean up Kubernetes objects"),
 }
 
