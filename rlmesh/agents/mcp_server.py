@@ -26,11 +26,10 @@ from typing import Any
 
 from rlmesh.telemetry import introspect, reader
 from rlmesh.telemetry import run as runs
-from rlmesh.telemetry.cli import _jsonable
+from rlmesh.telemetry.cli import FORMAT_VERSION, _jsonable
 from rlmesh.telemetry.errors import TelemetryError
 from rlmesh.telemetry.schema import DOCUMENTED
 
-FORMAT_VERSION = 1
 DEFAULT_ROWS = 100
 MAX_ROWS = 5000
 INSTRUCTIONS = """rlmesh runs: every rollout, train step, proc restart, log line and stack in SQL (DuckDB).

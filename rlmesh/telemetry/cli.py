@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 FORMATS = ("table", "csv", "json", "parquet")
+#: Bumped only when a key of the JSON output changes meaning or goes away (new keys may appear): docs/agents.md.
+FORMAT_VERSION = 1
 MAX_TABLE_ROWS = 1000
 
 
@@ -42,7 +44,8 @@ def to_json(tbl: Any, run: str | None) -> str:
     """``{"run", "columns": [{"name", "type"}], "rows": [{...}], "row_count"}``, keys in column order."""
     cols = [{"name": f.name, "type": str(f.type)} for f in tbl.schema]
     rows = [{k: _jsonable(v) for k, v in r.items()} for r in tbl.to_pylist()]
-    return json.dumps({"run": run, "columns": cols, "rows": rows, "row_count": len(rows)}, ensure_ascii=False)
+    return json.dumps({"format_version": FORMAT_VERSION, "run": run, "columns": cols, "rows": rows,
+                       "row_count": len(rows)}, ensure_ascii=False)
 
 
 def _flatten_nested(tbl: Any) -> Any:
@@ -205,7 +208,7 @@ def _write_schema_json(tbl: Any, run: str, out: str | None) -> int:
         t = tables.setdefault(r["table"], {"doc": DOCUMENTED[r["table"]].doc if r["table"] in DOCUMENTED else "user table",
                                            "columns": []})
         t["columns"].append({"name": r["column"], "type": r["type"], "description": r["description"]})
-    text = json.dumps({"run": run, "tables": tables}, ensure_ascii=False)
+    text = json.dumps({"format_version": FORMAT_VERSION, "run": run, "tables": tables}, ensure_ascii=False)
     if out:
         Path(out).write_text(text + "\n")
     else:
