@@ -211,6 +211,34 @@ def test_mcp_schema_and_stacks(live, runs_dir):
     assert not taken["taken"]["workers.2"].startswith("not taken")
 
 
+AGENT_QUERIES = re.findall(r"```sql\n(.*?)```", (ROOT / "docs" / "agents.md").read_text(), flags=re.S)
+TELEMETRY_DOC = (ROOT / "docs" / "telemetry.md").read_text()
+LOG_DOC_QUERIES = [q for q in re.findall(r"```sql\n(.*?)```", TELEMETRY_DOC, flags=re.S)
+                   if "FROM logs l" in q or "FROM stacks" in q]
+
+
+def test_agents_doc_queries_answer_on_a_real_run(live, runs_dir):
+    _, run_dir, _ = live
+    assert len(AGENT_QUERIES) == 10
+    results = [sql(runs_dir, run_dir.name, q) for q in AGENT_QUERIES]
+    for i, rows in enumerate(results, 1):
+        if i != 9:  # no rollouts in this run
+            assert rows, f"agents.md query {i} returned no rows"
+    assert results[1][0]["proc"] == "workers.1" and results[1][0]["restarts"] == 2
+    assert "last words of rank 1" in [r["message"] for r in results[2] if r["proc"] == "workers.1"]
+    assert any(r["function"] == "stuck_in_regex" and r["proc"] == "workers.0" for r in results[5])
+    assert {"died", "restarted", "stdout", "log"} <= {r["what"] for r in results[9]}
+
+
+def test_telemetry_doc_log_and_stack_queries_answer(live, runs_dir):
+    _, run_dir, _ = live
+    assert len(LOG_DOC_QUERIES) == 2
+    last_lines = sql(runs_dir, run_dir.name, LOG_DOC_QUERIES[0].replace("procs.3", "workers.1"))
+    assert "last words of rank 1" in [r["message"] for r in last_lines]
+    hung = sql(runs_dir, run_dir.name, LOG_DOC_QUERIES[1])
+    assert "stuck_in_regex" in [r["function"] for r in hung]
+
+
 def test_mcp_control_tools_with_the_flag_kill_a_named_proc(live, runs_dir):
     pytest.importorskip("mcp")
     _, run_dir, _ = live
