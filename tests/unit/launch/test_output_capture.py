@@ -64,3 +64,12 @@ def test_echo_without_window_prints_at_once_and_renders_records():
 def test_a_broken_log_line_is_kept_as_stderr_text():
     rec = log_record_line("not json", ProcMeta("p.0", "p", 0, 0, "h"))
     assert rec.stream == Stream.STDERR and rec.message == "not json"
+
+
+def test_pod_log_timestamps_are_split_from_the_text():
+    from rlmesh.launch.pod_logs import split_timestamp
+
+    ts, text = split_timestamp("2026-12-03T09:45:07.250000000Z hello world")
+    assert text == "hello world" and abs(ts - 1796291107.25) < 1e-6
+    ts, text = split_timestamp("no stamp here")
+    assert text == "no stamp here" and ts > 0
