@@ -30,7 +30,7 @@ from typing import Any
 
 import zmq
 
-from rlmesh.actor import hooks, kv, stdio
+from rlmesh.actor import debugger, hooks, kv, stdio
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.context import ProcInfo, _set_proc, current_context
@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             level=level, format="%(asctime)s %(levelname)s [%(rlmesh_where)s pid=%(process)d] %(name)s: %(message)s")
         for h in logging.getLogger().handlers:
             h.addFilter(_WhereFilter(proc))
+    debugger.install()  # breakpoint() in an endpoint pauses that actor for `rlmesh debug`
     code = Worker(args.controller, proc).run()
     logging.shutdown()
     sys.stdout.flush()

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from rlmesh.actor import hooks
+from rlmesh.actor.debugger import DEBUG_DIR_ENV
 from rlmesh.telemetry import api, logs
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,9 @@ def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
     hooks.add_event_sink(record_proc_event)
     logs.install()  # procs' output -> logs, stack dumps -> stacks
     env[hooks.WORKER_PLUGINS_ENV] = WORKER_PLUGIN
+    run_dir = api.current_run_dir()
+    if run_dir is not None:  # paused actors register here, where `rlmesh debug RUN` looks
+        env[DEBUG_DIR_ENV] = str(run_dir / "debug")
     return env
 
 

@@ -37,3 +37,15 @@ class Talker(rm.Actor):
     def stuck_in_regex(self) -> None:
         """Holds the GIL for hours: heartbeats stop, only a C-level stack dump can see it."""
         re.match(r"(a+)+$", "a" * 48 + "b")
+
+
+class Pauser(rm.Actor):
+    @rm.endpoint
+    def compute(self, x: int) -> int:
+        y = x + 1
+        breakpoint()
+        return y * 2
+
+    @rm.endpoint
+    def ping(self) -> int:
+        return rm.context().rank
