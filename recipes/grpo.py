@@ -27,7 +27,7 @@ from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.placement import place
 from rlmesh.rl.recipe_config import GRPORecipeConfig
-from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
+from rlmesh.rl.report import Phase, RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
                                   run_with_replicas, serve_work)
 from rlmesh.rl.run_state import begin
@@ -60,8 +60,10 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local", trainer_cls: type = GRP
         # proc 0: buffer + evaluator, proc 1: trainer, then reward actors, then generators
         buffer = procs.slice(procs=0).spawn("buffer", ReplayBuffer, cfg.buffer)
         rewards = procs.slice(procs=slice(2, 2 + cfg.reward.replicas)).spawn("reward", RewardActor, cfg.reward)
-        trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, cfg.trainer, buffer, model_config, m.path, task,
-                                             g.temperature, task.tokenizer.pad_id, seed=seed)
+        with Phase(f"trainer warm-up (SFT, {cfg.trainer.sft_steps} steps)" if cfg.trainer.sft_steps else
+                   "trainer start", cfg.run.progress):
+            trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, cfg.trainer, buffer, model_config, m.path,
+                                                 task, g.temperature, task.tokenizer.pad_id, seed=seed)
         backend = backend_kwargs_for(g.backend, task, model_config, m.path, seed)
         evaluator = procs.slice(procs=0).spawn("evaluator", LLMGenerator, g, task, None, rewards, backend)
         gens = procs.slice(procs=slice(2 + cfg.reward.replicas, n_procs)).spawn(
