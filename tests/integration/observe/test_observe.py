@@ -239,6 +239,30 @@ def test_telemetry_doc_log_and_stack_queries_answer(live, runs_dir):
     assert "stuck_in_regex" in [r["function"] for r in hung]
 
 
+def test_pandas_and_polars_read_the_live_run_from_its_parquet_snapshots(live, runs_dir):
+    pytest.importorskip("pandas")
+    pytest.importorskip("polars")
+    _, run_dir, _ = live
+    with pytest.raises(Exception, match="lock"):  # why the snapshots exist: the file is locked while live
+        import duckdb
+
+        duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True)
+    block = next(b for b in re.findall(r"```python\n(.*?)```", TELEMETRY_DOC, flags=re.S) if "read_parquet" in b)
+    live_dir = run_dir / "live"
+    deadline = time.monotonic() + 60
+    scope: dict = {}
+    while True:  # the service snapshots every 5 s: wait until the last lines of the scenario are in
+        try:
+            exec(block.replace('"runs/latest/live"', repr(str(live_dir))), scope)
+            if "last words of rank 1" in set(scope["logs"]["message"]) and scope["deaths"].height >= 3:
+                break
+        except (FileNotFoundError, OSError):
+            pass
+        assert time.monotonic() < deadline, f"no usable snapshot in {live_dir}"
+        time.sleep(0.5)
+    assert set(scope["deaths"]["proc"].to_list()) >= {"workers.0", "workers.1"}
+
+
 def test_mcp_control_tools_with_the_flag_kill_a_named_proc(live, runs_dir):
     pytest.importorskip("mcp")
     _, run_dir, _ = live
@@ -270,6 +294,7 @@ def test_terminal_echo_prefixes_mesh_and_rank_and_folds_repeated_lines(finished)
 
 def test_after_the_run_the_file_holds_logs_and_stacks(finished, runs_dir):
     run_dir, _, _ = finished
+    assert not (run_dir / "live").exists()  # snapshots go with the run; the file is readable now
     rows = sql(runs_dir, run_dir.name, "SELECT (SELECT count(*) FROM logs WHERE message LIKE 'line %') AS lines, "
                "(SELECT count(DISTINCT dump_id) FROM stacks) AS dumps")
     assert rows[0]["lines"] == N_LINES and rows[0]["dumps"] >= 3
