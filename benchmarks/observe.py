@@ -6,7 +6,8 @@
    throughput with capture on (FIFOs read by the launcher, rows into ``logs``, terminal echo)
    vs off (inherited stdout), paired rounds, both writing where the terminal would be /dev/null;
 2. time to dump the stacks of 8 live procs into ``stacks`` (signal, dump, rows queryable);
-3. one MCP ``query`` round trip (SDK stdio client -> ``rlmesh mcp``) vs the same query through
+3. an incremental Parquet snapshot of the live read path (new rows, and nothing new);
+4. one MCP ``query`` round trip (SDK stdio client -> ``rlmesh mcp``) vs the same query through
    ``rlmesh sql --format json`` (a new process each time) and through ``rm.telemetry.query``.
 """
 
@@ -109,6 +110,7 @@ def bench_stacks(n_procs: int, repeats: int) -> list[float]:
     with _terminal_to_devnull():
         procs = rm.this_host().spawn_procs(per_host={"procs": n_procs}, name="stacks8")
         procs.spawn("idle", Printer).idle.call().get()
+    rm.telemetry.flush()  # the procs' spawned events are in the table before we look for live procs
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -155,6 +157,35 @@ def bench_mcp(repeats: int) -> tuple[list[float], list[float], list[float]]:
     return sorted(inproc), sorted(cli), sorted(asyncio.run(session()))
 
 
+def bench_snapshot(rows: int) -> tuple[float, float]:
+    """An incremental Parquet snapshot of ``rows`` new rollouts rows, and one with nothing new (seconds)."""
+    import tempfile
+    from pathlib import Path
+
+    import duckdb
+
+    from rlmesh.telemetry import schema
+    from rlmesh.telemetry.snapshots import Snapshotter
+
+    d = Path(tempfile.mkdtemp(prefix="rlmesh-bench-snap-"))
+    con = duckdb.connect(str(d / "telemetry.duckdb"))
+    con.execute(schema.builtin_ddl(schema.BUILTIN["rollouts"]))
+    con.execute("INSERT INTO rollouts (run_id, ts, mesh, rank, proc, host, rollout_id, policy_version, reward, "
+                "length, env) SELECT 'r', now(), 'gen', i % 8, 'gen.' || (i % 8), 'h', i::VARCHAR, i // 1000, "
+                f"random(), 100, 'cartpole' FROM range({rows}) t(i)")
+    snap = Snapshotter(con, d, 5.0)
+    snap.root.mkdir()
+    snap.snapshot()
+    full = snap.last_s
+    snap.snapshot()
+    idle = snap.last_s
+    con.close()
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
+    return full, idle
+
+
 def _ms(xs: list[float]) -> str:
     return f"median {statistics.median(xs) * 1e3:.1f} ms (min {xs[0] * 1e3:.1f}, max {xs[-1] * 1e3:.1f})"
 
@@ -167,6 +198,10 @@ def main(quick: bool = QUICK) -> None:
           f"(range {ratios[0] * 100:+.1f}..{ratios[-1] * 100:+.1f} %; target <= +5 %); {stored:,} lines in logs")
     st = bench_stacks(8, 3 if quick else 5)
     print(f"stacks of 8 live procs into the stacks table:  {_ms(st)}")
+    n = 1_000_000 if quick else 5_000_000
+    full, idle = bench_snapshot(n)
+    print(f"Parquet snapshot (live read path): {n / 1e6:.0f} M new rollouts rows {full * 1e3:.0f} ms "
+          f"({n / full / 1e6:.1f} M rows/s); nothing new {idle * 1e3:.1f} ms")
     inproc, cli, mcp = bench_mcp(5 if quick else 15)
     print(f"one query round trip: MCP tool call {_ms(mcp)}\n"
           f"                      rlmesh sql --format json (new process) {_ms(cli)}\n"

@@ -97,16 +97,28 @@ class TerminalEcho:
         with self._lock:
             ready = [k for k, g in self._groups.items() if now - g.first >= older_than]
             groups = [self._groups.pop(k) for k in ready]
-        for g in sorted(groups, key=lambda g: g.first):
-            self._print(g.mesh, g.stream, g.text, g.ranks)
+        out: list[str] = []
+        err: list[str] = []
+        for g in sorted(groups, key=lambda g: g.first):  # one write per stream per tick, not one per line
+            (out if g.stream == Stream.STDOUT else err).append(self._text(g.mesh, g.text, g.ranks))
+        self._write(Stream.STDOUT, "".join(out))
+        self._write(Stream.STDERR, "".join(err))
 
-    def _print(self, mesh: str, stream: Stream, text: str, ranks: list[int]) -> None:
+    @staticmethod
+    def _text(mesh: str, text: str, ranks: list[int]) -> str:
         n = len(ranks)
         where = f"{mesh}[{rank_ranges(ranks)}]" + (f" x{n}" if n > 1 else "")
+        return "".join(f"[{where}] {t}\n" for t in text.split("\n"))
+
+    def _print(self, mesh: str, stream: Stream, text: str, ranks: list[int]) -> None:
+        self._write(stream, self._text(mesh, text, ranks))
+
+    def _write(self, stream: Stream, text: str) -> None:
+        if not text:
+            return
         target = (self._out or sys.stdout) if stream == Stream.STDOUT else (self._err or sys.stderr)
-        lines = text.split("\n")
         try:
-            target.write("".join(f"[{where}] {t}\n" for t in lines))
+            target.write(text)
             target.flush()
         except (OSError, ValueError):  # a closed or broken terminal: the logs table still has it
             pass

@@ -39,7 +39,7 @@ class ProcMeta:
     pid: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProcLine:
     """One line of stdout/stderr, or one logging record, of one proc."""
 
@@ -60,7 +60,7 @@ class ProcLine:
         return f"{text}\n{self.exception}" if self.exception else text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StackFrame:
     thread: str  # thread ident as faulthandler prints it, 0x...
     thread_name: str | None

@@ -15,7 +15,7 @@ per table per interval on the service (measured in ``benchmarks/observe.py``), a
 new listens on the network.
 
 Rules that keep readers safe: a part is written under a dot-name and renamed into place
-(readers skip dot-files); rows are appended in ``rowid`` order, so each part holds only rows
+(readers skip dot-files); each part holds the rows whose ``rowid`` (DuckDB keeps insertion order) is past the previous part, so it holds only rows
 not in earlier parts; a table with more than ``MAX_PARTS`` parts is compacted into a fresh
 folder (``<table>.g<N>``) and ``live/<table>`` (a symlink) is switched to it atomically; the
 old folder goes a minute later. ``runs`` is rewritten whole (its row is updated). The
@@ -126,10 +126,10 @@ class Snapshotter:
         if st.parts >= MAX_PARTS:  # compact: everything so far into a fresh folder, switched atomically
             st.gen += 1
             st.parts = 0
-            self._write(cur, table, st, f"SELECT * FROM {q} WHERE rowid < {top} ORDER BY rowid", new_gen=True)
+            self._write(cur, table, st, f"SELECT * FROM {q} WHERE rowid < {top}", new_gen=True)
         else:
             self._write(cur, table, st, f"SELECT * FROM {q} WHERE rowid >= {st.next_rowid} AND rowid < {top} "
-                                        "ORDER BY rowid")
+                                        "")
         st.next_rowid = top
 
     def _write(self, cur: Any, table: str, st: _TableState, select: str, replace: bool = False,
