@@ -128,8 +128,7 @@ class Snapshotter:
             st.parts = 0
             self._write(cur, table, st, f"SELECT * FROM {q} WHERE rowid < {top}", new_gen=True)
         else:
-            self._write(cur, table, st, f"SELECT * FROM {q} WHERE rowid >= {st.next_rowid} AND rowid < {top} "
-                                        "")
+            self._write(cur, table, st, f"SELECT * FROM {q} WHERE rowid >= {st.next_rowid} AND rowid < {top}")
         st.next_rowid = top
 
     def _write(self, cur: Any, table: str, st: _TableState, select: str, replace: bool = False,

@@ -24,6 +24,9 @@ from rlmesh.telemetry.errors import ReadOnlyQueryError
 logger = logging.getLogger(__name__)
 
 _ALLOWED = {"SELECT", "EXPLAIN"}
+#: On-disk format the run files are written in: DuckDB >= 1.1 opens them (the default of DuckDB 2.x,
+#: storage version "999", is refused by DuckDB 1.1.x: "version number 999, but we can only read version 64").
+STORAGE_COMPAT = "v1.1.0"
 _CANON = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE", "INT64": "BIGINT", "FLOAT8": "DOUBLE"}
 # Lossless widenings accepted without complaint: batch type -> table types it may enter.
 _WIDEN = {
@@ -79,7 +82,7 @@ class Store:
     def __init__(self, path: Path, run_id: str):
         self.path = Path(path)
         self.run_id = run_id
-        self.con = duckdb.connect(str(self.path))
+        self.con = duckdb.connect(str(self.path), config={"storage_compatibility_version": STORAGE_COMPAT})
         self._lock = threading.Lock()  # serialises writers on self.con
         self._cols: dict[str, dict[str, str]] = {}
         self.rows_written = 0

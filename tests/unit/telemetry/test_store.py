@@ -87,3 +87,15 @@ def test_odd_names_are_quoted_not_injected(store):
     got = store.query('SELECT "rollout/reward" AS r, "q""uote" AS q FROM "x""; DROP TABLE runs; --"').to_pylist()
     assert got == [{"r": 1.0, "q": 2}]
     assert store.query("SELECT count(*) AS n FROM runs").num_rows == 1
+
+
+def test_run_files_are_written_in_a_storage_version_duckdb_1_1_reads(tmp_path):
+    """DuckDB 1.1.x reads storage version 64 and refuses 999 (what DuckDB 2.x writes by default)."""
+    import struct
+
+    from rlmesh.telemetry.store import Store
+
+    s = Store(tmp_path / "telemetry.duckdb", "r")
+    s.close()
+    head = (tmp_path / "telemetry.duckdb").read_bytes()[:20]
+    assert head[8:12] == b"DUCK" and struct.unpack("<Q", head[12:20])[0] == 64
