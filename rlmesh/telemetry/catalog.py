@@ -203,4 +203,16 @@ REJECTED_TABLE = Table("_rejected", "rows that did not fit their table's types, 
     _c("reason", "VARCHAR", "the schema error, naming column and both types"),
     _c("row", "VARCHAR", "the row, as JSON"),
 ), "the telemetry service")
-DOCUMENTED: dict[str, Table] = {**BUILTIN, REJECTED_TABLE.name: REJECTED_TABLE}
+_M = ("policy_loss", "value_loss", "entropy", "approx_kl", "kl", "clip_fraction", "explained_variance")
+#: Views over the tables (created with every run file): the common train_steps.metrics as real columns.
+VIEWS: dict[str, Table] = {"train_metrics": _T("train_metrics", "view over train_steps: the common losses/* metrics as columns, plus samples per second (NULL where a trainer does not report one)", (
+    *(_c(c, t, d) for c, t, d in (("step", "BIGINT", "optimiser step"), ("policy_version", "BIGINT", "weight version after the step"),
+                                  ("loss", "DOUBLE", "total loss"), ("lr", "DOUBLE", "learning rate"), ("grad_norm", "DOUBLE", "gradient norm before clipping"))),
+    *(_c(m, "DOUBLE", f"metrics['losses/{m}']") for m in _M),
+    _c("samples_per_s", "DOUBLE", "samples / duration_s of the step"),
+), "DuckDB (a view; nothing is stored twice)")}
+VIEW_SQL: dict[str, str] = {"train_metrics": (
+    "SELECT run_id, ts, mesh, rank, proc, host, step, policy_version, loss, lr, grad_norm, "
+    + ", ".join(f"TRY_CAST(json_extract_string(metrics, '$.\"losses/{m}\"') AS DOUBLE) AS {m}" for m in _M)
+    + ", samples / nullif(duration_s, 0) AS samples_per_s FROM train_steps")}
+DOCUMENTED: dict[str, Table] = {**BUILTIN, REJECTED_TABLE.name: REJECTED_TABLE, **VIEWS}

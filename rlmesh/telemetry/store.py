@@ -90,6 +90,8 @@ class Store:
         for t in schema.BUILTIN.values():
             self.con.execute(schema.builtin_ddl(t))
         self.con.execute(REJECTED_DDL)
+        for name, sql in schema.VIEW_SQL.items():
+            self.con.execute(f"CREATE OR REPLACE VIEW {qident(name)} AS {sql}")
         self._load_columns()
 
     def _load_columns(self) -> None:
