@@ -26,7 +26,7 @@ from typing import Any
 
 from rlmesh.telemetry import introspect, reader
 from rlmesh.telemetry import run as runs
-from rlmesh.telemetry.cli import FORMAT_VERSION, _jsonable
+from rlmesh.telemetry.cli import FORMAT_VERSION, _jsonable, type_name
 from rlmesh.telemetry.errors import TelemetryError
 from rlmesh.telemetry.schema import DOCUMENTED
 
@@ -44,7 +44,7 @@ def _table_json(tbl: Any, run: str, limit: int | None = None) -> dict[str, Any]:
         tbl = tbl.slice(0, limit)
     rows = [{k: _jsonable(v) for k, v in r.items()} for r in tbl.to_pylist()]
     return {"format_version": FORMAT_VERSION, "run": run,
-            "columns": [{"name": f.name, "type": str(f.type)} for f in tbl.schema],
+            "columns": [{"name": f.name, "type": type_name(f.type)} for f in tbl.schema],
             "rows": rows, "row_count": len(rows), "truncated": truncated}
 
 
@@ -87,7 +87,7 @@ def schema(run: str = "latest") -> dict[str, Any]:
     for r in reader.tables(run_dir).to_pylist():
         t = tables.setdefault(r["table"], {
             "doc": DOCUMENTED[r["table"]].doc if r["table"] in DOCUMENTED else "user table", "columns": []})
-        t["columns"].append({"name": r["column"], "type": r["type"], "description": r["description"]})
+        t["columns"].append({"name": r["column"], "type": type_name(r["type"]), "description": r["description"]})
     return {"format_version": FORMAT_VERSION, "run": run_dir.name, "tables": tables}
 
 

@@ -81,3 +81,16 @@ def test_runs_lists_status(finished_run, capsys):
     assert runs_main(["--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(r["id"], r["status"]) for r in doc["rows"]] == [(finished_run, "ok")]
+
+
+def test_one_naming_of_types_in_results_and_schema():
+    import pyarrow as pa
+
+    from rlmesh.telemetry.cli import to_json, type_name
+
+    tbl = pa.table({"a": pa.array([1]), "b": pa.array(["x"]), "c": pa.array([1.5]), "d": pa.array([True]),
+                    "t": pa.array([0], type=pa.timestamp("us", tz="UTC")), "l": pa.array([[1, 2]])})
+    doc = json.loads(to_json(tbl, "r"))
+    assert doc["format_version"] == 1
+    assert [c["type"] for c in doc["columns"]] == ["BIGINT", "VARCHAR", "DOUBLE", "BOOLEAN", "TIMESTAMPTZ", "BIGINT[]"]
+    assert type_name("TIMESTAMP WITH TIME ZONE") == "TIMESTAMPTZ" and type_name("varchar") == "VARCHAR"
