@@ -325,16 +325,16 @@ class OutputCapture:
         if len(s.buf) > MAX_LINE:
             lines.append(s.buf)
             s.buf = b""
-        for raw in lines:
-            self._line(s, raw)
+        self._lines(s, lines)
 
-    def _line(self, s: _Stream, raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace").rstrip("\r")
+    def _lines(self, s: _Stream, raws: list[bytes]) -> None:
         meta = s.proc.meta()
         if s.name == "log":
-            output.emit_line(output.log_record_line(text, meta))
+            out = [output.log_record_line(r.decode("utf-8", "replace"), meta) for r in raws]
         else:
-            output.emit_line(ProcLine(time.time(), meta, Stream.STDOUT if s.name == "out" else Stream.STDERR, text))
+            now, stream = time.time(), Stream.STDOUT if s.name == "out" else Stream.STDERR
+            out = [ProcLine(now, meta, stream, r.decode("utf-8", "replace").rstrip("\r")) for r in raws]
+        output.emit_lines(out)
 
     def _complete_dump(self, s: _Stream) -> None:
         text = "".join(s.dump_text)
@@ -369,7 +369,7 @@ class OutputCapture:
 
     def _finish(self, s: _Stream) -> None:
         if s.buf:
-            self._line(s, s.buf)
+            self._lines(s, [s.buf])
             s.buf = b""
         if s.dump_text:
             self._complete_dump(s)

@@ -75,17 +75,21 @@ class TerminalEcho:
             self._thread = threading.Thread(target=self._loop, name="rlmesh-echo", daemon=True)
             self._thread.start()
 
-    def __call__(self, line: ProcLine) -> None:
-        text = line.render()
+    def __call__(self, lines: list[ProcLine]) -> None:
         if self.window <= 0:
-            self._print(line.proc.proc_mesh, line.stream, text, [line.proc.rank])
+            for line in lines:
+                self._print(line.proc.proc_mesh, line.stream, line.render(), [line.proc.rank])
             return
-        key = (line.proc.proc_mesh, line.stream, text)
+        now = time.monotonic()
+        groups = self._groups
         with self._lock:
-            g = self._groups.get(key)
-            if g is None:
-                g = self._groups[key] = _Group(time.monotonic(), line.proc.proc_mesh, line.stream, text)
-            g.ranks.append(line.proc.rank)
+            for line in lines:
+                mesh, text = line.proc.proc_mesh, line.render()
+                key = (mesh, line.stream, text)
+                g = groups.get(key)
+                if g is None:
+                    g = groups[key] = _Group(now, mesh, line.stream, text)
+                g.ranks.append(line.proc.rank)
 
     def _loop(self) -> None:
         while not self._stop.wait(min(0.1, self.window)):

@@ -2,7 +2,7 @@
 
 Launchers (the local one reads FIFOs, the Kubernetes one reads the pod log API) turn
 what a proc writes into :class:`ProcLine` and :class:`StackDump` values and call
-:func:`emit_line` / :func:`emit_stacks`. Higher layers register sinks without the
+:func:`emit_lines` / :func:`emit_stacks`. Higher layers register sinks without the
 launchers importing them: telemetry stores them in the ``logs`` and ``stacks`` tables,
 the terminal echo prints lines prefixed by mesh and rank. A sink must be quick (it
 runs on the launcher's reader thread) and never raises into it.
@@ -79,7 +79,7 @@ class StackDump:
     frames: tuple[StackFrame, ...]
 
 
-LineSink = Callable[[ProcLine], None]
+LineSink = Callable[[list[ProcLine]], None]  # called with the lines of one read, in order
 StackSink = Callable[[StackDump], None]
 _lock = threading.Lock()
 _line_sinks: list[LineSink] = []
@@ -114,8 +114,14 @@ def _deliver(sinks: list, value: object) -> None:
             logger.debug("output sink %r failed", fn, exc_info=True)
 
 
+def emit_lines(lines: list[ProcLine]) -> None:
+    """Hand the lines of one read to every line sink (one call per sink, not one per line: cheaper)."""
+    if lines:
+        _deliver(_line_sinks, lines)
+
+
 def emit_line(line: ProcLine) -> None:
-    _deliver(_line_sinks, line)
+    _deliver(_line_sinks, [line])
 
 
 def emit_stacks(dump: StackDump) -> None:

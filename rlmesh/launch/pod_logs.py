@@ -71,18 +71,20 @@ class PodLogFollower(threading.Thread):
             for chunk in resp.stream(amt=65536, decode_content=True):
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
-                for raw in lines:
-                    self._emit(raw)
+                self._emit(lines)
         except Exception as exc:  # noqa: BLE001 - the pod went away mid-stream
             logger.debug("pod log of %s ended: %s", self.pod, exc)
         finally:
             if buf:
-                self._emit(buf)
+                self._emit([buf])
             resp.release_conn()
 
-    def _emit(self, raw: bytes) -> None:
-        ts, text = split_timestamp(raw.decode("utf-8", "replace").rstrip("\r"))
-        output.emit_line(ProcLine(ts, self.meta, Stream.STDOUT, text))
+    def _emit(self, raws: list[bytes]) -> None:
+        out = []
+        for raw in raws:
+            ts, text = split_timestamp(raw.decode("utf-8", "replace").rstrip("\r"))
+            out.append(ProcLine(ts, self.meta, Stream.STDOUT, text))
+        output.emit_lines(out)
 
 
 def follow(core: Any, namespace: str, pod: str, meta: ProcMeta, gone: Callable[[], bool]) -> PodLogFollower:

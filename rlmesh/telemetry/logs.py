@@ -21,14 +21,16 @@ _installed = False
 _lock = threading.Lock()
 
 
-def record_line(line: ProcLine) -> None:
-    """Line sink: one ``logs`` row."""
-    p = line.proc
-    api.recorder().record_trusted("logs", {
-        "mesh": p.proc_mesh, "rank": p.rank, "proc": p.proc_id, "host": p.host,
-        "incarnation": p.incarnation, "pid": p.pid, "stream": str(line.stream), "level": line.level,
-        "logger": line.logger, "message": line.message, "exception": line.exception, "actor": line.actor,
-    }, ts=line.ts)
+def record_lines(lines: list[ProcLine]) -> None:
+    """Line sink: one ``logs`` row per line (a deque append each; the recorder's flush thread makes columns)."""
+    rec = api.recorder()
+    for ln in lines:
+        p = ln.proc
+        rec.record_trusted("logs", {
+            "mesh": p.proc_mesh, "rank": p.rank, "proc": p.proc_id, "host": p.host,
+            "incarnation": p.incarnation, "pid": p.pid, "stream": str(ln.stream), "level": ln.level,
+            "logger": ln.logger, "message": ln.message, "exception": ln.exception, "actor": ln.actor,
+        }, ts=ln.ts)
 
 
 def record_stacks(dump: StackDump) -> None:
@@ -85,6 +87,6 @@ def install() -> None:
         if _installed:
             return
         _installed = True
-    output.add_line_sink(record_line)
+    output.add_line_sink(record_lines)
     output.add_stack_sink(record_stacks)
     logging.getLogger("rlmesh").addHandler(ControllerLogHandler())

@@ -42,9 +42,8 @@ def test_echo_folds_a_line_repeated_by_ranks_and_keeps_order():
     out, err = io.StringIO(), io.StringIO()
     echo = TerminalEcho(window=60, out=out, err=err)  # long window: nothing prints until flush()
     for r in range(4):
-        echo(_line(r, "loading model"))
-    echo(_line(2, "only me"))
-    echo(_line(1, "oops", Stream.STDERR))
+        echo([_line(r, "loading model")])
+    echo([_line(2, "only me"), _line(1, "oops", Stream.STDERR)])
     assert out.getvalue() == ""
     echo.close()
     assert out.getvalue() == "[p[0-3] x4] loading model\n[p[2]] only me\n"
@@ -56,7 +55,7 @@ def test_echo_without_window_prints_at_once_and_renders_records():
     echo = TerminalEcho(window=0, out=out, err=err)
     rec = log_record_line('{"ts": 1.0, "level": "ERROR", "logger": "x", "msg": "bad", "exc": "Traceback\\nKeyError"}',
                           ProcMeta("p.0", "p", 0, 0, "h"))
-    echo(rec)
+    echo([rec])
     assert err.getvalue() == "[p[0]] ERROR x: bad\n[p[0]] Traceback\n[p[0]] KeyError\n"
     assert rec.stream == Stream.LOG and rec.exception == "Traceback\nKeyError"
 
