@@ -210,5 +210,6 @@ def main(quick: bool = QUICK) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("RLMESH_RUNS_DIR", __import__("tempfile").mkdtemp(prefix="rlmesh-bench-runs-"))
+    os.environ.setdefault("RLMESH_HEARTBEAT_TIMEOUT_S", "10")  # a loaded VM must not cut a measurement short
     print(f"# rlmesh observability benchmark{' (--quick)' if QUICK else ''} | load {os.getloadavg()[0]:.1f}")
     main()

@@ -39,6 +39,7 @@ PIPE_BYTES = 1 << 20  # a larger pipe buffer: bursts of output do not stall the 
 MAX_LINE = 1 << 20
 DUMP_QUIET_S = 0.3  # a stack dump is complete once its writer was silent this long (or named its threads)
 HUNG_DUMP_WAIT_S = 1.0  # how long a hung proc's kill waits for its stacks
+GATHER_S = 0.01  # after a wake-up, wait this long before reading: batches lines (1 MB pipes never fill in 10 ms)
 
 _echo: TerminalEcho | None = None
 _echo_lock = threading.Lock()
@@ -246,7 +247,10 @@ class OutputCapture:
     def _run(self) -> None:
         last_sweep = 0.0
         while True:
-            for key, _ in self._sel.select(0.05):
+            ready = self._sel.select(0.05)
+            if any(key.data is not None for key, _ in ready):
+                time.sleep(GATHER_S)  # let a chatty proc's lines pile up: one read and one sink call per ~100 lines
+            for key, _ in ready:
                 if key.data is None:
                     try:
                         os.read(self._wake_r, 4096)
