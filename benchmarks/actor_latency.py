@@ -6,7 +6,10 @@ Prints, from one run on this machine: raw pyzmq DEALER/ROUTER round trip between
 two processes, rlmesh ``call_one`` round trip (async and sync endpoints),
 pipelined ``call`` throughput on a 4-actor mesh, and a 64 MiB tensor argument
 (GB/s) against raw zmq moving the same bytes; each as a value and as a ratio to
-its floor. Ray and Monarch run in their own subprocesses when installed.
+its floor. Then the same with encryption: rlmesh with CurveZMQ forced on
+(``RLMESH_TRANSPORT_ENCRYPTION=always``, what every connection off loopback uses)
+beside raw pyzmq with CURVE, all in the same run. Ray and Monarch run in their
+own subprocesses when installed.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from _common import banner, median, p90, run_json, timed  # noqa: E402
 MIB64 = 64 * 1024 * 1024
 
 
-def _zmq_server(addr_q) -> None:
+def _zmq_server(addr_q, curve_keys=None) -> None:
     import zmq
 
     ctx = zmq.Context()
     s = ctx.socket(zmq.ROUTER)
+    if curve_keys:  # CURVE without a ZAP handler: the same crypto as rlmesh's, no key check
+        s.curve_server, s.curve_publickey, s.curve_secretkey = True, *curve_keys
     port = s.bind_to_random_port("tcp://127.0.0.1")
     addr_q.put(f"tcp://127.0.0.1:{port}")
     while True:
@@ -38,15 +43,19 @@ def _zmq_server(addr_q) -> None:
         s.send_multipart([ident, b"ok"])
 
 
-def bench_zmq(n: int) -> dict:
+def bench_zmq(n: int, curve: bool = False) -> dict:
     import numpy as np
     import zmq
 
+    keys = zmq.curve_keypair() if curve else None
     q = mp.get_context("spawn").Queue()
-    p = mp.get_context("spawn").Process(target=_zmq_server, args=(q,), daemon=True)
+    p = mp.get_context("spawn").Process(target=_zmq_server, args=(q, keys), daemon=True)
     p.start()
     addr = q.get(timeout=30)
     s = zmq.Context.instance().socket(zmq.DEALER)
+    if keys:
+        client_pub, client_sec = zmq.curve_keypair()
+        s.curve_serverkey, s.curve_publickey, s.curve_secretkey = keys[0], client_pub, client_sec
     s.connect(addr)
 
     def rtt() -> None:
@@ -149,7 +158,17 @@ def bench_monarch(n: int) -> dict:
     return {"rtt_s": median(lat), "rtt_p90_s": p90(lat), "mib64_s": median(bw)}
 
 
-BENCHES = {"zmq": bench_zmq, "rlmesh": bench_rlmesh, "ray": bench_ray, "monarch": bench_monarch}
+def bench_zmq_curve(n: int) -> dict:
+    return bench_zmq(n, curve=True)
+
+
+def bench_rlmesh_curve(n: int) -> dict:
+    os.environ["RLMESH_TRANSPORT_ENCRYPTION"] = "always"  # read when each socket binds, here and in the workers
+    return bench_rlmesh(n)
+
+
+BENCHES = {"zmq": bench_zmq, "rlmesh": bench_rlmesh, "zmq_curve": bench_zmq_curve, "rlmesh_curve": bench_rlmesh_curve,
+           "ray": bench_ray, "monarch": bench_monarch}
 
 
 def main() -> None:
@@ -162,8 +181,8 @@ def main() -> None:
         return
     banner("actor call latency and 64 MiB argument bandwidth", "torch", "ray", "torchmonarch")
     res = {}
-    for name in ("zmq", "rlmesh", "ray", "monarch"):
-        n = args.n if name in ("zmq", "rlmesh") else max(200, args.n // 4)
+    for name in ("zmq", "rlmesh", "zmq_curve", "rlmesh_curve", "ray", "monarch"):
+        n = args.n if name in ("zmq", "rlmesh", "zmq_curve", "rlmesh_curve") else max(200, args.n // 4)
         res[name] = run_json([os.path.abspath(__file__), "--only", name, "--n", str(n)])
     z = res["zmq"]
     if z is None:
@@ -182,6 +201,21 @@ def main() -> None:
         print(f"{'rlmesh pipelined call, 4-actor mesh':<44}{r['pipelined_calls_per_s']:>8.0f} calls/s")
         print(f"{'rlmesh 64 MiB tensor argument':<44}{gbps(r['mib64_s']):>9.2f} GB/s"
               f"{z['mib64_s'] / r['mib64_s']:>11.2f}x  (target >= 0.7x)")
+    zc, rc = res["zmq_curve"], res["rlmesh_curve"]
+    print("\nencrypted (CurveZMQ: every connection off loopback; ratio = encrypted time / plain time, 1.00x = free)")
+    if zc:
+        print(f"{'raw pyzmq CURVE round trip':<44}{zc['rtt_s'] * 1e6:>11.1f} µs{zc['rtt_s'] / z['rtt_s']:>11.2f}x")
+        print(f"{'raw pyzmq CURVE 64 MiB':<44}{gbps(zc['mib64_s']):>9.2f} GB/s{zc['mib64_s'] / z['mib64_s']:>11.2f}x")
+    if rc and r:
+        print(f"{'rlmesh CurveZMQ call_one round trip (async)':<44}{rc['rtt_s'] * 1e6:>11.1f} µs"
+              f"{rc['rtt_s'] / r['rtt_s']:>11.2f}x" + (f"  ({rc['rtt_s'] / zc['rtt_s']:.2f}x raw CURVE)" if zc else ""))
+        print(f"{'rlmesh CurveZMQ call_one round trip (sync)':<44}{rc['rtt_sync_s'] * 1e6:>11.1f} µs"
+              f"{rc['rtt_sync_s'] / r['rtt_sync_s']:>11.2f}x")
+        print(f"{'rlmesh CurveZMQ pipelined call, 4 actors':<44}{rc['pipelined_calls_per_s']:>8.0f} calls/s"
+              f"{r['pipelined_calls_per_s'] / rc['pipelined_calls_per_s']:>11.2f}x")
+        print(f"{'rlmesh CurveZMQ 64 MiB tensor argument':<44}{gbps(rc['mib64_s']):>9.2f} GB/s"
+              f"{rc['mib64_s'] / r['mib64_s']:>11.2f}x" + (f"  ({rc['mib64_s'] / zc['mib64_s']:.2f}x raw CURVE)" if zc else ""))
+    print()
     for other in ("ray", "monarch"):
         o = res[other]
         if not o:

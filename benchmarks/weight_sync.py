@@ -6,7 +6,9 @@ Prints one table: seconds and GB/s per reader count for rlmesh shm and tcp, next
 frames or with ``recv_into`` one reused buffer (the faster is the TCP floor), and
 (c) torch.distributed gloo broadcast of the state_dict (what a user would write),
 with the ratios the weight-sync issue sets as targets, plus the stall a concurrent
-generator loop sees while a version is published. Times are the median of
+generator loop sees while a version is published. Encrypted figures sit beside the
+plain ones: rlmesh tcp with CurveZMQ (what every connection off loopback uses) next to
+raw pyzmq with CURVE moving the same frames, measured in the same run. Times are the median of
 ``--reps`` steady-state rounds (the first round, which maps fresh pages, is reported
 separately). Run: ``.venv/bin/python benchmarks/weight_sync.py [--gib 1] [--reps 3]``.
 """
@@ -59,12 +61,16 @@ def reader_main(total: int) -> None:
         cmd = json.loads(line)
         t0 = time.perf_counter()
         if cmd["op"] == "pull":
-            sub = subs.setdefault(cmd["transport"], Subscriber("bench", cmd["transport"]))
+            name = cmd.get("name", "bench")
+            sub = subs.setdefault((name, cmd["transport"]), Subscriber(name, cmd["transport"]))
             v = sub.pull_into(target, min_version=cmd["version"], timeout=120)
             res = {"seconds": v.stats.seconds, "verify": v.stats.verify_seconds, "copy": v.stats.copy_seconds,
                    "fetch": v.stats.fetch_seconds, "version": int(v)}
         elif cmd["op"] == "zmq":
             s = zmq.Context.instance().socket(zmq.PULL)
+            if cmd.get("curve"):
+                pub_k, sec_k = zmq.curve_keypair()
+                s.curve_serverkey, s.curve_publickey, s.curve_secretkey = cmd["curve"].encode(), pub_k, sec_k
             s.connect(cmd["addr"])
             if cmd["into"]:  # the best raw form: one buffer, mapped once, reused
                 buf = into_bufs.get(cmd["nbytes"])
@@ -135,17 +141,21 @@ def bench_memcpy(sd: dict, reps: int) -> float:
     return statistics.median(times[1:])
 
 
-def bench_zmq(sd: dict, readers: list, reps: int, into: bool) -> float:
+def bench_zmq(sd: dict, readers: list, reps: int, into: bool, curve: bool = False) -> float:
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())
     times = []
+    server_pub, server_sec = zmq.curve_keypair()
     for _ in range(reps):
         socks = []
         for r in readers:
             s = zmq.Context.instance().socket(zmq.PUSH)
             s.setsockopt(zmq.SNDHWM, 0)
+            if curve:  # CURVE without a ZAP handler: any client key, the same crypto as rlmesh's
+                s.curve_server, s.curve_secretkey, s.curve_publickey = True, server_sec, server_pub
             port = s.bind_to_random_port("tcp://127.0.0.1")
             socks.append(s)
-            r.send(op="zmq", addr=f"tcp://127.0.0.1:{port}", nbytes=nbytes, into=into)
+            r.send(op="zmq", addr=f"tcp://127.0.0.1:{port}", nbytes=nbytes, into=into,
+                   curve=server_pub.decode() if curve else "")
             r.recv()
         time.sleep(0.2)
         t0 = time.perf_counter()
@@ -192,7 +202,7 @@ def bench_rlmesh(pub, sd: dict, transport: str, readers: list, reps: int, versio
         pubs.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         for r in readers:
-            r.send(op="pull", transport=transport, version=version[0])
+            r.send(op="pull", transport=transport, version=version[0], name=pub.name)
         res = [r.recv() for r in readers]
         walls.append(time.perf_counter() - t0)
         assert all(x["version"] == version[0] for x in res)
@@ -254,6 +264,8 @@ def main() -> None:
         rows.append(("raw pyzmq, recv_into one buffer", n, into, None))
         rows.append(("raw pyzmq (floor: faster of the two)", n, min(frames, into), None))
     for n in (1, 2):
+        rows.append(("raw pyzmq CURVE, keep frames", n, bench_zmq(sd, readers[:n], args.reps, False, curve=True), None))
+    for n in (1, 2):
         rows.append(("torch.distributed gloo broadcast", n, bench_gloo(sd, readers[:n], args.reps), None))
     version = [0]
     with Publisher("bench") as pub:
@@ -270,6 +282,14 @@ def main() -> None:
                 wall, first, pub_s = bench_rlmesh(pub, sd, tr, readers[:n], args.reps, version)
                 rows.append((f"rlmesh {tr}", n, wall, first))
                 extra[tr] = pub_s
+    os.environ["RLMESH_TRANSPORT_ENCRYPTION"] = "always"  # what every connection off loopback gets
+    try:
+        with Publisher("bench_curve") as pub:
+            for n in (1, 2):
+                wall, first, _ = bench_rlmesh(pub, sd, "tcp", readers[:n], args.reps, version)
+                rows.append(("rlmesh tcp, CurveZMQ", n, wall, first))
+    finally:
+        os.environ.pop("RLMESH_TRANSPORT_ENCRYPTION", None)
     for r in readers:
         r.send(op="quit")
         r.p.wait(timeout=30)
@@ -288,6 +308,12 @@ def main() -> None:
               f"{t[('raw pyzmq (floor: faster of the two)', n)] / tcp:.2f}x (vs frames "
               f"{t[('raw pyzmq, keep frames', n)] / tcp:.2f}x, vs recv_into {t[('raw pyzmq, recv_into one buffer', n)] / tcp:.2f}x)"
               f"   shm/gloo {g / t[('rlmesh shm', n)]:.1f}x   tcp/gloo {g / tcp:.1f}x")
+    print("encryption cost (CurveZMQ, used for every connection off loopback; bandwidth ratios per reader)")
+    for n in (1, 2):
+        c = t[("rlmesh tcp, CurveZMQ", n)]
+        print(f"  {n} reader(s): rlmesh tcp CurveZMQ/plain {t[('rlmesh tcp', n)] / c:.2f}x   raw pyzmq CURVE/plain "
+              f"{t[('raw pyzmq, keep frames', n)] / t[('raw pyzmq CURVE, keep frames', n)]:.2f}x   "
+              f"rlmesh CurveZMQ/raw CURVE {t[('raw pyzmq CURVE, keep frames', n)] / c:.2f}x")
     print(f"\npublish (one copy + checksums into shared memory): {extra['shm']:.3f}s median, first publish "
           f"(allocating the slot) {first_pub:.3f}s; a concurrent loop in the publishing process stalled at most "
           f"{stall * 1e3:.0f} ms while one version was published (publish took {t_pub * 1e3:.0f} ms; one memcpy "

@@ -23,6 +23,9 @@ bin="$cache/bin"
 src="$cache/src"
 wanted=(kube-apiserver kube-controller-manager kube-scheduler etcd)
 mkdir -p "$bin" "$src"
+# One build at a time: a second caller (another test run) waits for the first, then finds the cache.
+exec 9>"$cache/.build.lock"
+flock 9
 
 have_all() {
   local b

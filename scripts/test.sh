@@ -1,7 +1,33 @@
 #!/usr/bin/env bash
-# Sets up .venv (scripts/setup.sh) and runs the whole test suite. Extra args go to pytest.
+# Sets up everything the test suite needs, then runs it. Extra args go to pytest.
+#
+# Phases (each prints its duration):
+#   1. .venv with rlmesh and its test dependencies (scripts/setup.sh; cached by a stamp)
+#   2. Kubernetes binaries for the integration tests against a real API server
+#      (scripts/k8s_build.sh; ~12 min cold on a quiet 2-core machine, cached in
+#      ~/.cache/rlmesh/k8s, so later runs take a second)
+#   3. pytest over tests/
+# On a fresh CPU machine the only skips are for absent hardware (CUDA GPU, RDMA device, NVML).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/setup.sh
-exec .venv/bin/python -m pytest tests -q "$@"
+
+phase() {  # phase NAME COMMAND...: runs it and prints how long it took
+  local name="$1" t0 rc=0
+  shift
+  t0=$(date +%s)
+  echo "== test.sh: $name ..."
+  "$@" || rc=$?
+  echo "== test.sh: $name took $(( $(date +%s) - t0 )) s (exit $rc)"
+  return "$rc"
+}
+
+phase "setup .venv" bash scripts/setup.sh
+k8s_log="${RLMESH_K8S_CACHE:-$HOME/.cache/rlmesh/k8s}/build.log"
+k8s() {  # the build's output goes to its log; shown only when it fails
+  mkdir -p "$(dirname "$k8s_log")"
+  bash scripts/k8s_build.sh > "$k8s_log" 2>&1 || { tail -n 60 "$k8s_log"; return 1; }
+  tail -n 1 "$k8s_log"
+}
+phase "kubernetes binaries" k8s
+phase "pytest" .venv/bin/python -m pytest tests -q "$@"

@@ -25,7 +25,6 @@ import heapq
 import itertools
 import logging
 import os
-import pickle
 import select
 import threading
 import time
@@ -39,9 +38,10 @@ import zmq
 from rlmesh.actor import protocol as P
 from rlmesh.actor.future import Future
 from rlmesh.errors import ActorDied, ActorError, CallTimeout
-from rlmesh.transport.auth import Authenticator
+from rlmesh.transport.auth import AuthError, Authenticator
+from rlmesh.transport.channel import Outbound
 from rlmesh.transport.serialization import dumps, loads
-from rlmesh.transport.sockets import bind_random, tune, zmq_context
+from rlmesh.transport.sockets import bind_channel, connect_channel, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,9 @@ def error_payload(exc: BaseException, tb: str | None = None) -> list[Any]:
         "traceback": tb if tb is not None else "".join(traceback.format_exception(exc)),
     }
     try:
-        info["pickled"] = pickle.dumps(exc, protocol=5)
+        frames = dumps(exc)  # rlmesh's pickler: exceptions whose __init__ takes other args come back too
+        if len(frames) == 1:
+            info["pickled"] = bytes(frames[0])
     except Exception:
         pass
     return dumps(info)
@@ -88,7 +90,7 @@ def error_from_payload(frames: list[Any], mesh: str, rank: int, endpoint: str) -
     original = None
     if "pickled" in info:
         try:
-            original = pickle.loads(info["pickled"])
+            original = loads([info["pickled"]])
         except Exception:
             original = None
     if isinstance(original, ActorError):
@@ -102,29 +104,39 @@ def error_from_payload(frames: list[Any], mesh: str, rank: int, endpoint: str) -
 
 
 class ThreadSockets:
-    """One thread's DEALER sockets, one per destination; closed when the thread ends (its locals die)."""
+    """One thread's DEALER sockets, one per destination, each with its own signing session.
 
-    def __init__(self, lock: threading.Lock, registry: list):
-        self.socks: dict[str, zmq.Socket] = {}
+    A session's counter must reach the receiver in order, so it is signed and sent by
+    one thread on one socket. Closed when the thread ends (its locals die).
+    """
+
+    def __init__(self, auth: Authenticator, lock: threading.Lock, registry: list):
+        self.socks: dict[str, tuple[zmq.Socket, Outbound]] = {}
+        self._auth = auth
         self._lock = lock
         self._registry = registry
 
-    def get(self, addr: str) -> zmq.Socket:
-        s = self.socks.get(addr)
-        if s is None:
-            s = self.socks[addr] = tune(zmq_context().socket(zmq.DEALER))
-            s.connect(addr)
+    def get(self, addr: str) -> tuple[zmq.Socket, Outbound]:
+        pair = self.socks.get(addr)
+        if pair is None:
+            s = tune(zmq_context().socket(zmq.DEALER))
+            try:
+                out = connect_channel(s, self._auth, addr)
+            except BaseException:
+                s.close(0)
+                raise
+            pair = self.socks[addr] = (s, out)
             with self._lock:
                 self._registry.append(s)
-        return s
+        return pair
 
     def __del__(self) -> None:
         try:
             with self._lock:
-                for s in self.socks.values():
+                for s, _ in self.socks.values():
                     if s in self._registry:
                         self._registry.remove(s)
-            for s in self.socks.values():
+            for s, _ in self.socks.values():
                 s.close(0)
         except Exception:
             pass
@@ -146,11 +158,10 @@ class Client:
         self._tls = threading.local()
         self._all_send_socks: list[zmq.Socket] = []
         self._inbox = tune(zmq_context().socket(zmq.ROUTER))
-        self.inbox_addr = bind_random(self._inbox)
+        self.inbox_addr, self._inbox_in = bind_channel(self._inbox, auth, f"{identity} replies")
         self._inbox_fd = self._inbox.getsockopt(zmq.FD)
         self._inbox_lock = threading.RLock()  # held by whoever reads the inbox (recursion: callbacks that wait)
         self._drivers = 0  # threads blocked in drive_until; while > 0 the IO thread leaves the inbox to them
-        self._inbox_auth = auth.for_address(self.inbox_addr)
         self.bytes_sent = 0
         self.bytes_received = 0
         self.calls_sent = 0
@@ -223,12 +234,14 @@ class Client:
                 self._pending[call_id] = _Call(fut, proc_id, entry.incarnation, mesh, rank, endpoint,
                                                actor_id, deadline, timeout)
             addr = entry.addr
-        meta = (P.CALL if want_reply else P.CAST, call_id, actor_id, endpoint, self.identity,
-                self.inbox_addr if want_reply else "")
-        frames = P.encode(self._auth_for(addr), meta, payload)
+        # The inbox address travels with casts too: with the call id it names the call uniquely
+        # (the server drops a call id it already served from that inbox).
+        meta = (P.CALL if want_reply else P.CAST, call_id, actor_id, endpoint, self.identity, self.inbox_addr)
         try:
-            self._send_sock(addr).send_multipart(frames, copy=False)
-        except zmq.ZMQError as exc:
+            sock, out = self._send_sock(addr)
+            frames = P.encode(out, meta, payload)
+            sock.send_multipart(frames, copy=False)
+        except (zmq.ZMQError, AuthError) as exc:
             self._fail(call_id, ActorError(f"send to {addr} failed: {exc}", mesh=mesh, rank=rank,
                                            endpoint=endpoint))
             return fut
@@ -241,11 +254,11 @@ class Client:
             os.eventfd_write(self._efd, 1)
         return fut
 
-    def _send_sock(self, addr: str) -> zmq.Socket:
-        """This thread's DEALER to ``addr`` (sockets are never shared between threads)."""
+    def _send_sock(self, addr: str) -> tuple[zmq.Socket, Outbound]:
+        """This thread's DEALER to ``addr`` and its session (sockets are never shared between threads)."""
         bag = getattr(self._tls, "bag", None)
         if bag is None:
-            bag = self._tls.bag = ThreadSockets(self._lock, self._all_send_socks)
+            bag = self._tls.bag = ThreadSockets(self.auth, self._lock, self._all_send_socks)
         if self._closed:
             raise zmq.ZMQError(msg="the rlmesh client is closed")
         return bag.get(addr)
@@ -259,9 +272,6 @@ class Client:
             return sum(1 for c in self._pending.values() if c.actor_id == actor_id)
 
     # ------------------------------------------------------------------ IO thread
-    def _auth_for(self, addr: str) -> Authenticator:
-        return self.auth.for_address(addr)
-
     def _run(self) -> None:
         while not self._closed:
             # While threads drive the inbox themselves, stay off it (no second wake-up per reply)
@@ -341,9 +351,11 @@ class Client:
             size = sum(len(f) for f in body)
             self.bytes_received += size
             try:
-                (call_id, status), payload = P.decode_meta(self._inbox_auth, body)
+                (call_id, status), payload = P.decode_meta(self._inbox_in, body)
+            except AuthError:
+                continue  # counted, and logged at most once per peer per interval, by the channel
             except Exception as exc:
-                logger.warning("dropped a reply: %s", exc)
+                logger.warning("dropped a malformed reply: %s", exc)
                 continue
             with self._lock:
                 c = self._pending.pop(call_id, None)

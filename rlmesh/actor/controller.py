@@ -34,8 +34,8 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
 from rlmesh.errors import ActorDied, ActorError
-from rlmesh.transport.auth import SECRET_ENV, Authenticator
-from rlmesh.transport.sockets import bind_random, tune, zmq_context
+from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
+from rlmesh.transport.sockets import bind_channel, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -172,8 +172,8 @@ class Controller:
         self.sock = tune(zmq_context().socket(zmq.ROUTER))
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         port = os.environ.get(CONTROLLER_PORT_ENV)
-        self.addr = bind_random(self.sock, port=int(port) if port else None)
-        self.auth = self.auth.for_address(self.addr)
+        self.addr, self.chan = bind_channel(self.sock, self.auth, "controller", port=int(port) if port else None)
+        self._reply_out: dict[bytes, Any] = {}  # proc ident -> session answering that proc's link
         self.hb_timeout = float(os.environ.get(HB_TIMEOUT_ENV, "1.5"))
         self.init_hb_timeout = max(self.hb_timeout, float(os.environ.get(INIT_HB_TIMEOUT_ENV, "30")))
         self.start_timeout = float(os.environ.get(START_TIMEOUT_ENV, "60"))
@@ -377,8 +377,12 @@ class Controller:
 
     # ------------------------------------------------------------------ supervisor loop
     def _send(self, rec: ProcRecord, kind: str, **fields: Any) -> None:
+        out = self._reply_out.get(rec.ident)
+        if out is None:  # it has not said hello yet: nothing can reach it
+            logger.debug("control send to %s before its hello: dropped", rec.proc_id)
+            return
         try:
-            self.sock.send_multipart([rec.ident, *P.control(self.auth, kind, **fields)], copy=False)
+            self.sock.send_multipart([rec.ident, *P.control(out, kind, **fields)], copy=False)
         except zmq.ZMQError as exc:  # not connected (yet / any more)
             logger.debug("control send to %s failed: %s", rec.proc_id, exc)
 
@@ -419,7 +423,9 @@ class Controller:
                 return
             ident = bytes(frames[0])
             try:
-                kind, msg = P.read_control(self.auth, frames[1:])
+                kind, msg, sid = P.read_control_session(self.chan, frames[1:])
+            except AuthError:
+                continue  # counted, and logged at most once per peer per interval, by the channel
             except Exception as exc:
                 logger.warning("refused a control message from %r: %s", ident[:40], exc)
                 continue
@@ -427,6 +433,7 @@ class Controller:
             if rec is None:
                 logger.warning("control message %s from unknown proc %r", kind, ident[:40])
                 continue
+            self._reply_out[ident] = self.chan.reply_outbound(sid)
             try:
                 self._handle(rec, kind, msg)
             except Exception:

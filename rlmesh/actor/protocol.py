@@ -1,6 +1,8 @@
 """Wire formats of the control plane (controller <-> worker) and the data plane (caller -> actor).
 
-Every message is ``[mac | len(meta) | meta | payload head, *payload buffers]``:
+Every message is ``[mac | session | counter | len(meta) | meta | payload head, *payload buffers]``
+(signed by a :class:`~rlmesh.transport.channel.Outbound`, checked, freshness
+included, by the receiving :class:`~rlmesh.transport.channel.Inbound`):
 ``meta`` is a small pickled tuple of plain values, the payload an optional
 ``transport.dumps`` frame list whose pickle head shares the first zmq frame (one
 frame per message unless large buffers travel out of band). Keeping the meta
@@ -13,7 +15,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from rlmesh.transport.auth import Authenticator
+from rlmesh.transport.channel import Inbound, Outbound
 from rlmesh.transport.serialization import dumps, loads
 
 # data plane kinds
@@ -39,26 +41,38 @@ STOP = "stop"
 HANG = "hang"  # fault injection: stop heartbeating and stall the loop, as a hung proc would
 
 
-def encode(auth: Authenticator, meta: tuple, payload: list[Any] | None = None) -> list[Any]:
+def encode(out: Outbound, meta: tuple, payload: list[Any] | None = None) -> list[Any]:
     m = pickle.dumps(meta, protocol=5)
     head = bytes(payload[0]) if payload else b""
-    return auth.sign_packed(len(m).to_bytes(4, "little") + m + head, list(payload[1:]) if payload else [])
+    return out.sign_packed(len(m).to_bytes(4, "little") + m + head, list(payload[1:]) if payload else [])
 
 
-def decode_meta(auth: Authenticator, frames: list[Any]) -> tuple[tuple, list[Any]]:
-    """Verify the MAC (raises ``AuthError``) and return ``(meta, payload_frames)``."""
-    body, extra = auth.verify_packed(frames)
+def decode_session(inbound: Inbound, frames: list[Any]) -> tuple[bytes, tuple, list[Any]]:
+    """Verify MAC and freshness (raises ``AuthError``); return ``(session id, meta, payload_frames)``."""
+    sid, body, extra = inbound.verify_packed(frames)
     n = int.from_bytes(body[:4], "little")
     meta = pickle.loads(body[4:4 + n])
     head = body[4 + n:]
-    return meta, ([head, *extra] if head.nbytes or extra else [])
+    return sid, meta, ([head, *extra] if head.nbytes or extra else [])
 
 
-def control(auth: Authenticator, kind: str, **fields: Any) -> list[Any]:
+def decode_meta(inbound: Inbound, frames: list[Any]) -> tuple[tuple, list[Any]]:
+    """Verify MAC and freshness (raises ``AuthError``) and return ``(meta, payload_frames)``."""
+    _, meta, payload = decode_session(inbound, frames)
+    return meta, payload
+
+
+def control(out: Outbound, kind: str, **fields: Any) -> list[Any]:
     """A control-plane message: meta ``(kind,)`` and the fields as one pickled payload."""
-    return encode(auth, (kind,), dumps(fields))
+    return encode(out, (kind,), dumps(fields))
 
 
-def read_control(auth: Authenticator, frames: list[Any]) -> tuple[str, dict]:
-    meta, payload = decode_meta(auth, frames)
-    return meta[0], (loads(payload) if payload else {})
+def read_control(inbound: Inbound, frames: list[Any]) -> tuple[str, dict]:
+    kind, msg, _ = read_control_session(inbound, frames)
+    return kind, msg
+
+
+def read_control_session(inbound: Inbound, frames: list[Any]) -> tuple[str, dict, bytes]:
+    """Like :func:`read_control`, plus the sender's session id (to answer on :meth:`Inbound.reply_outbound`)."""
+    sid, meta, payload = decode_session(inbound, frames)
+    return meta[0], (loads(payload) if payload else {}), sid

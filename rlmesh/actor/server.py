@@ -27,9 +27,10 @@ from rlmesh.actor import hooks
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import ThreadSockets, error_payload
 from rlmesh.actor.context import Context, ProcInfo, _current
+from rlmesh.actor.dedup import CallIdWindow, Verdict
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import SerializationError, dumps, loads, nbytes
-from rlmesh.transport.sockets import bind_random, tune, zmq_context
+from rlmesh.transport.sockets import bind_channel, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ class ActorServer:
         self.loop = loop
         self.actors: dict[str, HostedActor] = {}
         self.sock = tune(zmq_context().socket(zmq.ROUTER))
-        self.addr = bind_random(self.sock)
-        self.auth = auth.for_address(self.addr)
+        self.addr, self.chan = bind_channel(self.sock, auth, f"actor calls to {proc.proc_id}")
+        self.call_ids = CallIdWindow()
         self.calls_served = 0
         self.bytes_received = 0
         self._reply_tls = threading.local()
@@ -115,18 +116,26 @@ class ActorServer:
             size = nbytes(body)
             self.bytes_received += size
             try:
-                meta, payload = P.decode_meta(self.auth, body)
-            except AuthError as exc:
-                logger.warning("refused a message (%s); %d refused so far", exc, self.auth.rejected)
-                continue
+                meta, payload = P.decode_meta(self.chan, body)
+            except AuthError:
+                continue  # counted, and logged at most once per peer per interval, by the channel
             except Exception as exc:
                 logger.warning("dropped a malformed message: %s", exc)
                 continue
             self._dispatch(ident, meta, payload, size)
 
     def _dispatch(self, ident: Any, meta: tuple, payload: list[Any], size_in: int) -> None:
-        kind, call_id, actor_id, endpoint, caller, reply_to = meta
-        call = _Served(call_id, reply_to if kind == P.CALL else "", actor_id, endpoint, caller, time.time(), size_in)
+        kind, call_id, actor_id, endpoint, caller, inbox = meta
+        verdict = self.call_ids.admit(inbox, call_id)
+        if verdict is Verdict.DUPLICATE:
+            self.chan.log.replayed(caller, "call id served already")
+            return
+        call = _Served(call_id, inbox if kind == P.CALL else "", actor_id, endpoint, caller, time.time(), size_in)
+        if verdict is Verdict.TOO_OLD:
+            self.chan.log.replayed(caller, "call id older than the replay window")
+            self._finish(call, self.actors.get(actor_id), exc=PermissionError(
+                f"call id {call_id} is older than this server's replay window; not run"))
+            return
         hosted = self.actors.get(actor_id)
         if hosted is None or endpoint not in hosted.endpoints:
             what = f"no actor {actor_id!r} in this proc" if hosted is None else f"no endpoint {endpoint!r}"
@@ -177,9 +186,10 @@ class ActorServer:
         self._finish(call, hosted, frames=frames)
 
     def _reply_sock(self, addr: str) -> Any:
+        """This thread's DEALER to a caller's inbox, and the session that signs on it."""
         bag = getattr(self._reply_tls, "bag", None)
         if bag is None:
-            bag = self._reply_tls.bag = ThreadSockets(self._reply_lock, self._reply_registry)
+            bag = self._reply_tls.bag = ThreadSockets(self.auth, self._reply_lock, self._reply_registry)
         return bag.get(addr)
 
     def _finish(self, call: "_Served", hosted: HostedActor | None, frames: list[Any] | None = None,
@@ -193,12 +203,12 @@ class ActorServer:
                              tb or f"{type(exc).__name__}: {exc}")
             frames = error_payload(exc, tb)
         if call.reply_to:
-            auth = self.auth.for_address(call.reply_to)
-            msg = P.encode(auth, (call.call_id, P.OK if exc is None else P.ERR), frames)
-            out = nbytes(msg)
             try:
-                self._reply_sock(call.reply_to).send_multipart(msg, copy=False)
-            except zmq.ZMQError as err:
+                sock, session = self._reply_sock(call.reply_to)
+                msg = P.encode(session, (call.call_id, P.OK if exc is None else P.ERR), frames)
+                out = nbytes(msg)
+                sock.send_multipart(msg, copy=False)
+            except (zmq.ZMQError, AuthError) as err:
                 logger.warning("could not reply to %s: %s", call.caller, err)
         sink = hooks.span_sink()
         if sink is not None:

@@ -1,7 +1,8 @@
 """A worker proc: joins a controller, hosts actors, heartbeats, and exits when the controller is gone.
 
-Run as ``python -m rlmesh.worker --controller tcp://HOST:PORT --proc-id ID ...``
-(the local launcher and Kubernetes pods use the same entry point). The job secret
+Run as ``python -m rlmesh.worker --controller tcp://HOST:PORT#m<nonce> --proc-id ID ...`` (the
+address exactly as the controller advertises it, channel nonce included; the local
+launcher and Kubernetes pods use the same entry point). The job secret
 comes in the ``RLMESH_SECRET`` environment variable, never on the command line.
 
 Threads: the main thread runs the asyncio loop with the :class:`ActorServer`;
@@ -35,8 +36,8 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.context import ProcInfo, _set_proc, current_context
 from rlmesh.actor.server import ActorServer
-from rlmesh.transport.auth import Authenticator
-from rlmesh.transport.sockets import tune, zmq_context
+from rlmesh.transport.auth import AuthError, Authenticator
+from rlmesh.transport.sockets import connect_channel, tune, zmq_context
 
 logger = logging.getLogger("rlmesh.worker")
 
@@ -90,8 +91,7 @@ class ControlLink(threading.Thread):
     def __init__(self, worker: "Worker"):
         super().__init__(name="rlmesh-control", daemon=True)
         self.w = worker
-        self.auth = worker.auth.for_address(worker.controller)
-        self.outq: deque = deque()
+        self.outq: deque = deque()  # (kind, fields): signed on this thread, so counters leave in order
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.reqs: dict[int, concurrent.futures.Future] = {}
         self.ids = itertools.count(1)
@@ -101,7 +101,7 @@ class ControlLink(threading.Thread):
         self.hung = False
 
     def send(self, kind: str, **fields: Any) -> None:
-        self.outq.append(P.control(self.auth, kind, **fields))
+        self.outq.append((kind, fields))
         os.eventfd_write(self.efd, 1)
 
     def request(self, kind: str, **fields: Any) -> concurrent.futures.Future:
@@ -115,8 +115,15 @@ class ControlLink(threading.Thread):
         w = self.w
         sock = tune(zmq_context().socket(zmq.DEALER))
         sock.setsockopt(zmq.IDENTITY, f"{w.proc.proc_id}#{w.proc.incarnation}".encode())
-        sock.connect(w.controller)
-        sock.send_multipart(P.control(self.auth, P.HELLO, proc_id=w.proc.proc_id, incarnation=w.proc.incarnation,
+        out = connect_channel(sock, w.auth, w.controller)
+        replies = out.reply_inbound(f"controller messages to {w.proc.proc_id}")
+
+        def flush() -> None:
+            while self.outq:
+                kind, fields = self.outq.popleft()
+                sock.send_multipart(P.control(out, kind, **fields), copy=False)
+
+        sock.send_multipart(P.control(out, P.HELLO, proc_id=w.proc.proc_id, incarnation=w.proc.incarnation,
                                       pid=os.getpid(), host=w.proc.host, addr=w.server.addr))
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -138,23 +145,23 @@ class ControlLink(threading.Thread):
                         break
                     last_heard = time.monotonic()
                     try:
-                        kind, msg = P.read_control(self.auth, frames)
+                        kind, msg = P.read_control(replies, frames)
+                    except AuthError:
+                        continue  # counted, and logged at most once per interval, by the channel
                     except Exception as exc:
                         logger.warning("refused a control message: %s", exc)
                         continue
                     self.handle(kind, msg)
-            while self.outq:
-                sock.send_multipart(self.outq.popleft(), copy=False)
+            flush()
             now = time.monotonic()
             if now - last_hb >= self.hb_s and not self.hung:
-                sock.send_multipart(P.control(self.auth, P.HEARTBEAT, proc_id=w.proc.proc_id))
+                sock.send_multipart(P.control(out, P.HEARTBEAT, proc_id=w.proc.proc_id))
                 last_hb = now
             if now - last_heard > self.controller_timeout:
                 logger.error("no word from the controller for %.0fs: it is gone; exiting", now - last_heard)
                 w.exit_soon(3)
                 last_heard = now  # exit_soon takes over; do not repeat the message
-        while self.outq:
-            sock.send_multipart(self.outq.popleft(), copy=False)
+        flush()
         sock.close(linger=200)
 
     def handle(self, kind: str, msg: dict) -> None:
@@ -284,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m rlmesh.worker", description=__doc__.split("\n")[0])
-    ap.add_argument("--controller", required=True, help="controller address, e.g. tcp://127.0.0.1:5555")
+    ap.add_argument("--controller", required=True, help="controller address as advertised, e.g. tcp://127.0.0.1:5555#m<32 hex>")
     ap.add_argument("--proc-id", required=True)
     ap.add_argument("--proc-mesh", default="procs")
     ap.add_argument("--rank", type=int, default=0)

@@ -84,6 +84,15 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("bytes_out", "BIGINT", "result payload size"),
         _c("weight", "BIGINT", "calls this row stands for (>1 when hot calls are sampled); use sum(weight) to count"),
     ), "the worker's span sink"),
+    _T("refusals", "messages a socket of the run dropped unread: forged, cut, replayed or reordered "
+       "(at most one row per peer and channel every 10 s)", (
+        _c("channel", "VARCHAR", "which socket refused: e.g. 'actor calls to gen.0', 'controller', 'telemetry ingest'"),
+        _c("peer", "VARCHAR", "the sender's address (or caller, for a call id served before)"),
+        _c("reason", "VARCHAR", "why, in words: bad MAC, too short, replayed or reordered (stale counter), call id served already"),
+        _c("count", "BIGINT", "messages from that peer refused since the previous row"),
+        _c("rejected_total", "BIGINT", "messages that failed the MAC on this channel so far"),
+        _c("replayed_total", "BIGINT", "replayed or reordered messages dropped on this channel so far"),
+    ), "the transport's refusal sink"),
     _T("rollouts", "one row per rollout from a generator: a num_envs x num_steps segment (gym) or one completion (LLM)", (
         _c("rollout_id", "VARCHAR", "unique id of the rollout"),
         _c("policy_version", "BIGINT", "weight version that produced it"),

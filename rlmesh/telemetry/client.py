@@ -11,8 +11,10 @@ when it is back.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
+import secrets
 import time
 from typing import Any
 
@@ -21,7 +23,7 @@ import zmq
 
 from rlmesh.telemetry import wire
 from rlmesh.telemetry.errors import ReadOnlyQueryError, ServiceUnavailableError, TelemetryError
-from rlmesh.transport import Authenticator
+from rlmesh.transport import Authenticator, connect_channel
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +67,13 @@ class RemoteSink:
 
     def __init__(self, addr: str, auth: Authenticator, origin: str):
         self.addr = addr
-        self.auth = auth.for_address(addr)  # full MAC coverage off loopback
+        self.auth = auth
         self.origin = origin
         self._sock: zmq.Socket | None = None
-        self._backlog: collections.deque[list[tuple[str, pa.Table]]] = collections.deque()
+        self._out: Any = None
+        self._id = secrets.token_hex(8)  # with the seq, names each batch uniquely (idempotent ingest)
+        self._seq = itertools.count(1)
+        self._backlog: collections.deque[tuple[int, list[tuple[str, pa.Table]]]] = collections.deque()
         self._backlog_rows = 0
         self._failing_since: float | None = None
         self._warned = False
@@ -81,7 +86,7 @@ class RemoteSink:
             s.setsockopt(zmq.LINGER, 2000)  # give the last batches a moment at exit
             s.setsockopt(zmq.SNDHWM, 256)
             s.setsockopt(zmq.IMMEDIATE, 1)
-            s.connect(self.addr)
+            self._out = connect_channel(s, self.auth, self.addr)
             self._sock = s
         return self._sock
 
@@ -89,13 +94,14 @@ class RemoteSink:
         if not batches and not self._backlog:
             return
         for msg in split_messages(batches):
-            self._backlog.append(msg)
+            self._backlog.append((next(self._seq), msg))
             self._backlog_rows += sum(t.num_rows for _, t in msg)
         sock = self._socket()
         while self._backlog:
-            head = self._backlog[0]
+            seq, head = self._backlog[0]
+            frames = wire.encode_batches(self._out, self.origin, head, (self._id, seq))
             try:
-                sock.send_multipart(wire.encode_batches(self.auth, self.origin, head), flags=zmq.NOBLOCK, copy=False)
+                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 self._unreachable()
                 return
@@ -110,7 +116,7 @@ class RemoteSink:
         if self._failing_since is None:
             self._failing_since = now
         while self._backlog_rows > MAX_BACKLOG_ROWS and len(self._backlog) > 1:
-            old = self._backlog.popleft()
+            _, old = self._backlog.popleft()
             n = sum(t.num_rows for _, t in old)
             self._backlog_rows -= n
             self.dropped_rows += n
@@ -153,16 +159,16 @@ def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0
     """Ask a live service; raises the service's error (read-only refusal, SQL error) here."""
     sock = telemetry_context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    auth = auth.for_address(addr)
     try:
-        sock.connect(addr)
-        sock.send_multipart(wire.encode(auth, kind, sql), copy=False)
+        out = connect_channel(sock, auth, addr)
+        replies = out.reply_inbound("telemetry query replies")
+        sock.send_multipart(wire.encode(out, kind, sql), copy=False)
         if not sock.poll(int(timeout * 1000)):
             raise ServiceUnavailableError(
                 f"telemetry service {addr} did not answer within {timeout:.0f}s; if the run has ended, "
                 "query its file instead (rlmesh sql RUN ...)"
             )
-        (status, payload), tables = wire.decode(auth, sock.recv_multipart(copy=False))
+        (status, payload), tables = wire.decode(replies, sock.recv_multipart(copy=False))
     finally:
         sock.close()
     if status == "ok":

@@ -21,6 +21,7 @@ from typing import Any
 from rlmesh.actor import hooks
 from rlmesh.actor.debugger import DEBUG_DIR_ENV
 from rlmesh.telemetry import api, logs
+from rlmesh.transport.refusals import RefusalReport, set_refusal_sink
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +38,21 @@ def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
     if not env:  # telemetry off, or this controller is itself a worker of another run
         return {}
     hooks.add_event_sink(record_proc_event)
+    set_refusal_sink(record_refusal)
     logs.install()  # procs' output -> logs, stack dumps -> stacks
     env[hooks.WORKER_PLUGINS_ENV] = WORKER_PLUGIN
     run_dir = api.current_run_dir()
     if run_dir is not None:  # paused actors register here, where `rlmesh debug RUN` looks
         env[DEBUG_DIR_ENV] = str(run_dir / "debug")
     return env
+
+
+def record_refusal(r: RefusalReport) -> None:
+    """Refusal sink: one ``refusals`` row per rate-limited report (so a flood costs a row per 10 s)."""
+    api.recorder().record_trusted("refusals", {
+        "channel": r.channel, "peer": r.peer, "reason": r.reason, "count": r.count,
+        "rejected_total": r.rejected_total, "replayed_total": r.replayed_total,
+    })
 
 
 def record_proc_event(ev: hooks.ProcEvent) -> None:
@@ -100,6 +110,7 @@ def on_worker_start(info: hooks.WorkerInfo) -> None:
         return
     if os.environ.get(SPANS_ENV, "1").lower() not in ("0", "false", "off", "no"):
         hooks.set_span_sink(SpanSampler(rec))
+    set_refusal_sink(record_refusal)
     _health = HealthSampler(rec.record_trusted, rec.run_id).start()
     hooks.add_shutdown_hook(_worker_shutdown)
 

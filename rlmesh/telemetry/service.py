@@ -32,7 +32,7 @@ from rlmesh.telemetry import snapshots, wire
 from rlmesh.telemetry.schema import SchemaError
 from rlmesh.telemetry.store import Store
 from rlmesh.telemetry.client import telemetry_context
-from rlmesh.transport import AuthError, Authenticator, bind_random
+from rlmesh.transport import AuthError, Authenticator, bind_channel
 from rlmesh.transport.sockets import tune
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ class TelemetryService:
         self._threads: list[threading.Thread] = []
         self.ingest_addr = self.query_addr = ""
         self._last_recv = 0.0
+        self._batch_seq: dict[str, int] = {}  # sender id -> last batch stored (ingest is idempotent)
+        self.duplicate_batches = 0
         self._run_json_at = time.monotonic()
         self.resumed = resume and bool(self.store.con.execute(
             "SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchone()[0])
@@ -81,9 +83,8 @@ class TelemetryService:
         ctx = telemetry_context()
         self._pull = tune(ctx.socket(zmq.PULL))
         self._router = tune(ctx.socket(zmq.ROUTER))
-        self.ingest_addr = bind_random(self._pull)
-        self.query_addr = bind_random(self._router)
-        self.auth = self.auth.for_address(self.ingest_addr)  # off loopback the MAC covers every frame
+        self.ingest_addr, self._ingest_in = bind_channel(self._pull, self.auth, "telemetry ingest")
+        self.query_addr, self._query_in = bind_channel(self._router, self.auth, "telemetry queries")
         for name, fn in (("writer", self._write_loop), ("recv", self._recv_loop), ("query", self._query_loop)):
             t = threading.Thread(target=fn, name=f"rlmesh-telemetry-{name}", daemon=True)
             t.start()
@@ -227,15 +228,24 @@ class TelemetryService:
             frames = self._pull.recv_multipart(copy=False)
             self._last_recv = time.monotonic()
             try:
-                header, tables = wire.decode(self.auth, frames)
+                header, tables = wire.decode(self._ingest_in, frames)
             except AuthError:
-                logger.warning("telemetry: dropped a batch that failed authentication (%d so far)", self.auth.rejected)
-                continue
+                continue  # counted, and logged at most once per peer per interval, by the channel
             except Exception:
                 logger.exception("telemetry: undecodable batch")
                 continue
-            if header[0] == "batches":
+            if header[0] == "batches" and len(header) == 4 and self._first_time(header[3]):
                 self.ingest(list(zip(header[2], tables)))
+
+    def _first_time(self, key: tuple[str, int]) -> bool:
+        """True once per ``(sender id, seq)``: a batch seen before (a replay) is never stored twice."""
+        sender, seq = key
+        if seq <= self._batch_seq.get(sender, 0):
+            self.duplicate_batches += 1
+            self._ingest_in.log.replayed(f"telemetry sender {sender}", "batch stored already")
+            return False
+        self._batch_seq[sender] = seq
+        return True
 
     # ---- queries ---------------------------------------------------------------------
     def query(self, sql: str) -> pa.Table:
@@ -249,17 +259,20 @@ class TelemetryService:
                 continue
             ident, *frames = self._router.recv_multipart(copy=False)
             try:
-                (kind, sql), _ = wire.decode(self.auth, frames)
+                sid, (kind, sql), _ = wire.decode_session(self._query_in, frames)
+            except AuthError:
+                continue  # counted, and logged at most once per peer per interval, by the channel
             except Exception:
-                logger.warning("telemetry: refused a query that failed authentication")
+                logger.warning("telemetry: refused a malformed query")
                 continue
+            out = self._query_in.reply_outbound(sid)
             try:
                 if kind == "sync":
                     self.sync()
                     result = pa.table({"ok": [True]})
                 else:
                     result = self.query(sql)
-                reply = wire.encode(self.auth, "ok", None, [result])
+                reply = wire.encode(out, "ok", None, [result])
             except Exception as exc:
-                reply = wire.encode(self.auth, "error", (type(exc).__name__, str(exc)))
+                reply = wire.encode(out, "error", (type(exc).__name__, str(exc)))
             self._router.send_multipart([ident, *reply], copy=False)

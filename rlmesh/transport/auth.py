@@ -1,40 +1,53 @@
-"""Frame authentication: an unauthenticated peer must never reach ``pickle.loads``.
+"""The job's keys: an unauthenticated or replayed message must never reach ``pickle.loads``.
 
-Every message starts with a MAC frame: keyed BLAKE2b-256 (a standard MAC
-construction, about 3x cheaper than HMAC-SHA256 on small frames), keyed by a
-per-job secret the controller hands to the workers it starts (environment,
-never argv). On loopback
-the MAC covers every frame under 64 KiB in full (the pickle headers, which are
-the only frames ever unpickled as code, in practice) and the sizes of the larger
-raw buffer frames, which are only ever read as array bytes; tampering with those
-in flight would need root on the host. Off loopback the MAC covers
-every frame (header and buffers), so nothing on the wire can be altered.
-Messages whose MAC does not verify are dropped and counted, never decoded.
+One per-job secret, which the controller hands to the workers it starts
+(environment, never argv; a Kubernetes Secret for pods), is the root of every key:
+
+- per-channel MAC keys (:mod:`rlmesh.transport.channel`): keyed BLAKE2b-256 over
+  each message with a per-session strictly increasing counter, so a forged, cut,
+  replayed or reordered message is dropped and counted, never decoded. The MAC
+  covers every frame under 64 KiB in full (the pickle headers, the only frames
+  ever unpickled) and the sizes of larger raw buffer frames, read only as bytes;
+- CurveZMQ keypairs (:mod:`rlmesh.transport.curve`) for every connection off
+  loopback, which encrypt and authenticate every byte, buffers included.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
 import ipaddress
 import os
 import secrets
 import socket
-from typing import Any
+
+from rlmesh.transport.channel import NONCE_LEN, AuthError, Inbound, Outbound, derive
+from rlmesh.transport.curve import CurveKeys
 
 SECRET_ENV = "RLMESH_SECRET"
-_MAC_LEN = 32
-_FULL_UNDER = 64 * 1024
+MAC_MODE = "m"  # address fragment: plain zmq + MAC (loopback only)
+CURVE_MODE = "c"  # address fragment: CurveZMQ + MAC
+
+__all__ = ["AuthError", "Authenticator", "SECRET_ENV", "is_loopback_address", "split_address"]
 
 
-class AuthError(PermissionError):
-    """A message failed authentication, or a non-loopback bind was asked for without a secret."""
+def split_address(addr: str) -> tuple[str, bytes, str]:
+    """``tcp://host:port#m<hex>`` -> ``("tcp://host:port", nonce, mode)``; a bare address has no nonce."""
+    endpoint, sep, frag = addr.partition("#")
+    if not sep:
+        return endpoint, b"", ""
+    try:
+        nonce = bytes.fromhex(frag[1:])
+    except ValueError:
+        nonce = b""
+    if frag[:1] not in (MAC_MODE, CURVE_MODE) or len(nonce) != NONCE_LEN:
+        raise AuthError(f"malformed rlmesh address {addr!r}: expected tcp://HOST:PORT#m<32 hex> or #c<32 hex>")
+    return endpoint, nonce, frag[0]
 
 
 @functools.lru_cache(maxsize=1024)
 def is_loopback_address(addr: str) -> bool:
     """True for ``tcp://127.x.x.x:port``, ``tcp://[::1]:port``, ``tcp://localhost:port``, ``ipc://`` and ``inproc://``."""
+    addr = addr.partition("#")[0]
     if addr.startswith(("ipc://", "inproc://")):
         return True
     host = addr.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
@@ -50,76 +63,42 @@ def is_loopback_address(addr: str) -> bool:
 
 
 class Authenticator:
-    """Signs outgoing frame lists and verifies incoming ones with one shared secret.
+    """The job secret and what derives from it: channel keys, sessions, CurveZMQ keypairs."""
 
-    ``full=True`` (chosen automatically for non-loopback endpoints) also covers the
-    buffer frames.
-    """
-
-    def __init__(self, secret: bytes, full: bool = False):
+    def __init__(self, secret: bytes):
         if not secret:
             raise AuthError("an empty secret would let any peer in; pass the job's secret")
         self._key = secret
-        self.full = full
-        self.rejected = 0
-        self._full_twin: Authenticator | None = None
-
-    def for_address(self, addr: str) -> "Authenticator":
-        """This authenticator for a loopback peer; its full-coverage twin for any other address."""
-        if self.full or is_loopback_address(addr):
-            return self
-        if self._full_twin is None:
-            self._full_twin = Authenticator(self._key, full=True)
-        return self._full_twin
+        self._curve: CurveKeys | None = None
 
     @classmethod
-    def from_env(cls, full: bool = False) -> "Authenticator":
+    def from_env(cls) -> "Authenticator":
         hexkey = os.environ.get(SECRET_ENV)
         if not hexkey:
             raise AuthError(f"{SECRET_ENV} is not set: workers get it from the controller that starts them")
-        return cls(bytes.fromhex(hexkey), full=full)
+        return cls(bytes.fromhex(hexkey))
 
     @staticmethod
     def new_secret() -> bytes:
         return secrets.token_bytes(32)
 
-    def _mac(self, frames: list[Any]) -> bytes:
-        h = hashlib.blake2b(key=self._key[:64], digest_size=_MAC_LEN)
-        h.update(len(frames).to_bytes(4, "little"))
-        for i, fr in enumerate(frames):
-            mv = memoryview(getattr(fr, "buffer", fr))
-            h.update(mv.nbytes.to_bytes(8, "little"))
-            if self.full or i == 0 or mv.nbytes < _FULL_UNDER:
-                h.update(mv)
-        return h.digest()
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one Authenticator per process, bounded cache
+    def _channel_key(self, nonce: bytes) -> bytes:
+        return derive(self._key, b"channel", nonce)
 
-    def sign(self, frames: list[Any]) -> list[Any]:
-        return [self._mac(frames), *frames]
+    def new_inbound(self, name: str) -> Inbound:
+        """A fresh channel (a listening socket's receiving side) with its own random nonce."""
+        nonce = secrets.token_bytes(NONCE_LEN)
+        return Inbound(self._channel_key(nonce), name, nonce)
 
-    def sign_packed(self, body: bytes, extra: list[Any]) -> list[Any]:
-        """``[mac + body, *extra]``: the MAC shares the first frame (one zmq frame fewer per message)."""
-        return [self._mac([body, *extra]) + body, *extra]
+    def outbound(self, addr: str) -> Outbound:
+        """A new session to the channel at ``addr`` (which carries the channel's nonce)."""
+        _, nonce, _ = split_address(addr)
+        if not nonce:
+            raise AuthError(f"{addr!r} has no channel nonce (#m<hex>): it was not advertised by an rlmesh socket")
+        return Outbound(self._channel_key(nonce))
 
-    def verify_packed(self, frames: list[Any]) -> tuple[memoryview, list[Any]]:
-        """Inverse of :meth:`sign_packed`: ``(body, extra)``, or :class:`AuthError` before anything is decoded."""
-        first = memoryview(getattr(frames[0], "buffer", frames[0])) if frames else memoryview(b"")
-        if first.nbytes < _MAC_LEN:
-            self.rejected += 1
-            raise AuthError("message too short to carry a MAC")
-        body, extra = first[_MAC_LEN:], frames[1:]
-        if not hmac.compare_digest(first[:_MAC_LEN], self._mac([body, *extra])):
-            self.rejected += 1
-            raise AuthError("bad MAC: the peer does not hold this job's secret")
-        return body, extra
-
-    def verify(self, frames: list[Any]) -> list[Any]:
-        """Return the payload frames, or raise :class:`AuthError` (the frames are never decoded)."""
-        if len(frames) < 2:
-            self.rejected += 1
-            raise AuthError("message too short to carry a MAC")
-        mac = bytes(getattr(frames[0], "buffer", frames[0]))
-        body = frames[1:]
-        if len(mac) != _MAC_LEN or not hmac.compare_digest(mac, self._mac(body)):
-            self.rejected += 1
-            raise AuthError("bad MAC: the peer does not hold this job's secret")
-        return body
+    def curve_keys(self) -> CurveKeys:
+        if self._curve is None:
+            self._curve = CurveKeys(derive(self._key, b"curve-server"), derive(self._key, b"curve-client"))
+        return self._curve

@@ -60,6 +60,26 @@ def _rebuild_tensor(buf: Any, dtype: Any, shape: tuple, device: str, requires_gr
     return t
 
 
+def _rebuild_exception(cls: type, args: tuple, state: dict) -> BaseException:
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+def _reduce_exception(exc: BaseException) -> Any:
+    """Exceptions by their ``args`` and ``__dict__``, without calling ``__init__`` again.
+
+    Python's default re-calls ``cls(*args)``, which fails for any exception whose
+    ``__init__`` takes other parameters than its message (``SchemaError(table, column,
+    ...)``): such an error raised in an actor could not reach its caller.
+    """
+    if type(exc).__reduce__ is not BaseException.__reduce__ or type(exc).__reduce_ex__ is not BaseException.__reduce_ex__:
+        return NotImplemented  # the class chose its own way (ActorError does)
+    state = {k: v for k, v in getattr(exc, "__dict__", {}).items()}
+    return _rebuild_exception, (type(exc), exc.args, state)
+
+
 def _code_reduce_keep_filename(code: types.CodeType) -> Any:
     """cloudpickle blanks ``co_filename`` of by-value code; keep it so remote tracebacks show source lines."""
     reduce = getattr(cloudpickle.cloudpickle, "_code_reduce", None)
@@ -73,6 +93,8 @@ class _Pickler(cloudpickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         if type(obj) is types.CodeType:
             return _code_reduce_keep_filename(obj)
+        if isinstance(obj, BaseException):
+            return _reduce_exception(obj)
         torch = _torch()
         if torch is not None and type(obj) is torch.Tensor or (
             torch is not None and isinstance(obj, torch.nn.Parameter)

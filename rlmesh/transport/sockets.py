@@ -1,7 +1,10 @@
 """Socket helpers: one zmq context per process, binds that default to loopback.
 
-Binding off loopback is allowed only through an :class:`Authenticator` in full mode;
-callers pass ``host`` explicitly to leave loopback (``RLMESH_BIND_HOST`` for workers).
+:func:`bind_channel` and :func:`connect_channel` are how every rlmesh socket that
+carries pickles or weights binds and dials: a channel bound off loopback (or with
+``RLMESH_TRANSPORT_ENCRYPTION=always``) is a CurveZMQ server and advertises
+``#c<nonce>``, and a dial to an address off loopback without CurveZMQ is refused.
+Callers pass ``host`` explicitly to leave loopback (``RLMESH_BIND_HOST`` for workers).
 """
 
 from __future__ import annotations
@@ -10,6 +13,10 @@ import os
 import threading
 
 import zmq
+
+from rlmesh.transport import curve
+from rlmesh.transport.auth import CURVE_MODE, MAC_MODE, AuthError, Authenticator, is_loopback_address, split_address
+from rlmesh.transport.channel import Inbound, Outbound
 
 _ctx_lock = threading.Lock()
 _ctx: zmq.Context | None = None
@@ -60,3 +67,35 @@ def tune(sock: zmq.Socket) -> zmq.Socket:
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
     return sock
+
+
+def bind_channel(sock: zmq.Socket, auth: Authenticator, name: str, host: str | None = None,
+                 port: int | None = None) -> tuple[str, Inbound]:
+    """Bind ``sock`` as a fresh channel; returns ``(address peers dial, its Inbound)``.
+
+    The address carries the channel's nonce and mode (``#m``: MAC on loopback, ``#c``:
+    CurveZMQ + MAC), so whoever holds the address can talk to this incarnation only.
+    """
+    host = host or default_bind_host()
+    secure = curve.always() or not is_loopback_address(f"tcp://{host}:0")
+    if secure:
+        curve.serve(sock, auth)
+    addr = bind_random(sock, host, port)
+    inbound = auth.new_inbound(name)
+    return f"{addr}#{CURVE_MODE if secure else MAC_MODE}{inbound.nonce.hex()}", inbound
+
+
+def connect_channel(sock: zmq.Socket, auth: Authenticator, addr: str) -> Outbound:
+    """Dial a channel address (CurveZMQ when it says so); returns a new session to sign with.
+
+    Refuses (:class:`AuthError`) to send in clear to an address off loopback.
+    """
+    endpoint, _, mode = split_address(addr)
+    if mode == CURVE_MODE:
+        curve.dial(sock, auth)
+    elif not is_loopback_address(endpoint):
+        raise AuthError(f"refusing to send in clear to {endpoint}: off loopback every connection is CurveZMQ "
+                        "(the address must come from an rlmesh socket, ending in #c...)")
+    out = auth.outbound(addr)
+    sock.connect(endpoint)
+    return out

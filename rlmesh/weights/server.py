@@ -6,9 +6,10 @@ as a zero-copy frame that points straight into the slot memory, so the bytes on 
 publisher wrote once; zmq's I/O thread does the sending, off the GIL. A lease keeps a
 slot from being overwritten while a remote reader is still reading it.
 
-Every request must carry this job's HMAC (``rlmesh.transport.Authenticator``); the
-body is JSON, so nothing from the network is ever unpickled. Off loopback the MAC
-covers every frame, data included.
+Every request must carry this job's MAC and a fresh session counter
+(``rlmesh.transport.channel``: a replayed request is dropped and counted); the body
+is JSON, so nothing from the network is ever unpickled. Off loopback the connection
+is CurveZMQ, which encrypts and authenticates every frame, data included.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from rlmesh.transport import Authenticator, AuthError, bind_random, is_loopback_address, zmq_context
+from rlmesh.transport import Authenticator, AuthError, bind_channel, zmq_context
 from rlmesh.transport.sockets import tune
 
 if TYPE_CHECKING:
@@ -35,8 +36,7 @@ class SyncServer:
     def __init__(self, pub: "Publisher", host: str | None = None):
         self.pub = pub
         self._sock = tune(zmq_context().socket(zmq.ROUTER))
-        self.addr = bind_random(self._sock, host)
-        self.auth = Authenticator.from_env(full=not is_loopback_address(self.addr))
+        self.addr, self._in = bind_channel(self._sock, Authenticator.from_env(), f"weights {pub.name!r}", host)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"rlmesh-weights-{pub.name}", daemon=True)
         self._thread.start()
@@ -51,8 +51,13 @@ class SyncServer:
                 frames = self._sock.recv_multipart(copy=False)
                 ident, body = frames[0], frames[1:]
                 try:
-                    req = json.loads(bytes(self.auth.verify(body)[0].buffer))
-                except (AuthError, ValueError, UnicodeDecodeError) as exc:
+                    sid, payload = self._in.verify(body)
+                except AuthError:
+                    continue  # counted, and logged at most once per peer per interval, by the channel
+                try:
+                    req = json.loads(bytes(payload[0].buffer))
+                    req["_out"] = self._in.reply_outbound(sid)
+                except (ValueError, UnicodeDecodeError, TypeError) as exc:
                     logger.warning("weights %r: dropped a request that failed authentication or decoding: %s", self.pub.name, exc)
                     continue
                 try:
@@ -63,12 +68,12 @@ class SyncServer:
                 except Exception as exc:  # a bad request must not kill the server
                     logger.debug("weights %r: request %s failed", self.pub.name, req.get("op"), exc_info=True)
                     reply, bufs = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, []
-                self._reply(ident, {**reply, "rid": req.get("rid")}, bufs)
+                self._reply(ident, {**reply, "rid": req.get("rid")}, bufs, req["_out"])
         finally:
             self._sock.close(0)
 
-    def _reply(self, ident: Any, reply: dict[str, Any], bufs: list[Any]) -> None:
-        out = self.auth.sign([json.dumps(reply).encode(), *bufs])
+    def _reply(self, ident: Any, reply: dict[str, Any], bufs: list[Any], session: Any) -> None:
+        out = session.sign([json.dumps(reply).encode(), *bufs])
         self._sock.send_multipart([ident, *out], copy=False)
 
     def _stream(self, ident: Any, req: dict[str, Any]) -> None:
@@ -77,10 +82,11 @@ class SyncServer:
         try:
             views = self.pub._read_views(int(req["lease"]), [tuple(r) for r in req["ranges"]])
         except Exception as exc:
-            self._reply(ident, {"ok": False, "rid": rid, "i": 0, "error": f"{type(exc).__name__}: {exc}"}, [])
+            self._reply(ident, {"ok": False, "rid": rid, "i": 0, "error": f"{type(exc).__name__}: {exc}"}, [],
+                        req["_out"])
             return
         for i, view in enumerate(views):
-            self._reply(ident, {"ok": True, "rid": rid, "i": i}, [view])
+            self._reply(ident, {"ok": True, "rid": rid, "i": i}, [view], req["_out"])
 
     def _handle(self, req: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
         op = req.get("op")

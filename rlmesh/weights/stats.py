@@ -56,6 +56,11 @@ class Version(int):
         obj.stats = stats
         return obj
 
+    def __reduce__(self) -> tuple:
+        # int subclasses pickle through int.__getnewargs__ (the value only): pass stats too,
+        # or a Version returned by an endpoint could not be rebuilt in the caller.
+        return (Version, (int(self), self.stats))
+
 
 def _record(table: str, **row: object) -> None:
     try:

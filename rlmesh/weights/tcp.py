@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from rlmesh.transport import Authenticator, AuthError, is_loopback_address, zmq_context
+from rlmesh.transport import Authenticator, AuthError, connect_channel, zmq_context
 from rlmesh.transport.sockets import tune
 from rlmesh.weights import checksum
 from rlmesh.weights.base import Fetched
@@ -45,9 +45,13 @@ class Control:
         self.pub_name = record["name"]
         if not self.addr:
             raise WeightSyncError(f"publisher of {self.pub_name!r} serves no network readers (transports excludes tcp)")
-        self.auth = Authenticator.from_env(full=not is_loopback_address(self.addr))
         self._sock = tune(zmq_context().socket(zmq.DEALER))
-        self._sock.connect(self.addr)
+        try:
+            self._out = connect_channel(self._sock, Authenticator.from_env(), self.addr)
+        except BaseException:
+            self._sock.close(0)
+            raise
+        self._replies = self._out.reply_inbound(f"weights {self.pub_name!r} replies")
         self._rid = itertools.count(1)
         self._waiting: set[int] = set()  # requests whose replies someone will ask for
         self._early: dict[int, tuple[dict[str, Any], list[Any]]] = {}  # replies that came before their turn
@@ -55,7 +59,7 @@ class Control:
     def send(self, req: dict[str, Any], reply: bool = True) -> int:
         rid = next(self._rid)
         req = {**req, "rid": rid}
-        self._sock.send_multipart(self.auth.sign([json.dumps(req).encode()]), copy=False)
+        self._sock.send_multipart(self._out.sign([json.dumps(req).encode()]), copy=False)
         if reply:
             self._waiting.add(rid)
         return rid
@@ -77,10 +81,13 @@ class Control:
                 raise WeightSyncError(f"publisher of {self.pub_name!r} at {self.addr} did not answer within {timeout:.0f}s")
             frames = self._sock.recv_multipart(copy=False)
             try:
-                body = self.auth.verify(frames)
+                _, body = self._replies.verify(frames)
+            except AuthError:
+                continue  # counted, and logged at most once per interval, by the channel
+            try:
                 reply = json.loads(bytes(body[0].buffer))
-            except (AuthError, ValueError) as exc:
-                logger.warning("weights %r: dropped a reply that failed authentication: %s", self.pub_name, exc)
+            except ValueError as exc:
+                logger.warning("weights %r: dropped a malformed reply: %s", self.pub_name, exc)
                 continue
             got = reply.get("rid")
             if got == rid:
@@ -166,7 +173,7 @@ class TcpReader(Control):
             if rid not in pending:
                 continue
             try:
-                self.auth.verify([mac, *parts])
+                self._replies.verify([mac, *parts])
             except AuthError as exc:
                 raise WeightSyncError(f"a chunk from {self.addr} failed authentication: {exc}") from None
             return rid, reply

@@ -64,7 +64,9 @@ def pytest_configure(config: Any) -> None:
 def k8s(tmp_path_factory) -> K8s:
     missing = missing_binaries()
     if missing:
-        pytest.skip(f"Kubernetes binaries {missing} not found in {bin_dir()}: run `bash scripts/k8s_build.sh` "
+        # The README's test command builds them (scripts/test.sh), so under CI a missing binary is a
+        # broken set-up, not absent hardware: fail loudly instead of skipping 14 tests quietly.
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"Kubernetes binaries {missing} not found in {bin_dir()}: run `bash scripts/k8s_build.sh` "
                     f"(builds them from Debian's kubernetes source package, ~12 min on 2 cores) or set "
                     f"RLMESH_K8S_BUILD=1")
     from kubernetes import client, config

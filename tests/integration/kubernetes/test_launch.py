@@ -240,7 +240,8 @@ def test_controller_in_a_pod_as_in_the_docs(k8s):
     log = (k8s.kubelet.log_dir / f"{k8s.namespace}_it-incluster-controller.log").read_text()
     assert phase == "Succeeded", log[-3000:]
     ctl_ip = k8s.core.read_namespaced_pod("it-incluster-controller", k8s.namespace).status.pod_ip
-    assert f"CONTROLLER tcp://{ctl_ip}:" in log  # off loopback: every frame fully authenticated
+    assert f"CONTROLLER tcp://{ctl_ip}:" in log
+    assert "#c" in log.split("CONTROLLER ", 1)[1].splitlines()[0]  # bound off loopback (0.0.0.0): CurveZMQ
     assert "RESULT [3, 3]" in log
     advertised = ast.literal_eval(log.split("ADVERTISED ", 1)[1].splitlines()[0])
     assert len(set(advertised)) == 2 and ctl_ip not in advertised  # each worker its own pod IP

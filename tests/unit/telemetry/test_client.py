@@ -11,7 +11,7 @@ from rlmesh.transport import Authenticator
 
 def test_unreachable_service_warns_once_and_never_blocks(caplog, monkeypatch):
     monkeypatch.setattr(client, "WARN_AFTER_S", 0.1)
-    sink = client.RemoteSink("tcp://127.0.0.1:9", Authenticator(b"k" * 32), "test")  # nothing listens on 9
+    sink = client.RemoteSink("tcp://127.0.0.1:9#m" + "00" * 16, Authenticator(b"k" * 32), "test")  # nothing listens on 9
     batch = [("mine", pa.table({"a": [1, 2]}))]
     with caplog.at_level(logging.WARNING, logger="rlmesh.telemetry.client"):
         t0 = time.perf_counter()
@@ -28,7 +28,7 @@ def test_unreachable_service_warns_once_and_never_blocks(caplog, monkeypatch):
 
 def test_backlog_is_bounded(monkeypatch):
     monkeypatch.setattr(client, "MAX_BACKLOG_ROWS", 10)
-    sink = client.RemoteSink("tcp://127.0.0.1:9", Authenticator(b"k" * 32), "test")
+    sink = client.RemoteSink("tcp://127.0.0.1:9#m" + "00" * 16, Authenticator(b"k" * 32), "test")
     for _ in range(10):
         sink([("mine", pa.table({"a": [1, 2, 3]}))])
     assert sink._backlog_rows <= 12 and sink.dropped_rows >= 18
