@@ -31,7 +31,7 @@ import zmq
 from rlmesh.actor import protocol as P
 from rlmesh.actor.context import current_context, current_proc
 from rlmesh.transport.auth import Authenticator
-from rlmesh.transport.sockets import bind_random, tune, zmq_context
+from rlmesh.transport.sockets import bind_channel, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -51,42 +51,42 @@ class _Channel:
     """The paused actor's end: one ROUTER socket, owned by the actor's thread."""
 
     def __init__(self) -> None:
-        self.auth = Authenticator.from_env()
         self.sock = tune(zmq_context().socket(zmq.ROUTER))
-        self.addr = bind_random(self.sock)
-        self.auth = self.auth.for_address(self.addr)
+        self.addr, self.inbound = bind_channel(self.sock, Authenticator.from_env(), "debugger")
         self.peer: bytes | None = None
+        self.out: Any = None  # the session answering the attached client
         self.pending = ""
 
-    def _recv(self) -> tuple[bytes, str, dict]:
+    def _recv(self) -> tuple[bytes, str, dict, bytes]:
         while True:
             ident, *frames = self.sock.recv_multipart(copy=False)
             try:
-                kind, msg = P.read_control(self.auth, frames)
-            except Exception as exc:  # noqa: BLE001 - a bad MAC: ignore the message, never unpickle it
+                kind, msg, sid = P.read_control_session(self.inbound, frames)
+            except Exception as exc:  # noqa: BLE001 - a bad MAC or a replay: ignore it, never unpickle it
                 logger.warning("debugger: refused a message: %s", exc)
                 continue
-            return bytes(ident), kind, msg
+            return bytes(ident), kind, msg, sid
+
+    def _attached(self, ident: bytes, sid: bytes) -> None:
+        self.peer, self.out = ident, self.inbound.reply_outbound(sid)
 
     def wait_attach(self) -> None:
         while self.peer is None:
-            ident, kind, _ = self._recv()
+            ident, kind, _, sid = self._recv()
             if kind == ATTACH:
-                self.peer = ident
+                self._attached(ident, sid)
 
     def send(self, kind: str, **fields: Any) -> None:
         if self.peer is not None:
-            self.sock.send_multipart([self.peer, *P.control(self.auth, kind, **fields)], copy=False)
+            self.sock.send_multipart([self.peer, *P.control(self.out, kind, **fields)], copy=False)
 
     def readline(self) -> str:
         while "\n" not in self.pending:
-            ident, kind, msg = self._recv()
-            if ident != self.peer:
-                continue
-            if kind == INPUT:
+            ident, kind, msg, sid = self._recv()
+            if kind == ATTACH:  # the client came back after losing its connection
+                self._attached(ident, sid)
+            elif ident == self.peer and kind == INPUT:
                 self.pending += str(msg.get("data", ""))
-            elif kind == ATTACH:  # the client came back after losing its connection
-                self.peer = ident
         line, _, self.pending = self.pending.partition("\n")
         return line + "\n"
 

@@ -26,7 +26,7 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.debugger import ATTACH, DETACHED, INPUT, OUTPUT
 from rlmesh.telemetry import run as runs
 from rlmesh.transport.auth import Authenticator
-from rlmesh.transport.sockets import tune, zmq_context
+from rlmesh.transport.sockets import connect_channel, tune, zmq_context
 
 
 def paused(run_dir: Path) -> list[dict[str, Any]]:
@@ -53,9 +53,9 @@ def attach(info: dict[str, Any], secret: bytes, stdin: Any = None, stdout: Any =
     """Run the interactive session until the actor resumes (returns 0) or the actor is gone (1)."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
-    auth = Authenticator(secret).for_address(info["addr"])
     sock = tune(zmq_context().socket(zmq.DEALER))
-    sock.connect(info["addr"])
+    auth = connect_channel(sock, Authenticator(secret), info["addr"])  # our session; replies checked on `back`
+    back = auth.reply_inbound(f"debugger of {info['actor']}")
     sock.send_multipart(P.control(auth, ATTACH), copy=False)
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
@@ -64,7 +64,7 @@ def attach(info: dict[str, Any], secret: bytes, stdin: Any = None, stdout: Any =
         while True:
             events = dict(poller.poll(1000))
             if sock in events:
-                kind, msg = P.read_control(auth, sock.recv_multipart(copy=False))
+                kind, msg = P.read_control(back, sock.recv_multipart(copy=False))
                 if kind == OUTPUT:
                     stdout.write(msg.get("data", ""))
                     stdout.flush()
