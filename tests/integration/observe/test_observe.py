@@ -28,6 +28,9 @@ def _env(runs_dir: Path) -> dict[str, str]:
                                 "RLMESH_CAPTURE", "RLMESH_ECHO"))}
     env["RLMESH_RUNS_DIR"] = str(runs_dir)
     env["RLMESH_HEALTH_INTERVAL"] = "0"
+    # The scenario counts restarts exactly: a loaded VM must not add heartbeat deaths of its own
+    # (the hung proc holds the GIL for hours, so it is still caught, 6 s later).
+    env["RLMESH_HEARTBEAT_TIMEOUT_S"] = "6"
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")])
     return env
 
@@ -128,7 +131,7 @@ def test_rlmesh_stacks_dumps_a_live_proc_with_thread_names(live, runs_dir):
     assert len({r["dump_id"] for r in doc["rows"]}) == 1
     names = {r["thread_name"] for r in doc["rows"]}
     assert {"MainThread", "rlmesh-control"} <= names, names
-    assert time.time() - t0 < 60
+    assert time.time() - t0 < 120  # gross bound against a hang
     text = cli(runs_dir, "stacks", run_dir.name, "--proc", "workers.2").stdout
     assert "== workers.2" in text and "thread" in text and "'MainThread'" in text
 
@@ -174,7 +177,9 @@ def test_mcp_answers_which_actor_restarted_most_and_what_it_logged_before_dying(
         status = (await s.call_tool("run_status", {"run": run})).structured_content
         most = max(status["procs"], key=lambda p: p["restarts"])
         last_death = (await s.call_tool("query", {"run": run, "sql": (
-            "SELECT ts FROM actors WHERE event = 'died' AND proc = '" + most["proc"] + "' ORDER BY ts DESC LIMIT 1")}
+            # stdout lines are stamped when the launcher reads them (up to ~10 ms late): allow 1 s past the death
+            "SELECT ts + INTERVAL 1 SECOND AS ts FROM actors WHERE event = 'died' AND proc = '" + most["proc"]
+            + "' ORDER BY ts DESC LIMIT 1")}
         )).structured_content["rows"][0]["ts"]
         before = (await s.call_tool("logs", {"run": run, "proc": most["proc"], "before": last_death,
                                              "stream": "stdout", "limit": 1})).structured_content
