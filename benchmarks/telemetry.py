@@ -11,6 +11,7 @@ Prints, with the baseline measured in the same run:
   4. a 1 ms endpoint called in a loop with and without span recording;
   5. a GROUP BY over 10 M ``rollouts`` rows, live (through the service) and from the file.
 Targets (issue 3): ingest >= 0.5x floor; record() <= 5 µs; spans <= +5 %; group-by < 1 s.
+Then benchmarks/observe.py (issue 14): log capture overhead, stacks of 8 procs, MCP round trip.
 """
 
 from __future__ import annotations
@@ -258,3 +259,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    import observe  # issue 14: log capture overhead, stack dumps of 8 procs, MCP round trip (benchmarks/observe.py)
+
+    observe.main(QUICK)

@@ -14,6 +14,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("rlmesh.dashboard.server:dashboard_main", "live web pages over the runs: rlmesh dashboard [RUN]"),
     "k8s": ("rlmesh.recipes.k8s:k8s_main", "render or clean up Kubernetes objects"),
     "clean": ("rlmesh.weights.clean:clean_main", "reclaim /dev/shm segments and run records left by dead runs"),
+    "logs": ("rlmesh.telemetry.logs_cli:logs_main", "a run's output and log records: rlmesh logs [RUN] --level WARNING"),
+    "stacks": ("rlmesh.telemetry.logs_cli:stacks_main", "every thread's Python stack of a live run's procs"),
+    "mcp": ("rlmesh.agents.mcp_server:mcp_main", "MCP server (stdio) over runs, for AI agents"),
+    "debug": ("rlmesh.agents.debug_cli:debug_main", "list actors paused at breakpoint(); attach pdb to one"),
 }
 
 

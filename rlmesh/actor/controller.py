@@ -490,6 +490,9 @@ class Controller:
                 elif rec.state in ("alive", "rejoining") and not stalled:
                     why = silent_death(rec, now, self._load.factor(now), together)
                     if why is not None:
+                        kill_hung = getattr(rec.handle, "kill_hung", None)  # a capturing launcher takes its stacks first
+                        if kill_hung is not None:
+                            kill_hung()
                         self._kill(rec)
                         self._on_exit(rec, None, None, reason=why)
                 elif rec.state == "starting" and now - rec.started_at > rec.start_timeout and not stalled:

@@ -33,7 +33,7 @@ from typing import Any
 
 import zmq
 
-from rlmesh.actor import hooks, kv
+from rlmesh.actor import debugger, hooks, kv, stdio
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.client import error_payload
@@ -324,11 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     proc = ProcInfo(proc_id=args.proc_id, proc_mesh=args.proc_mesh, rank=args.rank, pid=os.getpid(),
                     host=socket.gethostname(), incarnation=args.incarnation,
                     job_id=os.environ.get("RLMESH_JOB_ID", ""))
-    logging.basicConfig(
-        level=os.environ.get("RLMESH_LOG_LEVEL", "WARNING").upper(),
-        format="%(asctime)s %(levelname)s [%(rlmesh_where)s pid=%(process)d] %(name)s: %(message)s")
-    for h in logging.getLogger().handlers:
-        h.addFilter(_WhereFilter(proc))
+    level = os.environ.get("RLMESH_LOG_LEVEL", "WARNING").upper()
+    if not stdio.attach(proc, level):  # captured: the launcher stores and shows every record
+        logging.basicConfig(
+            level=level, format="%(asctime)s %(levelname)s [%(rlmesh_where)s pid=%(process)d] %(name)s: %(message)s")
+        for h in logging.getLogger().handlers:
+            h.addFilter(_WhereFilter(proc))
+    debugger.install()  # breakpoint() in an endpoint pauses that actor for `rlmesh debug`
     code = Worker(args.controller, proc, args.parent_pid).run()
     logging.shutdown()
     sys.stdout.flush()

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
-from rlmesh.launch import forkserver
+from rlmesh.launch import capture, forkserver
 from rlmesh.launch.forkserver import ForkedProcHandle, ForkServer
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class LocalLauncher:
         self.fork_preload = tuple(fork_preload)
         self._servers: dict[str, ForkServer] = {}
         self._lock = threading.Lock()
+        self._capture: capture.OutputCapture | None = None
 
     def _fork_enabled(self) -> bool:
         return forkserver.enabled_by_env() if self.fork_server is None else self.fork_server
@@ -96,13 +97,35 @@ class LocalLauncher:
         argv = ["--controller", req.controller_addr, "--proc-id", req.proc_id, "--proc-mesh", req.proc_mesh,
                 "--rank", str(req.rank), "--incarnation", str(req.incarnation)]
         if getattr(req, "restartable", False) and self._fork_enabled():
-            handle = self._via_fork_server(req, env, argv)
+            prep = self._prepare_capture(req, fork=True) if req.incarnation > 0 else None
+            handle = self._via_fork_server(req, env, argv, prep.env if prep else None)
             if handle is not None:
-                return handle
+                return capture.captured(handle, prep)
+            if prep is not None:
+                prep.abort()
         cmd = [self.python, "-m", "rlmesh.worker", *argv, "--parent-pid", str(os.getpid())]
-        return LocalProcHandle(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
+        prep = self._prepare_capture(req, fork=False)
+        if prep is None:
+            return LocalProcHandle(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
+        try:
+            popen = subprocess.Popen(cmd, env={**env, **prep.env}, stdin=subprocess.DEVNULL,
+                                     stdout=prep.stdout_fd, stderr=prep.stderr_fd)
+        except BaseException:
+            prep.abort()
+            raise
+        return capture.captured(LocalProcHandle(popen), prep)
 
-    def _via_fork_server(self, req: LaunchRequest, env: dict[str, str], argv: list[str]) -> ForkedProcHandle | None:
+    def _prepare_capture(self, req: LaunchRequest, fork: bool) -> capture.Prepared | None:
+        """FIFOs for this launch's output (the ``logs``/``stacks`` tables, the terminal echo), unless RLMESH_CAPTURE=0."""
+        if not capture.capture_enabled():
+            return None
+        with self._lock:
+            if self._capture is None:
+                self._capture = capture.OutputCapture()
+        return self._capture.prepare(req.proc_id, req.proc_mesh, req.rank, req.incarnation, fork)
+
+    def _via_fork_server(self, req: LaunchRequest, env: dict[str, str], argv: list[str],
+                         child_env: dict[str, str] | None = None) -> ForkedProcHandle | None:
         """First launch: start the mesh's template (in the background) and return None; relaunch: fork it."""
         with self._lock:
             srv = self._servers.get(req.proc_mesh)
@@ -118,7 +141,7 @@ class LocalLauncher:
             return None
         if srv.usable:
             try:
-                return srv.fork(argv + ["--parent-pid", str(srv.pid)], env, os.getcwd())
+                return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd())
             except OSError:
                 srv.dead = True
         if not srv.warned:
@@ -149,6 +172,10 @@ class LocalLauncher:
         """Stop every template (the controller shuts down)."""
         for name in list(self._servers):
             self.release(name)
+        with self._lock:
+            cap, self._capture = self._capture, None
+        if cap is not None:
+            cap.close()
 
 
 class HostMesh:

@@ -4,31 +4,75 @@ so the summary shows what was recorded, not what the controller believes)."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 
-class RunProgress:
-    """A rich progress bar over train steps with the key numbers: step, reward, samples/s, policy lag.
+PROGRESS_FORMAT_ENV = "RLMESH_PROGRESS"  # auto (default) | bar | plain | json | off
+PROGRESS_EVERY_ENV = "RLMESH_PROGRESS_EVERY_S"  # seconds between plain/json lines (default 10)
 
-    Silent (but still tracks the numbers) when ``enabled`` is false or stdout is not a terminal.
+
+def progress_format(enabled: bool = True, stream: Any = None) -> str:
+    """``bar`` on a terminal, ``plain`` lines when piped (``tee``, an agent), ``json`` lines or ``off`` on request."""
+    want = os.environ.get(PROGRESS_FORMAT_ENV, "auto").strip().lower()
+    if not enabled or want in ("off", "0", "false", "no"):
+        return "off"
+    if want in ("bar", "plain", "json"):
+        return want
+    return "bar" if (stream or sys.stdout).isatty() else "plain"
+
+
+def eta_s(done: float, total: float, elapsed: float) -> float | None:
+    """Seconds left at the average rate so far (None before any progress)."""
+    if done <= 0 or elapsed <= 0 or total <= done:
+        return None if done <= 0 else 0.0
+    return elapsed * (total - done) / done
+
+
+def _hms(s: float | None) -> str:
+    if s is None or s != s:
+        return "?"
+    s = int(round(s))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class RunProgress:
+    """Progress over train steps with the key numbers: step, reward, samples/s, policy lag, ETA.
+
+    On a terminal: a rich bar; workers' output (echoed by the launcher through ``sys.stdout``)
+    is printed above it, never through it. Piped: one plain line every
+    ``RLMESH_PROGRESS_EVERY_S`` seconds (default 10) and at the end; ``RLMESH_PROGRESS=json``
+    makes those lines JSON objects (for agents). ``enabled=False`` or ``RLMESH_PROGRESS=off``:
+    silent (still tracks the numbers).
     """
 
-    def __init__(self, total: int, unit: str = "steps", enabled: bool = True) -> None:
-        self.total, self.unit = total, unit
-        self.enabled = enabled and sys.stdout.isatty()
+    def __init__(self, total: int, unit: str = "steps", enabled: bool = True, phase: str = "train",
+                 stream: Any = None) -> None:
+        self.total, self.unit, self.phase = total, unit, phase
+        self.stream = stream
+        self.format = progress_format(enabled, stream)
+        self.enabled = self.format != "off"
         self.start = time.perf_counter()
+        self.completed = 0
+        self._last_line = float("-inf")  # the first update prints a line at once
+        try:
+            self.every = float(os.environ.get(PROGRESS_EVERY_ENV, "10"))
+        except ValueError:
+            self.every = 10.0
         self.fields: dict[str, Any] = {"reward": float("nan"), "sps": 0.0, "lag": 0, "step": 0}
         self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn(
             "{task.completed:>8.0f}/{task.total:.0f} " + unit + "  step {task.fields[step]}  reward "
             "{task.fields[reward]:.3f}  samples/s {task.fields[sps]:.0f}  lag {task.fields[lag]}"),
-            TimeElapsedColumn(), disable=not self.enabled, transient=False)
-        self._task = self._progress.add_task("train", total=total, **self.fields)
+            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), disable=self.format != "bar",
+            transient=False)
+        self._task = self._progress.add_task(phase, total=total, **self.fields)
 
     def __enter__(self) -> "RunProgress":
         self._progress.start()
@@ -36,10 +80,74 @@ class RunProgress:
 
     def __exit__(self, *exc: Any) -> None:
         self._progress.stop()
+        if self.format in ("plain", "json"):
+            self._line(final=True)
 
     def update(self, completed: int, **fields: Any) -> None:
         self.fields.update({k: v for k, v in fields.items() if v is not None})
-        self._progress.update(self._task, completed=min(completed, self.total), **self.fields)
+        self.completed = min(completed, self.total)
+        self._progress.update(self._task, completed=self.completed, **self.fields)
+        if self.format in ("plain", "json") and time.perf_counter() - self._last_line >= self.every:
+            self._line()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The numbers a line shows, as plain values."""
+        elapsed = time.perf_counter() - self.start
+        out = {"phase": self.phase, "completed": self.completed, "total": self.total, "unit": self.unit,
+               "elapsed_s": round(elapsed, 1), "eta_s": None, **self.fields}
+        eta = eta_s(self.completed, self.total, elapsed)
+        out["eta_s"] = None if eta is None else round(eta, 1)
+        return {k: (None if isinstance(v, float) and v != v else v) for k, v in out.items()}
+
+    def _line(self, final: bool = False) -> None:
+        self._last_line = time.perf_counter()
+        snap = self.snapshot()
+        if self.format == "json":
+            text = json.dumps({"progress": snap, "final": final})
+        else:
+            pct = 100.0 * snap["completed"] / snap["total"] if snap["total"] else 100.0
+            reward = "?" if snap["reward"] is None else f"{snap['reward']:.3f}"
+            text = (f"[{self.phase}] {snap['completed']}/{snap['total']} {self.unit} ({pct:.0f}%)  "
+                    f"step {snap['step']}  reward {reward}  samples/s {snap['sps']:.0f}  lag {snap['lag']}  "
+                    f"elapsed {_hms(snap['elapsed_s'])}  eta {_hms(snap['eta_s'])}" + ("  done" if final else ""))
+        out = self.stream or sys.stdout
+        out.write(text + "\n")
+        out.flush()
+
+
+class Phase:
+    """A warm-up phase before training (engine start, GRPO's SFT) shown as its own line, with its elapsed time.
+
+    ``with Phase("trainer warm-up (SFT, 50 steps)"):`` — on a terminal a spinner with elapsed
+    time; piped, a start and a done line (JSON with ``RLMESH_PROGRESS=json``).
+    """
+
+    def __init__(self, name: str, enabled: bool = True, stream: Any = None) -> None:
+        self.name, self.stream = name, stream
+        self.format = progress_format(enabled, stream)
+        self._progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
+                                  disable=self.format != "bar", transient=False)
+        self.start = 0.0
+
+    def _say(self, state: str) -> None:
+        if self.format not in ("plain", "json"):
+            return
+        elapsed = round(time.perf_counter() - self.start, 1)
+        out = self.stream or sys.stdout
+        out.write((json.dumps({"phase": self.name, "state": state, "elapsed_s": elapsed})
+                   if self.format == "json" else f"[{self.name}] {state} ({_hms(elapsed)})") + "\n")
+        out.flush()
+
+    def __enter__(self) -> "Phase":
+        self.start = time.perf_counter()
+        self._progress.add_task(self.name, total=None)
+        self._progress.start()
+        self._say("started")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.stop()
+        self._say("done" if exc[0] is None else "failed")
 
 
 def example_queries(run_id: str) -> list[tuple[str, str]]:

@@ -181,6 +181,29 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("xid", "BIGINT", "last XID error seen since the previous sample, else NULL"),
         _c("xid_count", "BIGINT", "XID errors seen since the previous sample"),
     ), "one health sampler per host"),
+    _T("logs", "every line a worker proc wrote to stdout/stderr and every Python logging record (workers and controller); read from the proc's pipe by its launcher, so a SIGKILLed proc's last lines are here", (
+        _c("incarnation", "BIGINT", "0 for the first process of a proc, +1 per restart (NULL for the controller)"),
+        _c("pid", "BIGINT", "OS pid of the writing process (NULL when unknown, e.g. a pod)"),
+        _c("stream", "VARCHAR", "stdout | stderr | log (a logging record)"),
+        _c("level", "VARCHAR", "DEBUG | INFO | WARNING | ERROR | CRITICAL for logging records; NULL for stdout/stderr lines"),
+        _c("logger", "VARCHAR", "logger name (logging records)"),
+        _c("message", "VARCHAR", "the line, or the record's formatted message"),
+        _c("exception", "VARCHAR", "traceback text of a record logged with exc_info, else NULL"),
+        _c("actor", "VARCHAR", "mesh[rank] of the actor that logged the record, when logged inside an actor"),
+    ), "the launcher's output capture (rlmesh.launch.capture) and the controller's log handler"),
+    _T("stacks", "Python stack of every thread of a proc, one row per frame: taken by `rlmesh stacks` and just before a hung proc is killed", (
+        _c("incarnation", "BIGINT", "incarnation of the proc whose stacks these are"),
+        _c("pid", "BIGINT", "OS pid of that process"),
+        _c("dump_id", "VARCHAR", "one id per dump: all frames of all threads taken at once"),
+        _c("reason", "VARCHAR", "why it was taken: heartbeat timeout | signal (rlmesh stacks, a SIGUSR2)"),
+        _c("thread", "VARCHAR", "thread ident, hex (as faulthandler prints it)"),
+        _c("thread_name", "VARCHAR", "thread name (NULL when the proc was too stuck to name its threads)"),
+        _c("current", "BOOLEAN", "the thread the dump signal was handled on (usually the main thread); not necessarily the one holding the GIL"),
+        _c("depth", "BIGINT", "0 = the frame executing now, 1 = its caller, ..."),
+        _c("function", "VARCHAR", "function name"),
+        _c("file", "VARCHAR", "source file"),
+        _c("line", "BIGINT", "line number in file"),
+    ), "the launcher's output capture (faulthandler dump on SIGUSR2)"),
 ]}
 
 #: Not filled on purpose: rows the service could not store (type mismatch), kept so nothing is lost silently.
@@ -191,4 +214,16 @@ REJECTED_TABLE = Table("_rejected", "rows that did not fit their table's types, 
     _c("reason", "VARCHAR", "the schema error, naming column and both types"),
     _c("row", "VARCHAR", "the row, as JSON"),
 ), "the telemetry service")
-DOCUMENTED: dict[str, Table] = {**BUILTIN, REJECTED_TABLE.name: REJECTED_TABLE}
+_M = ("policy_loss", "value_loss", "entropy", "approx_kl", "kl", "clip_fraction", "explained_variance")
+#: Views over the tables (created with every run file): the common train_steps.metrics as real columns.
+VIEWS: dict[str, Table] = {"train_metrics": _T("train_metrics", "view over train_steps: the common losses/* metrics as columns, plus samples per second (NULL where a trainer does not report one)", (
+    *(_c(c, t, d) for c, t, d in (("step", "BIGINT", "optimiser step"), ("policy_version", "BIGINT", "weight version after the step"),
+                                  ("loss", "DOUBLE", "total loss"), ("lr", "DOUBLE", "learning rate"), ("grad_norm", "DOUBLE", "gradient norm before clipping"))),
+    *(_c(m, "DOUBLE", f"metrics['losses/{m}']") for m in _M),
+    _c("samples_per_s", "DOUBLE", "samples / duration_s of the step"),
+), "DuckDB (a view; nothing is stored twice)")}
+VIEW_SQL: dict[str, str] = {"train_metrics": (
+    "SELECT run_id, ts, mesh, rank, proc, host, step, policy_version, loss, lr, grad_norm, "
+    + ", ".join(f"TRY_CAST(json_extract_string(metrics, '$.\"losses/{m}\"') AS DOUBLE) AS {m}" for m in _M)
+    + ", samples / nullif(duration_s, 0) AS samples_per_s FROM train_steps")}
+DOCUMENTED: dict[str, Table] = {**BUILTIN, REJECTED_TABLE.name: REJECTED_TABLE, **VIEWS}

@@ -25,6 +25,8 @@ from rlmesh.telemetry.errors import TelemetryError
 from rlmesh.telemetry.schema import DOCUMENTED
 
 FORMATS = ("table", "csv", "json", "parquet")
+#: Bumped only when a key of the JSON output changes meaning or goes away (new keys may appear): docs/agents.md.
+FORMAT_VERSION = 1
 MAX_TABLE_ROWS = 1000
 
 
@@ -46,11 +48,38 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+_DUCK_ALIASES = {"TIMESTAMP WITH TIME ZONE": "TIMESTAMPTZ", "TIME WITH TIME ZONE": "TIMETZ"}
+
+
+def type_name(t: Any) -> str:
+    """One naming of types everywhere (--schema, query results, MCP): DuckDB's, as docs/telemetry.md writes them.
+
+    Takes a DuckDB type string or a pyarrow type (a query result's column)."""
+    import pyarrow as pa
+
+    if isinstance(t, str):
+        return _DUCK_ALIASES.get(t.upper(), t.upper())
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"{type_name(t.value_type)}[]"
+    if pa.types.is_struct(t):
+        return "STRUCT(" + ", ".join(f"{f.name} {type_name(f.type)}" for f in t) + ")"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    simple = {pa.string(): "VARCHAR", pa.large_string(): "VARCHAR", pa.int64(): "BIGINT", pa.int32(): "INTEGER",
+              pa.int16(): "SMALLINT", pa.int8(): "TINYINT", pa.uint64(): "UBIGINT", pa.uint32(): "UINTEGER",
+              pa.float64(): "DOUBLE", pa.float32(): "FLOAT", pa.bool_(): "BOOLEAN", pa.binary(): "BLOB",
+              pa.large_binary(): "BLOB", pa.date32(): "DATE", pa.null(): "NULL"}
+    return simple.get(t, str(t).upper())
+
+
 def to_json(tbl: Any, run: str | None) -> str:
-    """``{"run", "columns": [{"name", "type"}], "rows": [{...}], "row_count"}``, keys in column order."""
-    cols = [{"name": f.name, "type": str(f.type)} for f in tbl.schema]
+    """``{"format_version", "run", "columns": [{"name", "type"}], "rows": [{...}], "row_count"}``, keys in column order."""
+    cols = [{"name": f.name, "type": type_name(f.type)} for f in tbl.schema]
     rows = [{k: _jsonable(v) for k, v in r.items()} for r in tbl.to_pylist()]
-    return json.dumps({"run": run, "columns": cols, "rows": rows, "row_count": len(rows)}, ensure_ascii=False)
+    return json.dumps({"format_version": FORMAT_VERSION, "run": run, "columns": cols, "rows": rows,
+                       "row_count": len(rows)}, ensure_ascii=False)
 
 
 def _flatten_nested(tbl: Any) -> Any:
@@ -190,7 +219,8 @@ def sql_main(argv: list[str]) -> int:
 def _print_schema(tbl: Any, run: str) -> None:
     rows = tbl.to_pylist()
     for name in dict.fromkeys(r["table"] for r in rows):
-        part = [{k: r[k] for k in ("column", "type", "description")} for r in rows if r["table"] == name]
+        part = [{"column": r["column"], "type": type_name(r["type"]), "description": r["description"]}
+                for r in rows if r["table"] == name]
         doc = DOCUMENTED[name].doc if name in DOCUMENTED else "user table (types from its first batch)"
         print_table(pa.Table.from_pylist(part), title=f"{name}: {doc}")
 
@@ -200,8 +230,8 @@ def _write_schema_json(tbl: Any, run: str, out: str | None) -> int:
     for r in tbl.to_pylist():
         t = tables.setdefault(r["table"], {"doc": DOCUMENTED[r["table"]].doc if r["table"] in DOCUMENTED else "user table",
                                            "columns": []})
-        t["columns"].append({"name": r["column"], "type": r["type"], "description": r["description"]})
-    text = json.dumps({"run": run, "tables": tables}, ensure_ascii=False)
+        t["columns"].append({"name": r["column"], "type": type_name(r["type"]), "description": r["description"]})
+    text = json.dumps({"format_version": FORMAT_VERSION, "run": run, "tables": tables}, ensure_ascii=False)
     if out:
         Path(out).write_text(text + "\n")
     else:

@@ -19,7 +19,8 @@ import time
 from typing import Any
 
 from rlmesh.actor import hooks
-from rlmesh.telemetry import api
+from rlmesh.actor.debugger import DEBUG_DIR_ENV
+from rlmesh.telemetry import api, logs
 from rlmesh.telemetry.health import HealthSampler
 from rlmesh.transport.refusals import RefusalReport, set_refusal_sink
 
@@ -39,7 +40,11 @@ def on_controller_start(info: hooks.ControllerInfo) -> dict[str, str]:
         return {}
     hooks.add_event_sink(record_proc_event)
     set_refusal_sink(record_refusal)
+    logs.install()  # procs' output -> logs, stack dumps -> stacks
     env[hooks.WORKER_PLUGINS_ENV] = WORKER_PLUGIN
+    run_dir = api.current_run_dir()
+    if run_dir is not None:  # paused actors register here, where `rlmesh debug RUN` looks
+        env[DEBUG_DIR_ENV] = str(run_dir / "debug")
     return env
 
 

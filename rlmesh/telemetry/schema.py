@@ -27,9 +27,9 @@ class SchemaError(TelemetryError, TypeError):
         super().__init__(f"{msg}; {hint}")
 
 
-from rlmesh.telemetry.catalog import AUTO, AUTO_NAMES, BUILTIN, DOCUMENTED, REJECTED_TABLE, Column, Table
+from rlmesh.telemetry.catalog import AUTO, AUTO_NAMES, BUILTIN, DOCUMENTED, REJECTED_TABLE, VIEW_SQL, Column, Table
 
-__all__ = ["AUTO", "AUTO_NAMES", "BUILTIN", "DOCUMENTED", "REJECTED_TABLE", "Column", "SchemaError", "Table",
+__all__ = ["AUTO", "AUTO_NAMES", "BUILTIN", "DOCUMENTED", "REJECTED_TABLE", "VIEW_SQL", "Column", "SchemaError", "Table",
            "builtin_ddl", "check_table_name", "describe_column", "fits", "kind_of", "qident", "sql_type_of_kind"]
 
 # Which Python value kinds fit a declared DuckDB type. int fits DOUBLE (lossless for

@@ -28,7 +28,7 @@ import pyarrow as pa
 import zmq
 
 from rlmesh.telemetry import run as runs
-from rlmesh.telemetry import wire
+from rlmesh.telemetry import snapshots, wire
 from rlmesh.telemetry.schema import SchemaError
 from rlmesh.telemetry.store import Store
 from rlmesh.telemetry.client import telemetry_context
@@ -96,6 +96,8 @@ class TelemetryService:
         info = {"run_id": self.run_id, "ingest_addr": self.ingest_addr, "query_addr": self.query_addr,
                 "secret": os.environ.get("RLMESH_SECRET", ""), "pid": os.getpid(), "host": socket.gethostname()}
         runs.write_json(self.run_dir / runs.SERVICE_JSON, info, private=True)
+        every = snapshots.interval_from_env()  # Parquet under runs/<run>/live/ for pandas, polars & co.
+        self._snap = snapshots.Snapshotter(self.store.con, self.run_dir, every).start() if every else None
         self._write_run_json("running")
         logger.info("telemetry: run %s recording to %s", self.run_id, self.store.path)
         return self
@@ -114,6 +116,8 @@ class TelemetryService:
         self._q.put(None)
         for t in self._threads:
             t.join(timeout=5)
+        if getattr(self, "_snap", None) is not None:
+            self._snap.stop()  # the file itself is readable from now on
         try:
             self.store.execute_write("UPDATE runs SET end_ts = now(), status = ?, error = ? WHERE id = ?",
                                      [status, error, self.run_id])

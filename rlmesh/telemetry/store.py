@@ -24,6 +24,9 @@ from rlmesh.telemetry.errors import ReadOnlyQueryError
 
 logger = logging.getLogger(__name__)
 
+#: On-disk format the run files are written in: DuckDB >= 1.1 opens them (the default of DuckDB 2.x,
+#: storage version "999", is refused by DuckDB 1.1.x: "version number 999, but we can only read version 64").
+STORAGE_COMPAT = "v1.1.0"
 _CANON = {"TIMESTAMPTZ": "TIMESTAMP WITH TIME ZONE", "INT64": "BIGINT", "FLOAT8": "DOUBLE"}
 # Lossless widenings accepted without complaint: batch type -> table types it may enter.
 _WIDEN = {
@@ -146,7 +149,7 @@ class Store:
     def __init__(self, path: Path, run_id: str):
         self.path = Path(path)
         self.run_id = run_id
-        self.con = duckdb.connect(str(self.path))
+        self.con = duckdb.connect(str(self.path), config={"storage_compatibility_version": STORAGE_COMPAT})
         self._wal = self.path.with_name(self.path.name + ".wal")
         self._lock = threading.Lock()  # serialises writers on self.con
         self._cols: dict[str, dict[str, str]] = {}
@@ -157,6 +160,8 @@ class Store:
             for c in t.columns:  # a database from an older rlmesh (a resumed run) gains newer columns
                 self.con.execute(f"ALTER TABLE {qident(t.name)} ADD COLUMN IF NOT EXISTS {qident(c.name)} {c.type}")
         self.con.execute(REJECTED_DDL)
+        for name, sql in schema.VIEW_SQL.items():
+            self.con.execute(f"CREATE OR REPLACE VIEW {qident(name)} AS {sql}")
         self._private()
         lock_down(self.con)  # before any query can reach it; the writer needs no files either
         self._load_columns()

@@ -24,6 +24,9 @@ from rlmesh.launch.kubernetes.manifests import (PodProc, forwarded_env, owner_re
 from rlmesh.launch.kubernetes.ops import cleanup_run
 from rlmesh.launch.kubernetes.pods import PodHandle, PodWatcher, describe_events
 from rlmesh.launch.kubernetes.status import Outcome
+from rlmesh.launch import pod_logs
+from rlmesh.launch.capture import capture_enabled
+from rlmesh.launch.output import ProcMeta
 from rlmesh.transport.auth import is_loopback_address
 
 logger = logging.getLogger(__name__)
@@ -124,6 +127,7 @@ class KubernetesLauncher:
             self.ensure_secret({**self.secret_data, **stale})
         manifest = self.manifest(req)
         handle = PodHandle(self, manifest["metadata"]["name"], req.proc_id)
+        handle.log_meta = ProcMeta(req.proc_id, req.proc_mesh, req.rank, req.incarnation, handle.name)  # pod_logs
         with self._lock:
             self.handles[handle.name] = handle
         self.submit(self._create, handle, manifest)
@@ -140,6 +144,9 @@ class KubernetesLauncher:
                                   str(explain(exc, f"creating pod {handle.name}", self.config.namespace))))
             return
         handle.created = True
+        if capture_enabled():  # the pod's output into the logs table, like a local proc's
+            pod_logs.follow(self.core, self.config.namespace, handle.name, handle.log_meta,
+                            lambda: handle.poll() is not None)
         if handle.killed:  # kill() raced the create
             self.delete_pod(handle.name)
 

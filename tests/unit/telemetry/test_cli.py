@@ -111,3 +111,16 @@ def test_finished_runs_side_by_side(finished_run, runs_dir, capsys):
     # the attached files are the only ones: nothing else can be attached or read through SQL
     assert sql_main([finished_run, "--with", second, f"ATTACH '{runs_dir}/x.duckdb' AS x"]) == 1
     assert "read-only" in capsys.readouterr().err and not (runs_dir / "x.duckdb").exists()
+
+
+def test_one_naming_of_types_in_results_and_schema():
+    import pyarrow as pa
+
+    from rlmesh.telemetry.cli import to_json, type_name
+
+    tbl = pa.table({"a": pa.array([1]), "b": pa.array(["x"]), "c": pa.array([1.5]), "d": pa.array([True]),
+                    "t": pa.array([0], type=pa.timestamp("us", tz="UTC")), "l": pa.array([[1, 2]])})
+    doc = json.loads(to_json(tbl, "r"))
+    assert doc["format_version"] == 1
+    assert [c["type"] for c in doc["columns"]] == ["BIGINT", "VARCHAR", "DOUBLE", "BOOLEAN", "TIMESTAMPTZ", "BIGINT[]"]
+    assert type_name("TIMESTAMP WITH TIME ZONE") == "TIMESTAMPTZ" and type_name("varchar") == "VARCHAR"

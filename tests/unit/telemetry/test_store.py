@@ -95,3 +95,26 @@ def test_odd_names_are_quoted_not_injected(store):
     got = store.query('SELECT "rollout/reward" AS r, "q""uote" AS q FROM "x""; DROP TABLE runs; --"').to_pylist()
     assert got == [{"r": 1.0, "q": 2}]
     assert store.query("SELECT count(*) AS n FROM runs").num_rows == 1
+
+
+def test_run_files_are_written_in_a_storage_version_duckdb_1_1_reads(tmp_path):
+    """DuckDB 1.1.x reads storage version 64 and refuses 999 (what DuckDB 2.x writes by default)."""
+    import struct
+
+    from rlmesh.telemetry.store import Store
+
+    s = Store(tmp_path / "telemetry.duckdb", "r")
+    s.close()
+    head = (tmp_path / "telemetry.duckdb").read_bytes()[:20]
+    assert head[8:12] == b"DUCK" and struct.unpack("<Q", head[12:20])[0] == 64
+
+
+def test_train_metrics_view_gives_the_common_metrics_columns(tmp_path):
+    from rlmesh.telemetry.store import Store
+
+    s = Store(tmp_path / "telemetry.duckdb", "r")
+    s.execute_write("INSERT INTO train_steps (run_id, ts, step, loss, samples, duration_s, metrics) VALUES "
+                    "('r', now(), 3, 0.5, 64, 0.5, '{\"losses/approx_kl\": 0.01, \"losses/entropy\": 1.25}')")
+    row = s.query("SELECT step, approx_kl, entropy, kl, samples_per_s FROM train_metrics").to_pylist()
+    s.close()
+    assert row == [{"step": 3, "approx_kl": 0.01, "entropy": 1.25, "kl": None, "samples_per_s": 128.0}]

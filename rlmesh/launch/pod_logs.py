@@ -1,0 +1,95 @@
+"""Kubernetes: a pod's output into the same sinks as local procs' (``logs`` table, terminal echo).
+
+One daemon thread per pod follows the pod log API (``read_namespaced_pod_log(follow=True,
+timestamps=True)``), from the moment the pod is created until its container ends. The
+API merges stdout and stderr, so lines arrive as ``stdout``; a worker in a pod logs its
+records as plain lines (no FIFOs there). The kubelet keeps the container's log after a
+crash, so the last lines of a killed pod are read as long as the pod object exists (the
+launcher deletes finished pods; ``keep_failed_pods`` keeps failed ones).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from rlmesh.launch import output
+from rlmesh.launch.capture import ensure_echo
+from rlmesh.launch.output import ProcLine, ProcMeta, Stream
+
+logger = logging.getLogger(__name__)
+
+START_WAIT_S = 600.0  # a pod may wait this long for its image and node before its log exists
+
+
+def split_timestamp(line: str) -> tuple[float, str]:
+    """``2026-12-03T09:45:07.123456789Z text`` (the API's ``timestamps=True`` prefix) -> (epoch seconds, text)."""
+    stamp, sep, text = line.partition(" ")
+    if not sep or not stamp.endswith("Z"):
+        return time.time(), line
+    base, _, frac = stamp[:-1].partition(".")
+    try:
+        t = dt.datetime.strptime(base, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        return time.time(), line
+    return t + (float(f"0.{frac}") if frac.isdigit() else 0.0), text
+
+
+class PodLogFollower(threading.Thread):
+    """Follows one pod's log and emits its lines; ends when the log stream ends or ``gone()`` says so."""
+
+    def __init__(self, core: Any, namespace: str, pod: str, meta: ProcMeta, gone: Callable[[], bool]):
+        super().__init__(name=f"rlmesh-podlog-{pod}", daemon=True)
+        self.core, self.namespace, self.pod, self.meta, self.gone = core, namespace, pod, meta, gone
+
+    def run(self) -> None:
+        deadline = time.monotonic() + START_WAIT_S
+        other_errors, wait = 0, 0.5
+        while time.monotonic() < deadline:
+            try:
+                resp = self.core.read_namespaced_pod_log(self.pod, self.namespace, follow=True, timestamps=True,
+                                                         _preload_content=False, _request_timeout=None)
+            except Exception as exc:  # noqa: BLE001 - 400 while the container is being created; 404 once deleted
+                status = getattr(exc, "status", None)
+                if status != 400:
+                    other_errors += 1
+                if status == 404 or self.gone() or other_errors > 5:
+                    logger.debug("not following the log of pod %s: %s", self.pod, exc)
+                    return
+                time.sleep(wait)
+                wait = min(wait * 1.5, 5.0)
+                continue
+            self._read(resp)
+            return
+
+    def _read(self, resp: Any) -> None:
+        buf = b""
+        try:
+            for chunk in resp.stream(amt=65536, decode_content=True):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                self._emit(lines)
+        except Exception as exc:  # noqa: BLE001 - the pod went away mid-stream
+            logger.debug("pod log of %s ended: %s", self.pod, exc)
+        finally:
+            if buf:
+                self._emit([buf])
+            resp.release_conn()
+
+    def _emit(self, raws: list[bytes]) -> None:
+        out = []
+        for raw in raws:
+            ts, text = split_timestamp(raw.decode("utf-8", "replace").rstrip("\r"))
+            out.append(ProcLine(ts, self.meta, Stream.STDOUT, text))
+        output.emit_lines(out)
+
+
+def follow(core: Any, namespace: str, pod: str, meta: ProcMeta, gone: Callable[[], bool]) -> PodLogFollower:
+    """Start following ``pod``'s log (the terminal echo too, unless ``RLMESH_ECHO=0``)."""
+    ensure_echo()
+    t = PodLogFollower(core, namespace, pod, meta, gone)
+    t.start()
+    return t

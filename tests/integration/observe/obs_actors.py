@@ -1,0 +1,51 @@
+"""Actors of the observability scenario: they print, log, die by SIGKILL and hang holding the GIL."""
+
+import logging
+import os
+import re
+import signal
+import sys
+
+import rlmesh as rm
+
+log = logging.getLogger("talker")
+
+
+class Talker(rm.Actor):
+    @rm.endpoint
+    def say(self, msg: str) -> int:
+        print(f"{msg}")
+        print(f"{msg} (on stderr)", file=sys.stderr)
+        log.warning("talker said %s", msg)
+        return os.getpid()
+
+    @rm.endpoint
+    def fail_logged(self) -> None:
+        try:
+            {}["missing"]
+        except KeyError:
+            log.exception("lookup failed")
+
+    @rm.endpoint
+    def print_then_sigkill(self, n: int) -> None:
+        """n numbered lines, then SIGKILL: nothing after the print can flush anything."""
+        for i in range(n):
+            print(f"line {i} of {n}")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    @rm.endpoint
+    def stuck_in_regex(self) -> None:
+        """Holds the GIL for hours: heartbeats stop, only a C-level stack dump can see it."""
+        re.match(r"(a+)+$", "a" * 48 + "b")
+
+
+class Pauser(rm.Actor):
+    @rm.endpoint
+    def compute(self, x: int) -> int:
+        y = x + 1
+        breakpoint()
+        return y * 2
+
+    @rm.endpoint
+    def ping(self) -> int:
+        return rm.context().rank

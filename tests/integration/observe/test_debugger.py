@@ -1,0 +1,107 @@
+"""breakpoint() in an endpoint pauses that actor; `rlmesh debug` attaches pdb through a pty, steps, resumes.
+
+Real procs (debug_scenario.py is the controller), a real pty, the real CLI: the test types
+into pdb as a person would, changes a local variable, and sees the endpoint return the
+changed value, while the other actor kept answering calls the whole time.
+"""
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_observe import _env  # noqa: E402 - same environment rules as the other observability tests
+
+HERE = Path(__file__).parent
+pytestmark = pytest.mark.timeout(180)
+
+
+class Pty:
+    """A child process on a pseudo-terminal, driven expect-style."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]):
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+        os.close(slave)
+        self.seen = ""
+
+    def expect(self, text: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while text not in self.seen:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"did not see {text!r}; got:\n{self.seen[-3000:]}")
+            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
+            if ready:
+                try:
+                    self.seen += os.read(self.master, 65536).decode("utf-8", "replace")
+                except OSError:  # the child closed the pty
+                    if text not in self.seen:
+                        raise AssertionError(f"pty closed before {text!r}; got:\n{self.seen[-3000:]}")
+        before, _, after = self.seen.partition(text)
+        self.seen = after
+        return before
+
+    def send(self, line: str) -> None:
+        os.write(self.master, line.encode() + b"\n")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        os.close(self.master)
+
+
+def test_breakpoint_pauses_one_actor_and_rlmesh_debug_steps_it_through_a_pty(tmp_path):
+    env = _env(tmp_path)
+    ctl = subprocess.Popen([sys.executable, str(HERE / "debug_scenario.py")], env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ctl.stdout.readline()
+        while line and not line.startswith("READY"):
+            line = ctl.stdout.readline()
+        assert line.startswith("READY"), ctl.stderr.read()[-4000:]
+        run_id = line.split()[1]
+        cli = [sys.executable, "-m", "rlmesh.cli", "debug", run_id]
+        deadline = time.monotonic() + 60
+        while True:  # the actor registers once it reached breakpoint()
+            out = subprocess.run(cli + ["--format", "json"], env=env, capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            paused = json.loads(out.stdout)["paused"]
+            if paused or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert [(p["mesh"], p["rank"], p["function"]) for p in paused] == [("dbg", 0, "compute")]
+        listing = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60).stdout
+        assert "dbg[0]" in listing and "compute at" in listing
+
+        session = Pty(cli + ["--attach", "dbg[0]"], env)
+        try:
+            session.expect("(Pdb) ")
+            session.send("p y")
+            assert "42" in session.expect("(Pdb) ")
+            session.send("where")
+            assert "compute" in session.expect("(Pdb) ")
+            session.send("y = 5")
+            session.expect("(Pdb) ")
+            session.send("continue")
+            session.expect("resumed")
+            assert session.proc.wait(30) == 0
+        finally:
+            session.close()
+        out, err = ctl.communicate(timeout=60)
+        assert ctl.returncode == 0, err[-4000:]
+        pings = int(out.split("PINGS ", 1)[1].split()[0])
+        assert pings > 0  # rank 1 kept answering while rank 0 was paused
+        assert "RESULT 10" in out  # the value set in pdb: y = 5 -> 5 * 2
+        after = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60)
+        assert after.returncode == 1 and "not live" in after.stderr
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()

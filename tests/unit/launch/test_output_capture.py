@@ -1,0 +1,74 @@
+"""Pure logic of output capture: faulthandler parsing, rank ranges, terminal folding."""
+
+import io
+import time
+
+from rlmesh.launch.echo import TerminalEcho, rank_ranges
+from rlmesh.launch.output import ProcLine, ProcMeta, Stream, log_record_line, parse_faulthandler
+
+DUMP = """Thread 0x00007f1ad67fc6c0 (most recent call first):
+  File "/usr/lib/python3.11/re/__init__.py", line 166 in match
+  File "/app/actors.py", line 25 in stuck
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007f1af1e23b80 (most recent call first):
+  File "/usr/lib/python3.11/selectors.py", line 468 in select
+  File "<frozen runpy>", line ??? in _run_code
+"""
+
+
+def test_faulthandler_dump_becomes_frames_innermost_first_with_names():
+    frames = parse_faulthandler(DUMP, {"0x00007f1ad67fc6c0": "worker-thread"})
+    assert [(f.thread, f.depth, f.function) for f in frames] == [
+        ("0x00007f1ad67fc6c0", 0, "match"), ("0x00007f1ad67fc6c0", 1, "stuck"),
+        ("0x00007f1ad67fc6c0", 2, "_bootstrap"), ("0x00007f1af1e23b80", 0, "select"),
+        ("0x00007f1af1e23b80", 1, "_run_code")]
+    assert frames[1].file == "/app/actors.py" and frames[1].line == 25
+    assert frames[0].thread_name == "worker-thread" and frames[3].thread_name is None
+    assert not frames[0].current and frames[3].current
+    assert frames[4].line is None  # faulthandler's ??? line
+
+
+def test_rank_ranges():
+    assert rank_ranges([3, 0, 1, 2, 7, 5]) == "0-3,5,7"
+    assert rank_ranges([4]) == "4"
+
+
+def _line(rank: int, text: str, stream: Stream = Stream.STDOUT) -> ProcLine:
+    return ProcLine(time.time(), ProcMeta(f"p.{rank}", "p", rank, 0, "h"), stream, text)
+
+
+def test_echo_folds_a_line_repeated_by_ranks_and_keeps_order():
+    out, err = io.StringIO(), io.StringIO()
+    echo = TerminalEcho(window=60, out=out, err=err)  # long window: nothing prints until flush()
+    for r in range(4):
+        echo([_line(r, "loading model")])
+    echo([_line(2, "only me"), _line(1, "oops", Stream.STDERR)])
+    assert out.getvalue() == ""
+    echo.close()
+    assert out.getvalue() == "[p[0-3] x4] loading model\n[p[2]] only me\n"
+    assert err.getvalue() == "[p[1]] oops\n"
+
+
+def test_echo_without_window_prints_at_once_and_renders_records():
+    out, err = io.StringIO(), io.StringIO()
+    echo = TerminalEcho(window=0, out=out, err=err)
+    rec = log_record_line('{"ts": 1.0, "level": "ERROR", "logger": "x", "msg": "bad", "exc": "Traceback\\nKeyError"}',
+                          ProcMeta("p.0", "p", 0, 0, "h"))
+    echo([rec])
+    assert err.getvalue() == "[p[0]] ERROR x: bad\n[p[0]] Traceback\n[p[0]] KeyError\n"
+    assert rec.stream == Stream.LOG and rec.exception == "Traceback\nKeyError"
+
+
+def test_a_broken_log_line_is_kept_as_stderr_text():
+    rec = log_record_line("not json", ProcMeta("p.0", "p", 0, 0, "h"))
+    assert rec.stream == Stream.STDERR and rec.message == "not json"
+
+
+def test_pod_log_timestamps_are_split_from_the_text():
+    from rlmesh.launch.pod_logs import split_timestamp
+
+    ts, text = split_timestamp("2026-12-03T09:45:07.250000000Z hello world")
+    assert text == "hello world" and abs(ts - 1796291107.25) < 1e-6
+    ts, text = split_timestamp("no stamp here")
+    assert text == "no stamp here" and ts > 0
