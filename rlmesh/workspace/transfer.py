@@ -200,6 +200,7 @@ class Receiver:
             if cur:
                 groups.append(cur)
             pending: set[str] = set()
+            verified: set[str] = set()
             gi = 0
             while gi < len(groups) or pending:
                 while gi < len(groups) and len(pending) < WINDOW * max(1, len(groups[0])):
@@ -213,9 +214,10 @@ class Receiver:
                 self.store.put(h, data)  # verified: a corrupt chunk raises CorruptChunkError
                 self.server.arrived(h)
                 pending.discard(h)
+                verified.add(h)
                 st.chunks_received += 1
                 st.bytes_received += len(data)
-            res = materialise(manifest, self.store, self.dest)
+            res = materialise(manifest, self.store, self.dest, verified)
             st.files = sum(1 for e in manifest.entries if e.kind == Kind.FILE)
             st.files_written, st.files_skipped = res.files_written, res.files_unchanged
             st.bytes_total = manifest.total_bytes
