@@ -50,7 +50,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlmesh.rl.recipe_config import ppo_cartpole
+from rlmesh.recipes.recipe_config import ppo_cartpole
 from rlmesh.rl.ppo_core import train_ppo
 from rlmesh.rl.rollout import evaluate_greedy
 

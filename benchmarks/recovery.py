@@ -91,7 +91,7 @@ def read_run(db: str, result: dict) -> dict:
     con = duckdb.connect(db, read_only=True)
     try:
         work = {f"work_{k}": int(v or 0) for k, v in _rows(con, WORK_ACCOUNT_SQL)[0].items()}
-        last = _rows(con, "SELECT metric, value, step FROM evals ORDER BY ts DESC LIMIT 1")
+        last = _rows(con, "SELECT metric, value, step FROM evals ORDER BY policy_version DESC, ts DESC LIMIT 1")
         kills = _rows(con, "SELECT count(*) AS n FROM actors WHERE event = 'fault_injected'")[0]["n"]
         restarts = _rows(con, "SELECT r.proc, r.mesh, r.rank, r.recovery_s, "
                               "(SELECT max(a.actors) FROM actors a WHERE a.proc = r.proc AND a.actors IS NOT NULL) "

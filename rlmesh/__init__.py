@@ -44,7 +44,7 @@ _CONTROLLER_PLUGINS = (
 
 
 def _register_plugins() -> None:
-    from rlmesh.actor import hooks
+    from rlmesh.actor import hooks  # deferred: the front door stays light: the runtime loads on first use
 
     for spec in _CONTROLLER_PLUGINS:
         package = spec.partition(":")[0].rsplit(".", 1)[0]  # find_spec of the package imports nothing heavy

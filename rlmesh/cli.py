@@ -7,11 +7,11 @@ import sys
 
 # subcommand -> ("module:function", one-line help). Each function takes argv (list[str]) and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("rlmesh.recipes_cli:run_main", "run a recipe: rlmesh run recipe=ppo_cartpole trainer.lr=3e-4"),
+    "run": ("rlmesh.recipes.cli:run_main", "run a recipe: rlmesh run recipe=ppo_cartpole trainer.lr=3e-4"),
     "sql": ("rlmesh.telemetry.cli:sql_main", 'query a run: rlmesh sql [RUN] "SELECT ..."'),
     "runs": ("rlmesh.telemetry.cli:runs_main", "list runs"),
     "plot": ("rlmesh.telemetry.plot:plot_main", "render reward and loss curves of a run to PNG"),
-    "k8s": ("rlmesh.launch.kubernetes_cli:k8s_main", "render or clean up Kubernetes objects"),
+    "k8s": ("rlmesh.recipes.k8s:k8s_main", "render or clean up Kubernetes objects"),
 }
 
 
@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
+    if argv[0] in ("-sc", "--shell-completion"):  # Hydra's completion script asks the program, not `rlmesh run`
+        argv = ["run", *argv]
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"rlmesh: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)

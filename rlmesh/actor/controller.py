@@ -33,6 +33,7 @@ from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
+from rlmesh.actor.payload import modules_in_payload
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
 from rlmesh.transport.sockets import bind_channel, tune, zmq_context
@@ -311,8 +312,6 @@ class Controller:
 
     def _preload(self, placements: list[tuple[str, dict]], cls_payload: list[Any]) -> None:
         """Tell launchers that keep warm templates (local fork server) which modules these actors need."""
-        from rlmesh.launch.forkserver import modules_in_payload
-
         recs = [self.procs[p] for p, _ in placements if p in self.procs]
         restartable = [r for r in recs if r.policy.max_restarts != 0]
         if not restartable:

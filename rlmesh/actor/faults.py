@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from rlmesh.actor.controller import Controller
 from rlmesh.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -128,8 +129,6 @@ class FaultInjector:
         self.stop()
 
     def _run(self) -> None:
-        from rlmesh.actor.controller import Controller  # lazily: FaultConfig is imported by config code
-
         controller = Controller.get()
         wait = self.start_after_s
         while not self._stop.wait(wait):

@@ -16,8 +16,10 @@ heartbeating and is declared dead.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import concurrent.futures
+import ctypes
 import itertools
 import logging
 import os
@@ -34,9 +36,11 @@ import zmq
 from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client, set_client_factory
+from rlmesh.actor.client import error_payload
 from rlmesh.actor.context import ProcInfo, _set_proc, current_context
 from rlmesh.actor.server import ActorServer
 from rlmesh.transport.auth import AuthError, Authenticator
+from rlmesh.transport.serialization import loads
 from rlmesh.transport.sockets import connect_channel, tune, zmq_context
 
 logger = logging.getLogger("rlmesh.worker")
@@ -187,9 +191,6 @@ class ControlLink(threading.Thread):
             w.loop.call_soon_threadsafe(time.sleep, 10**9)
 
     def _spawned(self, req: int, f: concurrent.futures.Future) -> None:
-        from rlmesh.actor.client import error_payload
-        from rlmesh.transport.serialization import loads
-
         exc = f.exception()
         if exc is None:
             self.send(P.SPAWNED, req=req, ok=True, error=None)
@@ -277,8 +278,6 @@ def _die_with_parent(parent_pid: int) -> None:
     if parent_pid <= 0 or not sys.platform.startswith("linux"):
         return
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
@@ -288,8 +287,6 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m rlmesh.worker", description=__doc__.split("\n")[0])
     ap.add_argument("--controller", required=True, help="controller address as advertised, e.g. tcp://127.0.0.1:5555#m<32 hex>")
     ap.add_argument("--proc-id", required=True)

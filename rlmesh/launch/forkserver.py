@@ -29,65 +29,34 @@ Protocol (one JSON object per line): requests ``{"op": "fork", "id", "argv",
 
 from __future__ import annotations
 
+import argparse
+import ctypes
 import json
 import logging
 import os
-import pickletools
+import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
+import warnings
 from typing import Any, Callable, Iterable
+
+from rlmesh.actor import worker as actor_worker  # what every forked child runs, imported before any fork
+from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
+from rlmesh.actor.payload import SKIP_PRELOAD
 
 logger = logging.getLogger(__name__)
 
 FORKSERVER_ENV = "RLMESH_FORKSERVER"
 DEFAULT_PRELOAD = ("numpy", "torch")
-_SKIP_PRELOAD = {"__main__", "builtins", "copyreg", "_codecs"}
 
 
 def enabled_by_env() -> bool:
     """False when ``RLMESH_FORKSERVER=0`` (or ``false``/``no``/``off``) opts out."""
     return os.environ.get(FORKSERVER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def modules_in_payload(payload: Any, max_ops: int = 50_000) -> list[str]:
-    """Names of the modules a pickled actor payload references by name (classes shipped by value add none).
-
-    ``payload`` is what :func:`rlmesh.transport.serialization.dumps` returns (its
-    first buffer is the pickle stream). Unreadable payloads give ``[]``. Only the first
-    ``max_ops`` opcodes are read: the class comes first, big arguments need not be walked.
-    """
-    try:
-        data = bytes(payload[0] if isinstance(payload, (list, tuple)) else payload)
-        found: list[str] = []
-        memo: dict[int, Any] = {}
-        recent: list[Any] = []  # the values pushed by the last ops (strings, or None for anything else)
-        for n, (op, arg, _) in enumerate(pickletools.genops(data)):
-            if n >= max_ops:
-                break
-            name = op.name
-            if name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"):
-                recent.append(arg)
-            elif name == "MEMOIZE":
-                memo[len(memo)] = recent[-1] if recent else None
-                continue
-            elif name in ("BINGET", "LONG_BINGET", "GET"):
-                recent.append(memo.get(int(arg)))
-            elif name == "STACK_GLOBAL":
-                if len(recent) >= 2 and isinstance(recent[-2], str):
-                    found.append(recent[-2])
-                recent.append(None)
-            elif name == "GLOBAL":
-                found.append(str(arg).split(" ", 1)[0])
-                recent.append(None)
-            else:
-                recent.append(None)
-            del recent[:-2]
-        return [m for m in dict.fromkeys(found) if m and m not in _SKIP_PRELOAD]
-    except Exception:  # noqa: BLE001 - preloading is an optimisation only
-        return []
 
 
 # ====================================================================== controller side
@@ -303,8 +272,6 @@ def _die_with_parent(parent_pid: int) -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
@@ -313,7 +280,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _import(mod: str) -> None:
-    if mod in sys.modules or mod in _SKIP_PRELOAD:
+    if mod in sys.modules or mod in SKIP_PRELOAD:
         return
     t = time.monotonic()
     try:
@@ -348,14 +315,10 @@ def _child(msg: dict, close_fds: list[int]) -> None:
             np.random.seed()
         except Exception:  # noqa: BLE001
             pass
-    from rlmesh.actor.worker import main
-
-    main(msg["argv"])  # ends with os._exit
+    actor_worker.main(msg["argv"])  # ends with os._exit
 
 
 def _fork(msg: dict, close_fds: list[int]) -> None:
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # threads of preloaded C libraries
@@ -370,8 +333,6 @@ def _fork(msg: dict, close_fds: list[int]) -> None:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001
-            import traceback
-
             traceback.print_exc()
         finally:
             try:
@@ -386,8 +347,6 @@ def _fork(msg: dict, close_fds: list[int]) -> None:
 def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> int:
     """The server's loop: preload, say ready, then fork on request until the request pipe closes."""
     global _status_fd
-    import select
-
     _status_fd = status_fd
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
@@ -397,9 +356,6 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _reap)  # reaps (and reports) even while a preload import runs
     close_fds = [req_fd, status_fd, wake_r, wake_w]
-    import rlmesh.actor.worker  # noqa: F401 - the part every worker needs
-    from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
-
     plugins = [s.split(":", 1)[0].strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if s.strip()]
     for mod in [*preload, *plugins]:  # worker plugins' modules are imported, never run, here
         _import(mod)
@@ -435,8 +391,6 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m rlmesh.worker --fork-server", description=__doc__.split("\n")[0])
     ap.add_argument("--fds", required=True, help="REQUEST_FD,STATUS_FD")
     ap.add_argument("--parent-pid", type=int, required=True)

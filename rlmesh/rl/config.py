@@ -5,6 +5,11 @@ bad value fails in ``__post_init__`` (with the key and the fix in the message) b
 any process starts: ``OmegaConf.to_object(cfg)`` builds the dataclasses, which runs the
 checks on the final, overridden values. Choices are typed ``str`` and checked by hand
 because OmegaConf rejects ``typing.Literal`` annotations.
+
+Each role's config names the actor class it configures in ``_target_`` (a dotted path, as
+Hydra spells it): the recipe spawns that class with the config as its first argument
+(:func:`rlmesh.rl.placement.actor_class`), so choosing a config (``trainer=grpo``) chooses the
+class, and a subclass brings its own config dataclass with its own ``_target_``.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ __all__ = [
     "BufferConfig",
     "ConfigError",
     "GRPOConfig",
+    "GymTrainerConfig",
     "GymGeneratorConfig",
     "LLMGeneratorConfig",
     "PPOConfig",
@@ -36,6 +42,8 @@ def check(ok: bool, key: str, value: object, fix: str) -> None:
 class GymGeneratorConfig:
     """What a ``GymGenerator`` steps and how much it collects per rollout."""
 
+    _target_: str = "rlmesh.rl.actors.GymGenerator"
+    """The generator actor class (spawned as ``cls(config, buffer)``; the evaluator as ``cls(config)``)."""
     env_id: str = "CartPole-v1"
     """Any registered gymnasium id; vectorised natively where gymnasium can (``make_vec``)."""
     num_envs: int = 8
@@ -62,6 +70,8 @@ class GymGeneratorConfig:
 class LLMGeneratorConfig:
     """How an ``LLMGenerator`` samples completions."""
 
+    _target_: str = "rlmesh.rl.actors.LLMGenerator"
+    """The generator actor class (spawned as ``cls(config, task, buffer, rewards, backend_kwargs)``)."""
     backend: str = "torch"
     """``torch``: the built-in small transformer with KV cache (CPU); ``vllm``: vLLM's engine."""
     samples_per_prompt: int = 8
@@ -92,6 +102,8 @@ class TrainerConfig:
     configs below extend it, so a recipe has one ``trainer`` group (``trainer.lr=...``,
     ``trainer.checkpoint_every=...``)."""
 
+    _target_: str = "rlmesh.rl.actors.Trainer"
+    """The trainer actor class this config builds; every algorithm config sets its own."""
     checkpoint_dir: str | None = None
     """Where checkpoints go. ``None``: the recipes use ``<run dir>/checkpoints`` (so every run can
     be resumed); a ``Trainer`` built by hand without one saves none (a restart then starts over)."""
@@ -103,6 +115,12 @@ class TrainerConfig:
     publish_every: int = 1
     """Publish weights to generators every this many train steps."""
 
+    def rollouts_per_train(self, replicas: int) -> int:
+        """Hook: rollouts (work items) one ``Trainer.train`` call waits for. Default: one per
+        generator replica, the on-policy batch. An off-policy trainer may take fewer (1: update
+        after every rollout that lands) and sets its own update-to-data ratio inside ``train_step``."""
+        return replicas
+
     def __post_init__(self) -> None:
         check(self.checkpoint_every >= 0, "trainer.checkpoint_every", self.checkpoint_every, "use 0 or more")
         check(self.checkpoint_keep >= 1, "trainer.checkpoint_keep", self.checkpoint_keep, "keep at least 1 checkpoint")
@@ -110,11 +128,27 @@ class TrainerConfig:
 
 
 @dataclass
-class PPOConfig(TrainerConfig):
-    """PPO hyperparameters (the maths in :mod:`rlmesh.rl.losses.ppo` and :mod:`rlmesh.rl.ppo_core`)."""
+class GymTrainerConfig(TrainerConfig):
+    """A trainer of the gym recipes: the env-step budget is the trainer's (schedules such as lr
+    annealing run over it), and the trainer is spawned as ``cls(config, env_id, buffer, seed=...)``."""
 
     total_steps: int = 1_000_000
     """Env-step budget; learning-rate and clip annealing run over it."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.total_steps > 0, "trainer.total_steps", self.total_steps, "set a positive step budget")
+
+    def check_batch(self, batch: int) -> None:
+        """Hook: checks against the recipe's train batch (``batch`` transitions per train call)."""
+
+
+@dataclass
+class PPOConfig(GymTrainerConfig):
+    """PPO hyperparameters (the maths in :mod:`rlmesh.rl.losses.ppo` and :mod:`rlmesh.rl.ppo_core`)."""
+
+    _target_: str = "rlmesh.rl.actors.PPOTrainer"
+    """The trainer actor class."""
     lr: float = 2.5e-4
     """Adam learning rate at step 0."""
     anneal_lr: bool = True
@@ -148,7 +182,6 @@ class PPOConfig(TrainerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.total_steps > 0, "trainer.total_steps", self.total_steps, "set a positive step budget")
         check(self.lr > 0, "trainer.lr", self.lr, "use a positive learning rate, e.g. trainer.lr=3e-4")
         check(0 < self.gamma <= 1, "trainer.gamma", self.gamma, "use a discount in (0, 1]")
         check(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", self.gae_lambda, "use a lambda in [0, 1]")
@@ -161,11 +194,18 @@ class PPOConfig(TrainerConfig):
         check(self.target_kl is None or self.target_kl > 0, "trainer.target_kl", self.target_kl,
                "use a positive KL or null to disable early stopping")
 
+    def check_batch(self, batch: int) -> None:
+        check(batch >= self.num_minibatches, "trainer.num_minibatches", self.num_minibatches,
+              f"a rollout batch of {batch} transitions cannot be split into more minibatches than that")
+
 
 @dataclass
 class GRPOConfig(TrainerConfig):
     """GRPO hyperparameters (the maths in :mod:`rlmesh.rl.losses.grpo`)."""
 
+    _target_: str = "rlmesh.rl.actors.GRPOTrainer"
+    """The trainer actor class (spawned as ``cls(config, buffer, model_config, model_path, task,
+    temperature, pad_id, seed=...)``)."""
     lr: float = 1e-4
     """Adam learning rate."""
     clip_coef: float = 0.2
@@ -211,6 +251,8 @@ class GRPOConfig(TrainerConfig):
 class RewardConfig:
     """Which reward a ``RewardActor`` computes."""
 
+    _target_: str = "rlmesh.rl.actors.RewardActor"
+    """The reward actor class (spawned as ``cls(config)``); a learned reward model is a subclass."""
     kind: str = "env"
     """``env``: pass the environment's return through; ``exact_match`` / ``numeric``: verifiers
     from :mod:`rlmesh.rl.tasks.verifiers`; ``model``: a learned reward model, supplied by a
@@ -232,6 +274,8 @@ class RewardConfig:
 class BufferConfig:
     """The replay buffer's capacity and staleness bound."""
 
+    _target_: str = "rlmesh.rl.actors.ReplayBuffer"
+    """The buffer actor class (spawned as ``cls(config)``)."""
     capacity: int = 1024
     """Rollouts held at most; the oldest are evicted (and reported) beyond it."""
     max_policy_lag: int = 0

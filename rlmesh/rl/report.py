@@ -72,15 +72,23 @@ def print_summary(run_id: str, rows: list[tuple[str, str]], console: Console | N
         console.print(f'  rlmesh sql {run_id} "{sql}"', soft_wrap=True, markup=False, highlight=False)
 
 
-def telemetry_counts(query: Any) -> dict[str, Any]:
-    """Counts the summary shows, read from the run's tables with ``query`` (``rm.telemetry.query``)."""
+def telemetry_counts(query: Any, target: float | None = None) -> dict[str, Any]:
+    """Counts the summary shows, read from the run's tables with ``query`` (``rm.telemetry.query``).
+
+    ``last_eval`` is the evaluation of the newest version (not the last to arrive: evaluations run
+    beside training and may finish out of order); ``first_reaching`` the first version whose
+    evaluation reached ``target`` (``None`` when none did, or no target)."""
     one = lambda sql: query(sql).to_pylist()[0]  # noqa: E731
     out = one("SELECT count(*) AS rollouts, count(DISTINCT rollout_id) AS distinct_ids, "
               "coalesce(sum(samples), 0) AS samples FROM rollouts")
     out.update(one("SELECT count(*) AS train_steps, max(policy_version) AS last_version FROM train_steps"))
     out.update(one("SELECT count(*) AS weight_syncs, avg(duration_s) AS sync_s FROM weight_syncs"))
-    last = query("SELECT metric, value, step FROM evals ORDER BY ts DESC LIMIT 1").to_pylist()
+    last = query("SELECT metric, value, step, policy_version, env_steps FROM evals "
+                 "ORDER BY policy_version DESC, ts DESC LIMIT 1").to_pylist()
     out["last_eval"] = last[0] if last else None
+    first = query(f"SELECT metric, value, step, policy_version, env_steps FROM evals WHERE value >= {float(target)} "
+                  "ORDER BY policy_version, ts LIMIT 1").to_pylist() if target is not None else []
+    out["first_reaching"] = first[0] if first else None
     out.update(work_account(query))
     out.update(one("SELECT count(*) FILTER (WHERE event = 'died') AS proc_deaths, "
                    "count(*) FILTER (WHERE event = 'restarted') AS restarts, "

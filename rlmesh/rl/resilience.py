@@ -24,8 +24,10 @@ import time
 from typing import Any, Awaitable, Callable
 
 import rlmesh as rm
+from rlmesh.actor.controller import Controller
 from rlmesh.errors import RlmeshError
 from rlmesh.rl.report import TERMINAL_SQL
+from rlmesh.rl.results import TrainResult
 from rlmesh.rl.schedule import AsyncWorkScheduler, WorkItem
 
 logger = logging.getLogger(__name__)
@@ -104,8 +106,6 @@ class Recovery:
 
     @staticmethod
     def _records(mesh: Any) -> list[Any]:
-        from rlmesh.actor.controller import Controller
-
         procs = Controller.get().procs
         ids = dict.fromkeys(mesh._point(r).proc_id for r in range(len(mesh)))
         return [procs[p] for p in ids if p in procs]
@@ -127,7 +127,7 @@ class Recovery:
             await asyncio.sleep(self.poll_s)
 
     async def train(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
-                    timeout_s: float) -> dict[str, Any] | None:
+                    timeout_s: float) -> TrainResult | None:
         """One ``trainer.train`` call with its result accounted in ``work``: the result when a step
         was trained, else ``None`` (not enough fresh rollouts yet, or a failure recovered from).
 
@@ -143,11 +143,11 @@ class Recovery:
             if dead is not trainer:
                 work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
             return None
-        work.requeued(m["requeued"])
-        work.rejected(m["dropped"], m["drop_reasons"])  # stale inside the buffer: their credit is free
-        if not m["trained"]:
+        work.requeued(m.requeued)
+        work.rejected(m.dropped, m.drop_reasons)  # stale inside the buffer: their credit is free
+        if not m.trained:
             return None
-        work.consumed(m["rollout_ids"], m["policy_version"])
+        work.consumed(m.rollout_ids, m.policy_version)
         return m
 
     @staticmethod

@@ -16,6 +16,7 @@ with the *same* id: if the original still lands, the buffer rejects it as a dupl
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -161,8 +162,6 @@ class AsyncWorkScheduler(WorkScheduler):
     def __init__(self, per_step: int, max_policy_lag: int, prefix: str = "w",
                  on_event: Callable[[str, str, str], None] | None = None) -> None:
         super().__init__(per_step, max_policy_lag, prefix, on_event)
-        import asyncio
-
         self._asyncio = asyncio
         self._credit: Any = None
 

@@ -13,8 +13,12 @@ Importing this package is cheap: pyarrow, zmq and DuckDB load on first use.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
+
+from rlmesh.telemetry import errors
+from rlmesh.telemetry.schema import SchemaError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -46,7 +50,7 @@ def record(table: str, /, **row: Any) -> None:
     global _rec
     rec = _rec
     if rec is None:
-        from rlmesh.telemetry import api
+        from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
         rec = _rec = api.recorder()
     rec.record(table, row)
@@ -58,35 +62,35 @@ def record_batch(table: str, data: Any) -> None:
     The fast path for producers that already hold columns (a rollout batch, a
     tensor of per-token rewards): no per-row Python work at all.
     """
-    from rlmesh.telemetry import api
+    from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
     api.recorder().record_batch(table, data)
 
 
 def query(sql: str, run: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> "pa.Table":
     """Read-only SQL over a run (default: this controller's run, else ``latest``) -> pyarrow Table."""
-    from rlmesh.telemetry.reader import query as _query
+    from rlmesh.telemetry.reader import query as _query  # deferred: the reader loads pyarrow and DuckDB; importing rlmesh.telemetry stays cheap
 
     return _query(sql, run, timeout)
 
 
 def tables(run: str | os.PathLike[str] | None = None) -> "pa.Table":
     """Tables and columns of a run with types and documented meanings."""
-    from rlmesh.telemetry.reader import tables as _tables
+    from rlmesh.telemetry.reader import tables as _tables  # deferred: the reader loads pyarrow and DuckDB; importing rlmesh.telemetry stays cheap
 
     return _tables(run)
 
 
 def flush(timeout: float = 10.0) -> None:
     """Ship buffered rows now (in the controller: and wait until they are in the file)."""
-    from rlmesh.telemetry import api
+    from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
     api.flush(timeout)
 
 
 def current_run() -> str | None:
     """Id of the run this process records into, or ``None`` before the first record/spawn."""
-    from rlmesh.telemetry import api
+    from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
     return api.current_run()
 
@@ -96,40 +100,32 @@ def start_run(config: Any = None, *, run_id: str | None = None, runs_dir: str | 
     """Start the run explicitly (normally implicit), e.g. to store its config; returns the run id
     (``None`` when telemetry is off). ``resume=True`` continues run ``run_id`` (its controller
     died): the same id and database, appended to."""
-    from rlmesh.telemetry import api
+    from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
     return api.start_run(_jsonable(config), run_id=run_id, runs_dir=runs_dir, resume=resume)
 
 
 def set_config(config: Any) -> None:
     """Store the run's config (a dict, dataclass or anything JSON-able) in ``runs.config``."""
-    from rlmesh.telemetry import api
+    from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
     api.start_run(_jsonable(config))  # a no-op when telemetry is off
 
 
 def end_run(status: str | None = None) -> None:
     """Finish the run now (``ok``, or ``failed`` after an uncaught exception); normally done at exit."""
-    from rlmesh.telemetry import api
+    from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
     api.end_run(status)
 
 
 def _jsonable(config: Any) -> Any:
-    import dataclasses
-
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return dataclasses.asdict(config)
     return config
 
 
 def __getattr__(name: str) -> Any:
-    if name == "SchemaError":
-        from rlmesh.telemetry.schema import SchemaError
-
-        return SchemaError
     if name in ("ReadOnlyQueryError", "RunNotFoundError", "TelemetryError", "ServiceUnavailableError"):
-        from rlmesh.telemetry import errors
-
         return getattr(errors, name)
     raise AttributeError(f"module 'rlmesh.telemetry' has no attribute {name!r}")

@@ -21,8 +21,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rlmesh.actor.context import current_proc
 from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.client import RemoteSink
+from rlmesh.telemetry.health import HealthSampler
 from rlmesh.telemetry.recorder import Recorder
+from rlmesh.transport import Authenticator
+from rlmesh.transport.auth import SECRET_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -105,18 +110,12 @@ def _adopt_after_fork() -> None:
 
 
 def _auth() -> Any:
-    from rlmesh.transport import Authenticator
-    from rlmesh.transport.auth import SECRET_ENV
-
     if not os.environ.get(SECRET_ENV):  # a plain script: later-spawned workers inherit this one
         os.environ[SECRET_ENV] = Authenticator.new_secret().hex()
     return Authenticator.from_env()
 
 
 def _start_worker(addr: str, run_id: str) -> None:
-    from rlmesh.actor.context import current_proc
-    from rlmesh.telemetry.client import RemoteSink
-
     proc = current_proc()
     origin = proc.proc_id if proc else f"pid{os.getpid()}"
     _set(Recorder(run_id, RemoteSink(addr, _auth(), origin)))
@@ -140,8 +139,7 @@ def start_run(config: Any = None, *, run_id: str | None = None,
             if config is not None:
                 _svc.set_config(config)
             return _svc.run_id
-        from rlmesh.telemetry.health import HealthSampler
-        from rlmesh.telemetry.service import TelemetryService
+        from rlmesh.telemetry.service import TelemetryService  # deferred: the service loads DuckDB; only the controller runs it, workers never do
 
         root = Path(runs_dir).resolve() if runs_dir else runs.runs_dir()
         if resume and not run_id:

@@ -147,7 +147,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
     _T("weight_syncs", "one row per weight transfer to one subscriber", (
         _c("name", "VARCHAR", "published weights name, e.g. 'policy'"),
         _c("version", "BIGINT", "version transferred"),
-        _c("transport", "VARCHAR", "shm | cuda_ipc | rdma | tcp"),
+        _c("transport", "VARCHAR", "shm | cuda-ipc | rdma | tcp (rlmesh.weights.selection.Transport)"),
         _c("bytes", "BIGINT", "bytes moved"),
         _c("duration_s", "DOUBLE", "transfer time"),
         _c("ok", "BOOLEAN", "false when a checksum failed and the version was rejected"),

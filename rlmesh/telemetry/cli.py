@@ -16,6 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from rlmesh.telemetry import reader, run as runs
+from rlmesh.telemetry.errors import TelemetryError
+from rlmesh.telemetry.schema import DOCUMENTED
+
 FORMATS = ("table", "csv", "json", "parquet")
 MAX_TABLE_ROWS = 1000
 
@@ -47,8 +55,6 @@ def to_json(tbl: Any, run: str | None) -> str:
 
 def _flatten_nested(tbl: Any) -> Any:
     """CSV has no lists or structs: write those columns as JSON text."""
-    import pyarrow as pa
-
     for i, f in enumerate(tbl.schema):
         if pa.types.is_nested(f.type):
             vals = [None if v is None else json.dumps(_jsonable(v)) for v in tbl.column(i).to_pylist()]
@@ -67,9 +73,6 @@ def _cell(v: Any) -> str:
 
 
 def print_table(tbl: Any, title: str | None = None, out: Any = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     stream = out or sys.stdout
     # A pipe or file gets wide lines rather than 80-column wrapping; a terminal gets its width.
     console = Console(file=stream, soft_wrap=False, width=None if stream.isatty() else 200)
@@ -87,21 +90,19 @@ def print_table(tbl: Any, title: str | None = None, out: Any = None) -> None:
 
 
 def _numeric(t: Any) -> bool:
-    import pyarrow as pa
-
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
 
 
 def write_result(tbl: Any, fmt: str, out: str | None, run: str | None, title: str | None = None) -> None:
     if fmt == "parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # deferred: pyarrow.parquet / .csv load only when writing an --out file
 
         if out is None and sys.stdout.isatty():
             raise SystemExit("rlmesh sql: --format parquet writes binary; add --out FILE (or pipe stdout)")
         pq.write_table(tbl, out or sys.stdout.buffer)
         return
     if fmt == "csv":
-        import pyarrow.csv as pcsv
+        import pyarrow.csv as pcsv  # deferred: pyarrow.parquet / .csv load only when writing an --out file
 
         if out:
             pcsv.write_csv(_flatten_nested(tbl), out)
@@ -158,9 +159,6 @@ def sql_main(argv: list[str]) -> int:
         run, sql = a.args
     else:
         p.error('give a query: rlmesh sql [RUN] "SELECT * FROM runs"')
-    from rlmesh.telemetry import reader, run as runs
-    from rlmesh.telemetry.errors import TelemetryError
-
     try:
         run_dir = runs.resolve_run(run)
         if a.schema:
@@ -186,10 +184,6 @@ def sql_main(argv: list[str]) -> int:
 
 
 def _print_schema(tbl: Any, run: str) -> None:
-    import pyarrow as pa
-
-    from rlmesh.telemetry.schema import DOCUMENTED
-
     rows = tbl.to_pylist()
     for name in dict.fromkeys(r["table"] for r in rows):
         part = [{k: r[k] for k in ("column", "type", "description")} for r in rows if r["table"] == name]
@@ -198,8 +192,6 @@ def _print_schema(tbl: Any, run: str) -> None:
 
 
 def _write_schema_json(tbl: Any, run: str, out: str | None) -> int:
-    from rlmesh.telemetry.schema import DOCUMENTED
-
     tables: dict[str, Any] = {}
     for r in tbl.to_pylist():
         t = tables.setdefault(r["table"], {"doc": DOCUMENTED[r["table"]].doc if r["table"] in DOCUMENTED else "user table",
@@ -215,10 +207,6 @@ def _write_schema_json(tbl: Any, run: str, out: str | None) -> int:
 
 def runs_main(argv: list[str]) -> int:
     """``rlmesh runs``: every run under ``$RLMESH_RUNS_DIR`` (default ./runs), oldest first."""
-    import pyarrow as pa
-
-    from rlmesh.telemetry import run as runs
-
     a = _parser("rlmesh runs", schema=False).parse_args(argv)
     rows = []
     for r in runs.list_runs():

@@ -177,7 +177,7 @@ def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0
     if exc_type == "ReadOnlyQueryError":
         raise ReadOnlyQueryError(msg)
     if exc_type.endswith("Exception") or exc_type.endswith("Error"):
-        import duckdb
+        import duckdb  # deferred: DuckDB is heavy; only the reading process needs it
 
         cls = getattr(duckdb, exc_type, None)
         if isinstance(cls, type) and issubclass(cls, Exception):

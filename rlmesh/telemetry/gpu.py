@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 def _read(fn: Callable[[], Any]) -> Any:
     """One NVML reading, or ``None`` where this device or driver does not support it."""
-    import pynvml
+    import pynvml  # deferred: optional NVML: no GPU, no library, no rows
 
     try:
         return fn()
@@ -32,7 +32,7 @@ class GpuSampler:
         self._events: Any = None
         self.why_unavailable = ""
         try:
-            import pynvml
+            import pynvml  # deferred: optional NVML: no GPU, no library, no rows
         except ImportError as exc:
             self.why_unavailable = f"nvidia-ml-py is not installed ({exc}); pip install nvidia-ml-py"
             return

@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.errors import TelemetryError
+from rlmesh.telemetry.reader import query_run_dir
+
 MAX_POINTS = 200
 
 
@@ -44,15 +48,12 @@ def _col(tbl: Any, name: str) -> np.ndarray:
 def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[str] | None = None) -> Path:
     """Render the run's curves to ``out`` (default ``runs/<run>/curves.png``); returns the path."""
     try:
-        import matplotlib
+        import matplotlib  # deferred: optional extra rlmesh[plot], loaded only by rlmesh plot
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # deferred: optional extra rlmesh[plot], loaded only by rlmesh plot
     except ImportError as exc:
-        raise ImportError("rlmesh plot needs matplotlib: pip install matplotlib") from exc
-    from rlmesh.telemetry import run as runs
-    from rlmesh.telemetry.reader import query_run_dir
-
+        raise ImportError("rlmesh plot needs matplotlib: pip install 'rlmesh[plot]'") from exc
     run_dir = runs.resolve_run(run)
 
     def q(sql: str) -> Any:
@@ -101,8 +102,6 @@ def plot_main(argv: list[str]) -> int:
     p.add_argument("run", nargs="?", default=None, help="run id, 'latest' (default), run dir or .duckdb file")
     p.add_argument("--out", help="PNG path (default runs/<run>/curves.png)")
     a = p.parse_args(argv)
-    from rlmesh.telemetry.errors import TelemetryError
-
     try:
         print(plot_run(a.run, a.out))
     except (TelemetryError, ImportError, FileNotFoundError) as exc:

@@ -20,6 +20,7 @@ from typing import Any
 
 from rlmesh.actor import hooks
 from rlmesh.telemetry import api
+from rlmesh.telemetry.health import HealthSampler
 from rlmesh.transport.refusals import RefusalReport, set_refusal_sink
 
 logger = logging.getLogger(__name__)
@@ -98,8 +99,6 @@ class SpanSampler:
 def on_worker_start(info: hooks.WorkerInfo) -> None:
     """In each worker: record spans, take part in the per-host health election, flush at exit."""
     global _health
-    from rlmesh.telemetry.health import HealthSampler
-
     rec = api.recorder()
     if rec.run_id is None:  # telemetry off
         return

@@ -14,7 +14,10 @@ import pyarrow as pa
 
 from rlmesh.telemetry import api
 from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.client import remote_query
 from rlmesh.telemetry.errors import ServiceUnavailableError, TelemetryError
+from rlmesh.telemetry.schema import describe_column
+from rlmesh.transport import Authenticator
 
 
 def query(sql: str, run: str | os.PathLike[str] | None = None, timeout: float = 60.0) -> pa.Table:
@@ -29,8 +32,7 @@ def query(sql: str, run: str | os.PathLike[str] | None = None, timeout: float = 
     if svc is not None and (run is None or os.fspath(run) == svc.run_id):
         return _local(svc, sql)
     if run is None and os.environ.get(api.QUERY_ADDR_ENV) and os.environ.get(api.RUN_ID_ENV):
-        from rlmesh.telemetry.client import remote_query
-        from rlmesh.telemetry.store import check_read_only
+        from rlmesh.telemetry.store import check_read_only  # deferred: store loads DuckDB; a query a live service answers never needs it
 
         check_read_only(sql)
         return remote_query(os.environ[api.QUERY_ADDR_ENV], api._auth(), sql, timeout)
@@ -41,7 +43,7 @@ def query(sql: str, run: str | os.PathLike[str] | None = None, timeout: float = 
 
 
 def _local(svc: object, sql: str) -> pa.Table:
-    from rlmesh.telemetry.store import check_read_only
+    from rlmesh.telemetry.store import check_read_only  # deferred: store loads DuckDB; a query a live service answers never needs it
 
     check_read_only(sql)
     api.flush()
@@ -50,14 +52,11 @@ def _local(svc: object, sql: str) -> pa.Table:
 
 def query_run_dir(run_dir: Path, sql: str, timeout: float = 60.0) -> pa.Table:
     """Query one run directory: its live service if the controller is still up, else the file read-only."""
-    from rlmesh.telemetry.store import check_read_only
+    from rlmesh.telemetry.store import check_read_only  # deferred: store loads DuckDB; a query a live service answers never needs it
 
     check_read_only(sql)  # refuse early, with the same message live or not
     info = runs.live_service(run_dir)
     if info:
-        from rlmesh.telemetry.client import remote_query
-        from rlmesh.transport import Authenticator
-
         try:
             auth = Authenticator(bytes.fromhex(info["secret"]))
             return remote_query(info["query_addr"], auth, sql, timeout)
@@ -68,9 +67,9 @@ def query_run_dir(run_dir: Path, sql: str, timeout: float = 60.0) -> pa.Table:
 
 
 def _query_file(path: Path, sql: str) -> pa.Table:
-    import duckdb
+    import duckdb  # deferred: DuckDB is heavy; only reading a finished run's file needs it
 
-    from rlmesh.telemetry.store import execute_read_only
+    from rlmesh.telemetry.store import execute_read_only  # deferred: store loads DuckDB; a query a live service answers never needs it
 
     try:
         con = duckdb.connect(str(path), read_only=True)
@@ -87,8 +86,6 @@ def _query_file(path: Path, sql: str) -> pa.Table:
 
 def tables(run: str | os.PathLike[str] | None = None) -> pa.Table:
     """Every table and column of a run with its type and documented meaning (what ``--schema`` prints)."""
-    from rlmesh.telemetry.schema import describe_column
-
     cols = query(
         "SELECT table_name AS \"table\", column_name AS \"column\", data_type AS \"type\" "
         "FROM information_schema.columns WHERE table_schema = 'main' "

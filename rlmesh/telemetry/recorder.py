@@ -18,9 +18,12 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+import pyarrow as pa
+
 from rlmesh.actor.context import current_context, current_proc
 from rlmesh.telemetry import schema
 from rlmesh.telemetry.columnar import rows_to_arrow, with_auto_columns
+from rlmesh.telemetry.config import flush_interval_from_env
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +52,6 @@ class Recorder:
     """
 
     def __init__(self, run_id: str, sink: Sink, flush_interval: float | None = None):
-        from rlmesh.telemetry.config import flush_interval_from_env
-
         self.run_id = run_id
         self._sink = sink
         self.flush_interval = flush_interval_from_env() if flush_interval is None else flush_interval
@@ -87,8 +88,6 @@ class Recorder:
 
     def record_batch(self, table: str, data: Any) -> None:
         """Queue a whole columnar batch (pyarrow Table, or dict of column -> sequence/array)."""
-        import pyarrow as pa
-
         tbl = data if isinstance(data, pa.Table) else pa.table(data)
         self._learn_table(table)
         self._q.append((None, time.time(), current_context(), (table, tbl)))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh.telemetry.errors import RunNotFoundError
+from rlmesh.transport import is_loopback_address
 
 RUNS_DIR_ENV = "RLMESH_RUNS_DIR"
 DB_NAME = "telemetry.duckdb"
@@ -118,8 +119,6 @@ def live_service(run_dir: Path) -> dict[str, Any] | None:
 
 
 def is_loopback(addr: str) -> bool:
-    from rlmesh.transport import is_loopback_address
-
     return bool(addr) and is_loopback_address(addr)
 
 

@@ -18,14 +18,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import zmq
 import zmq.auth.thread
 from zmq.utils import z85
-
-if TYPE_CHECKING:
-    from rlmesh.transport.auth import Authenticator
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +75,18 @@ def _ensure_zap(ctx: zmq.Context, keys: CurveKeys) -> None:
         entry[1].allowed.add(keys.client_public)
 
 
-def serve(sock: zmq.Socket, auth: "Authenticator") -> None:
+class KeySource(Protocol):
+    """What CURVE set-up needs from an :class:`~rlmesh.transport.auth.Authenticator`: the job's keypairs.
+
+    Why a protocol: ``auth`` imports this module for :class:`CurveKeys`, so this module must not
+    import ``auth`` back (an import cycle the layer contract refuses).
+    """
+
+    def curve_keys(self) -> CurveKeys:
+        """The job's server and client keypairs (derived from its secret)."""
+
+
+def serve(sock: zmq.Socket, auth: KeySource) -> None:
     """Make ``sock`` a CURVE server (call before ``bind``); only job members can connect."""
     keys = auth.curve_keys()
     _ensure_zap(sock.context, keys)
@@ -87,7 +95,7 @@ def serve(sock: zmq.Socket, auth: "Authenticator") -> None:
     sock.curve_publickey = keys.server_public
 
 
-def dial(sock: zmq.Socket, auth: "Authenticator") -> None:
+def dial(sock: zmq.Socket, auth: KeySource) -> None:
     """Make ``sock`` a CURVE client of a job server (call before ``connect``)."""
     keys = auth.curve_keys()
     sock.curve_serverkey = keys.server_public

@@ -36,7 +36,7 @@ def _torch():
 
 
 def _rebuild_tensor(buf: Any, dtype: Any, shape: tuple, device: str, requires_grad: bool):
-    import torch
+    import torch  # deferred: torch is heavy; only a tensor in a message loads it
 
     if isinstance(buf, pickle.PickleBuffer):
         buf = buf.raw()
@@ -104,7 +104,7 @@ class _Pickler(cloudpickle.Pickler):
 
     @staticmethod
     def _reduce_tensor(t: Any) -> Any:
-        import torch
+        import torch  # deferred: torch is heavy; only a tensor in a message loads it
 
         device = str(t.device)
         data = t.detach()

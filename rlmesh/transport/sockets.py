@@ -10,6 +10,7 @@ Callers pass ``host`` explicitly to leave loopback (``RLMESH_BIND_HOST`` for wor
 from __future__ import annotations
 
 import os
+import socket as _socket
 import threading
 
 import zmq
@@ -53,8 +54,6 @@ def bind_random(sock: zmq.Socket, host: str | None = None, port: int | None = No
         port = sock.bind_to_random_port(f"tcp://{host}")
     adv = host
     if host in ("0.0.0.0", "*", "::"):
-        import socket as _socket
-
         adv = os.environ.get(ADVERTISE_HOST_ENV) or _socket.gethostbyname(_socket.gethostname())
     if ":" in adv and not adv.startswith("["):
         adv = f"[{adv}]"

@@ -57,7 +57,7 @@ def verify(m: Manifest, sources: Sources, sums: Sequence[int] | None = None) -> 
 
 
 def _joined(pieces: Sequence[Any]) -> Any:
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     if len(pieces) == 1:
         return pieces[0]
@@ -79,7 +79,7 @@ SPLIT = 8 << 20  # a copy larger than this is cut into pieces that run on two th
 
 def _copy_pieces_bytewise(dst: Any, pieces: Sequence[Any]) -> bool:
     """Copy pieces straight into a contiguous same-dtype CPU target, in parallel; False if not possible."""
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     if not dst.is_contiguous() or dst.device.type != "cpu" or pieces[0].device.type != "cpu":
         return False
@@ -99,7 +99,7 @@ def _copy_pieces_bytewise(dst: Any, pieces: Sequence[Any]) -> bool:
 
 def copy_entry(e: TensorEntry, pieces: Sequence[Any], dst: Any) -> None:
     """Copy one verified entry into ``dst`` (torch tensor or numpy array), casting if dtypes differ."""
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     if isinstance(dst, np.ndarray):
         np.copyto(dst, _numpy_view(e, _joined(pieces)), casting="same_kind")
@@ -125,7 +125,7 @@ def copy_into(m: Manifest, sources: Sources, target: Mapping[str, Any], dtype: A
 
 def materialize(m: Manifest, sources: Sources, dtype: Any = None, device: Any = None) -> dict[str, Any]:
     """Fresh tensors (and numpy arrays for numpy entries); ``dtype`` casts floating-point tensors only."""
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     out: dict[str, Any] = {}
     for e, pieces in zip(m.entries, sources):

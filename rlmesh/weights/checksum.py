@@ -71,7 +71,7 @@ def sum64(buf: Any) -> int:
 
 def sum64_cuda(t: Any) -> int:
     """Same checksum for a contiguous uint8 CUDA tensor, computed on the device."""
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     flat = t.reshape(-1)
     n = flat.numel()

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from rlmesh.weights.base import Fetched
 from rlmesh.weights.errors import WeightSyncError
 from rlmesh.weights.layout import Manifest
+from rlmesh.weights.selection import Transport
 from rlmesh.weights.tcp import Control
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def _decode(rows: list[Any]) -> tuple:
 
 def publish_device_copy(slot: Any, manifest: Manifest, state_dict: Mapping[str, Any]) -> dict[str, Any]:
     """Mirror a version into the slot's CUDA buffer if the state_dict lives on a GPU; return manifest extras."""
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     dev = next((v.device for v in state_dict.values() if isinstance(v, torch.Tensor) and v.is_cuda), None)
     if dev is None:
@@ -58,18 +59,18 @@ def publish_device_copy(slot: Any, manifest: Manifest, state_dict: Mapping[str, 
 
 
 class CudaIpcReader(Control):
-    name = "cuda-ipc"
+    name = Transport.CUDA_IPC
 
     def __init__(self, record: dict[str, Any]):
         super().__init__(record)
-        import torch
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
         if not torch.cuda.is_available():
             raise WeightSyncError("transport='cuda-ipc' needs CUDA in the reader; torch sees no GPU")
         self._opened: dict[str, Any] = {}
 
     def _map(self, handle: dict[str, Any]) -> Any:
-        import torch
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
         key = repr(handle["ipc"])
         t = self._opened.get(key)
@@ -84,7 +85,7 @@ class CudaIpcReader(Control):
 
     def fetch(self, min_version: int, version: int | None, timeout: float) -> Fetched | None:
         t0 = time.perf_counter()
-        opened = self.open(min_version, version, timeout, want=("cuda-ipc",))
+        opened = self.open(min_version, version, timeout, want=(Transport.CUDA_IPC,))
         if opened is None:
             return None
         lease, manifest, extra = opened

@@ -20,6 +20,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlmesh.actor import kv
+from rlmesh.actor.context import current_context, current_proc, job_id
+
 DIRECTORY_ENV = "RLMESH_WEIGHTS_DIRECTORY"
 KEY_PREFIX = "rlmesh/weights/"
 
@@ -35,23 +38,15 @@ class KVDirectory:
     """The runtime's KV (late-bound: whichever backend the runtime installed when each call runs)."""
 
     def put(self, key: str, value: Any) -> None:
-        from rlmesh.actor import kv
-
         kv.put(key, value)
 
     def get(self, key: str, timeout: float | None) -> Any:
-        from rlmesh.actor import kv
-
         return kv.get(key, timeout)
 
     def delete(self, key: str) -> None:
-        from rlmesh.actor import kv
-
         kv.delete(key)
 
     def keys(self, prefix: str) -> list[str]:
-        from rlmesh.actor import kv
-
         return kv.keys(prefix)
 
 
@@ -118,30 +113,22 @@ def safe(part: str) -> str:
 
 
 def this_host() -> str:
-    from rlmesh.actor.context import current_proc
-
     proc = current_proc()
     return proc.host if proc is not None else socket.gethostname()
 
 
 def this_proc_id() -> str:
     """The runtime's proc id in a worker; ``pid<N>`` in a plain process."""
-    from rlmesh.actor.context import current_proc
-
     proc = current_proc()
     return proc.proc_id if proc is not None else f"pid{os.getpid()}"
 
 
 def this_job() -> str:
-    from rlmesh.actor.context import job_id
-
     return job_id() or "local"
 
 
 def reader_id() -> str:
     """How a reader names itself in telemetry: ``mesh[rank]`` inside an actor, else its proc id."""
-    from rlmesh.actor.context import current_context
-
     ctx = current_context()
     if ctx is not None:
         return f"{ctx.mesh_name}[{ctx.rank}]"

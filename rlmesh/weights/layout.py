@@ -83,7 +83,7 @@ class Manifest:
 
 
 def _torch():
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     return torch
 

@@ -18,6 +18,10 @@ import logging
 import socket
 from typing import Any
 
+from rlmesh.actor import kv
+from rlmesh.actor.hooks import add_event_sink
+from rlmesh.weights.directory import KEY_PREFIX
+from rlmesh.weights.directory import this_job
 from rlmesh.weights.slots import cleanup_segments
 
 logger = logging.getLogger(__name__)
@@ -28,9 +32,6 @@ _state: dict[str, Any] = {}
 
 def _withdraw_records(proc_id: str, pid: int | None) -> None:
     try:
-        from rlmesh.actor import kv
-        from rlmesh.weights.directory import KEY_PREFIX
-
         for key in kv.keys(KEY_PREFIX):
             try:
                 rec = kv.get(key, 0)
@@ -58,9 +59,6 @@ def make_sink(job: str, host: str) -> Any:
 
 def on_controller_start(info: Any) -> dict[str, str]:
     """Controller plugin: install the death sink and the exit-time sweep for this job."""
-    from rlmesh.actor.hooks import add_event_sink
-    from rlmesh.weights.directory import this_job
-
     job = this_job()
     host = getattr(info, "host", None) or socket.gethostname()
     sink = make_sink(job, host)

@@ -20,17 +20,24 @@ import time
 import weakref
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
+from rlmesh.actor.hooks import add_shutdown_hook
 from rlmesh.transport.auth import SECRET_ENV, Authenticator
 from rlmesh.weights import checksum
+from rlmesh.weights import rdma
+from rlmesh.weights import cuda_ipc
 from rlmesh.weights.directory import Directory, default_directory, publisher_key, this_host, this_job, this_proc_id
 from rlmesh.weights.layout import Manifest, plan_layout, with_checksums
 from rlmesh.weights.pool import SlotPool
+from rlmesh.weights.selection import Transport
+from rlmesh.weights.server import SyncServer
 from rlmesh.weights.slots import SHM_DIR, SlotFile, base_name
 from rlmesh.weights.stats import PublishStats, record_publish
 
 logger = logging.getLogger(__name__)
 
-TRANSPORTS = ("shm", "tcp", "rdma", "cuda-ipc")
+TRANSPORTS = tuple(Transport)
 CHUNK = 2 << 20  # copy+checksum granularity: the bytes are still in cache for the sum
 
 
@@ -42,8 +49,7 @@ def _ensure_secret() -> None:
 
 def _write_value(dst: Any, value: Any) -> int:
     """Copy one tensor/array into its slot bytes (``dst``: uint8 tensor) and return its checksum."""
-    import numpy as np
-    import torch
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     n = int(dst.numel())
     if n == 0:
@@ -99,13 +105,9 @@ class Publisher:
         self._rdma: Any = None
         self._server: Any = None
         _ensure_secret()
-        if {"tcp", "rdma", "cuda-ipc"} & set(self.transports):
-            from rlmesh.weights.server import SyncServer
-
+        if {Transport.TCP, Transport.RDMA, Transport.CUDA_IPC} & set(self.transports):
             self._server = SyncServer(self, host)
-        if "rdma" in self.transports:
-            from rlmesh.weights import rdma
-
+        if Transport.RDMA in self.transports:
             self._rdma = rdma.PublisherSide.maybe_open(name)
             if self._rdma:
                 self.pool.on_drop.append(self._rdma.forget)
@@ -118,8 +120,9 @@ class Publisher:
         """What subscribers read from the directory to reach this publisher."""
         return {
             "name": self.name, "host": self.host, "job": self.job, "proc": self.proc, "pid": os.getpid(),
-            "ctl": self.ctl_path, "tcp": self._server.addr if self._server else None,
-            "rdma": self._rdma.describe() if self._rdma else None, "cuda_ipc": self._cuda_live, "keep": self.keep,
+            "ctl": self.ctl_path, Transport.TCP.value: self._server.addr if self._server else None,
+            Transport.RDMA.value: self._rdma.describe() if self._rdma else None,
+            Transport.CUDA_IPC.value: self._cuda_live, "keep": self.keep,
         }
 
     def versions(self) -> list[int]:
@@ -162,10 +165,8 @@ class Publisher:
         return stats
 
     def _cuda_write(self, slot: SlotFile, plan: Manifest, state_dict: Mapping[str, Any]) -> dict[str, Any]:
-        if "cuda-ipc" not in self.transports:
+        if Transport.CUDA_IPC not in self.transports:
             return {}
-        from rlmesh.weights import cuda_ipc
-
         return cuda_ipc.publish_device_copy(slot, plan, state_dict)
 
     @staticmethod
@@ -179,9 +180,9 @@ class Publisher:
             return None
         lease, slot = got
         extra: dict[str, Any] = {"slot": slot.idx, "gen": slot.gen}
-        if "rdma" in want and self._rdma:
+        if Transport.RDMA in want and self._rdma:
             extra["rdma"] = self._rdma.region(slot)
-        if "cuda-ipc" in want and "cuda" in slot.extra:
+        if Transport.CUDA_IPC in want and "cuda" in slot.extra:
             extra["cuda"] = slot.extra["cuda"]["handle"]
         return lease, slot.manifest, extra
 
@@ -225,8 +226,6 @@ class Publisher:
 
         atexit.register(_cleanup)
         try:
-            from rlmesh.actor.hooks import add_shutdown_hook
-
             add_shutdown_hook(_cleanup)
         except ImportError:
             pass

@@ -36,8 +36,8 @@ class _Endpoint:
     """A device context, a PD and the port facts both sides need."""
 
     def __init__(self) -> None:
-        from pyverbs.device import Context
-        from pyverbs.pd import PD
+        from pyverbs.device import Context  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
+        from pyverbs.pd import PD  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
 
         ok, dev = available()
         if not ok:
@@ -53,9 +53,9 @@ class _Endpoint:
         self.rd_atom = max(1, min(DEPTH, int(self.ctx.query_device().max_qp_rd_atom)))
 
     def new_qp(self) -> tuple[Any, Any, QPInfo]:
-        import pyverbs.enums as e
-        from pyverbs.cq import CQ
-        from pyverbs.qp import QP, QPCap, QPInitAttr
+        import pyverbs.enums as e  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
+        from pyverbs.cq import CQ  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
+        from pyverbs.qp import QP, QPCap, QPInitAttr  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
 
         cq = CQ(self.ctx, DEPTH * 2)
         cap = QPCap(max_send_wr=DEPTH, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
@@ -65,9 +65,9 @@ class _Endpoint:
 
     def connect(self, qp: Any, local: QPInfo, remote: QPInfo) -> None:
         """RESET -> INIT -> RTR -> RTS against ``remote`` (both sides do this with each other's info)."""
-        import pyverbs.enums as e
-        from pyverbs.addr import GID, AHAttr, GlobalRoute
-        from pyverbs.qp import QPAttr
+        import pyverbs.enums as e  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
+        from pyverbs.addr import GID, AHAttr, GlobalRoute  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
+        from pyverbs.qp import QPAttr  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
 
         attr = QPAttr()
         attr.port_num = local.port
@@ -87,8 +87,8 @@ class _Endpoint:
         qp.to_rts(attr)
 
     def register(self, addr: int, length: int, remote: bool) -> Any:
-        import pyverbs.enums as e
-        from pyverbs.mr import MR
+        import pyverbs.enums as e  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
+        from pyverbs.mr import MR  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
 
         access = e.IBV_ACCESS_LOCAL_WRITE | (e.IBV_ACCESS_REMOTE_READ if remote else 0)
         return MR(self.pd, length, access, address=addr)
@@ -167,7 +167,7 @@ class RdmaReader(Control):
         self._mr: Any = None
 
     def _stage(self, nbytes: int) -> Any:
-        import torch
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
         if self._staging is None or self._staging.numel() < nbytes:
             if self._mr is not None:
@@ -177,8 +177,8 @@ class RdmaReader(Control):
         return self._staging
 
     def _read(self, wrs: list[ReadWR], rkey: int, timeout: float) -> None:
-        import pyverbs.enums as e
-        from pyverbs.wr import SGE, SendWR
+        import pyverbs.enums as e  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
+        from pyverbs.wr import SGE, SendWR  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
 
         base = self._staging.data_ptr()
         deadline = time.monotonic() + timeout

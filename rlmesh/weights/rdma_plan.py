@@ -24,7 +24,7 @@ INSTALL_HINT = "apt-get install python3-pyverbs, then scripts/setup_rdma.sh (see
 def available() -> tuple[bool, str]:
     """``(True, device)`` when pyverbs imports and lists at least one RDMA device, else ``(False, why)``."""
     try:
-        from pyverbs.device import get_device_list
+        from pyverbs.device import get_device_list  # deferred: optional pyverbs (the rdma extra), loaded only with an RDMA device
     except ImportError as exc:
         return False, f"pyverbs is not importable ({exc}); {INSTALL_HINT}"
     try:

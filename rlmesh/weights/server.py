@@ -17,23 +17,45 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Sequence
 
 import zmq
 
 from rlmesh.transport import Authenticator, AuthError, bind_channel, zmq_context
 from rlmesh.transport.sockets import tune
 
-if TYPE_CHECKING:
-    from rlmesh.weights.publisher import Publisher
-
 logger = logging.getLogger(__name__)
+
+
+class LeaseSource(Protocol):
+    """What the server reads from the :class:`~rlmesh.weights.publisher.Publisher` it serves.
+
+    Why a protocol: the publisher creates its server, so the server must not import the
+    publisher back (that was an import cycle); the publisher satisfies this as it is.
+    """
+
+    name: str
+
+    def versions(self) -> list[int]:
+        """The versions readable now, newest first."""
+
+    def _open_lease(self, min_version: int, version: Any, want: Sequence[str]) -> tuple[int, bytes, dict[str, Any]] | None:
+        """Lease ``version`` (else the newest >= ``min_version``): ``(lease, manifest, slot info)``, or None."""
+
+    def _close_lease(self, lease: int) -> None:
+        """Release a lease: its slot may be overwritten again."""
+
+    def _read_views(self, lease: int, ranges: list[tuple[int, int]]) -> list[memoryview]:
+        """Zero-copy views of byte ranges of the leased slot."""
+
+    def _rdma_connect(self, qp: dict[str, Any]) -> dict[str, Any]:
+        """Connect a reader's RDMA queue pair to the slot memory; returns this side's queue pair."""
 
 
 class SyncServer:
     """Serves one :class:`Publisher` to TCP, RDMA and CUDA IPC readers from a daemon thread."""
 
-    def __init__(self, pub: "Publisher", host: str | None = None):
+    def __init__(self, pub: LeaseSource, host: str | None = None):
         self.pub = pub
         self._sock = tune(zmq_context().socket(zmq.ROUTER))
         self.addr, self._in = bind_channel(self._sock, Authenticator.from_env(), f"weights {pub.name!r}", host)

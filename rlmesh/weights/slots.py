@@ -26,6 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from rlmesh.weights.assemble import quiet_readonly
 from rlmesh.weights.directory import safe
 
 logger = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class SlotFile:
 
     def data_view(self) -> Any:
         """The data region as a writable torch uint8 tensor (no copy)."""
-        import torch
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
         return torch.frombuffer(self.mm, dtype=torch.uint8, count=self.data_cap, offset=self.data_off)
 
@@ -189,9 +190,7 @@ class MappedSlot:
         return self.mm[h.manifest_off : h.manifest_off + h.manifest_len]
 
     def data_view(self, h: SlotHeader) -> Any:
-        import torch
-
-        from rlmesh.weights.assemble import quiet_readonly
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
         with quiet_readonly():
             return torch.frombuffer(self.mm, dtype=torch.uint8, count=h.data_len, offset=h.data_off)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
+from rlmesh import telemetry
+
 logger = logging.getLogger(__name__)
 
 
@@ -63,10 +65,6 @@ class Version(int):
 
 
 def _record(table: str, **row: object) -> None:
-    try:
-        from rlmesh import telemetry  # optional layer, built separately
-    except Exception:
-        return
     try:
         telemetry.record(table, **row)
     except Exception:

@@ -20,10 +20,14 @@ from typing import Any
 
 from rlmesh.weights import assemble
 from rlmesh.weights.base import Fetched, ReaderTransport
+from rlmesh.weights.cuda_ipc import CudaIpcReader
 from rlmesh.weights.directory import Directory, default_directory, publisher_key, reader_id, this_host
 from rlmesh.weights.errors import StateDictMismatchError, TransportUnavailableError, WeightSyncError
-from rlmesh.weights.selection import CHOICES, select_transport
+from rlmesh.weights.rdma import RdmaReader
+from rlmesh.weights.selection import CHOICES, Transport, select_transport
+from rlmesh.weights.shm import ShmReader
 from rlmesh.weights.stats import SyncStats, Version, record_sync
+from rlmesh.weights.tcp import TcpReader
 
 __all__ = ["Subscriber", "select_transport"]
 
@@ -39,7 +43,7 @@ class Subscriber:
     def __init__(self, name: str, transport: str | None = None, *, directory: Directory | None = None,
                  timeout: float = 30.0):
         if transport is not None and transport not in CHOICES:
-            raise ValueError(f"transport={transport!r} is not one of {list(CHOICES)} (or None for automatic)")
+            raise ValueError(f"transport={transport!r} is not one of {[str(c) for c in CHOICES]} (or None for automatic)")
         self.name, self.forced, self.timeout = name, transport, timeout
         self.directory = directory if directory is not None else default_directory()
         self.reader = reader_id()
@@ -56,7 +60,7 @@ class Subscriber:
         except KeyError:
             raise WeightSyncError(f"no publisher of {self.name!r} appeared within {timeout:.0f}s; "
                                   f"create rm.weights.Publisher({self.name!r}) in the trainer first") from None
-        ident = (rec.get("pid"), rec.get("ctl"), rec.get("tcp"))
+        ident = (rec.get("pid"), rec.get("ctl"), rec.get(Transport.TCP))
         if ident != self._seen:
             self._drop_readers()  # a new (or restarted) publisher: reconnect
             self._seen = ident
@@ -79,7 +83,7 @@ class Subscriber:
             # successor, rather than fall back to its (dead) TCP address and wait out a timeout
             self._record = None
             rec = self._lookup(timeout)
-        if want_cuda and not rec.get("cuda_ipc") and self.forced is None and rec.get("host") == this_host():
+        if want_cuda and not rec.get(Transport.CUDA_IPC) and self.forced is None and rec.get("host") == this_host():
             rec = self._lookup(timeout)  # the publisher advertises CUDA IPC once it has published GPU tensors
         try:
             kind, why = select_transport(rec, self.forced, want_cuda, this_host())
@@ -97,20 +101,12 @@ class Subscriber:
 
     @staticmethod
     def _make(kind: str, rec: dict[str, Any]) -> ReaderTransport:
-        if kind == "shm":
-            from rlmesh.weights.shm import ShmReader
-
+        if kind is Transport.SHM:
             return ShmReader(rec)
-        if kind == "tcp":
-            from rlmesh.weights.tcp import TcpReader
-
+        if kind is Transport.TCP:
             return TcpReader(rec)
-        if kind == "rdma":
-            from rlmesh.weights.rdma import RdmaReader
-
+        if kind is Transport.RDMA:
             return RdmaReader(rec)
-        from rlmesh.weights.cuda_ipc import CudaIpcReader
-
         return CudaIpcReader(rec)
 
     # ---- API ----

@@ -136,7 +136,7 @@ class TcpReader(Control):
         self._staging: Any = None
 
     def _stage(self, nbytes: int) -> Any:
-        import torch
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
         if self._staging is None or self._staging.numel() < nbytes:
             self._staging = None

@@ -10,12 +10,14 @@ generator death is recognised as a duplicate by the buffer and never counted twi
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, Callable
 
 import torch
 
 import rlmesh as rm
 from rlmesh.errors import WeightSyncError
+from rlmesh.rl.results import EvalResult
 from rlmesh.weights import Subscriber
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,8 @@ class Generator(rm.Actor):
         self.version = -1
         """Weight version currently loaded (-1 before the first pull)."""
         self._sub = Subscriber(weights)
+        self._evaluated: dict[int, EvalResult] = {}
+        """Evaluations this actor made, by weight version (one per version, see :meth:`evaluation`)."""
 
     # -- hooks -------------------------------------------------------------------------------------------------
 
@@ -75,6 +79,24 @@ class Generator(rm.Actor):
         self.version = int(v)
         self.on_weights(self.version)
         return self.version
+
+    def evaluation(self, min_version: int, env_steps: int | None,
+                   measure: Callable[[], tuple[str, float, int]]) -> EvalResult:
+        """Evaluate the newest weights >= ``min_version`` with ``measure() -> (metric, value, episodes)``
+        and write its ``evals`` row, **once per version**: asked again for a version it already
+        evaluated (two requests racing a publish, a final evaluation after the periodic one), it
+        answers the same result and writes no second row."""
+        self.sync_weights(min_version)
+        done = self._evaluated.get(self.version)
+        if done is not None:
+            return done
+        t0 = time.perf_counter()
+        metric, value, episodes = measure()
+        result = EvalResult(metric, float(value), self.version, episodes)
+        rm.telemetry.record("evals", step=self.version, policy_version=self.version, metric=metric, value=result.value,
+                            episodes=episodes, env_steps=env_steps, duration_s=time.perf_counter() - t0)
+        self._evaluated[self.version] = result
+        return result
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Hook for engines without in-place targets (``weight_target() is None``)."""

@@ -19,6 +19,7 @@ import rlmesh as rm
 from rlmesh.rl.actors.generator import Generator
 from rlmesh.rl.config import GymGeneratorConfig
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
+from rlmesh.rl.results import EvalResult
 from rlmesh.rl.rollout import RolloutCollector, evaluate_greedy, greedy_actor
 from rlmesh.rl.schedule import WorkItem
 
@@ -78,17 +79,15 @@ class GymGenerator(Generator):
 
     @rm.endpoint
     def evaluate(self, episodes: int = 20, min_version: int = 0, env_steps: int | None = None,
-                 seed: int = 10_000) -> dict[str, Any]:
+                 seed: int = 10_000) -> EvalResult:
         """Greedy mean return over ``episodes`` fresh envs (one episode each) with the newest
-        weights >= ``min_version``; writes an ``evals`` row (``metric='mean_return'``)."""
-        self.sync_weights(min_version)
-        t0 = time.perf_counter()
-        mean_return, returns = evaluate_greedy(greedy_actor(self.policy, self.action_space), self.config.env_id,
-                                               episodes, seed)
-        row = {"step": self.version, "policy_version": self.version, "metric": "mean_return", "value": mean_return,
-               "episodes": episodes, "env_steps": env_steps, "duration_s": time.perf_counter() - t0}
-        rm.telemetry.record("evals", **row)
-        return row
+        weights >= ``min_version``; writes an ``evals`` row (``metric='mean_return'``), once per version."""
+        def measure() -> tuple[str, float, int]:
+            mean_return, _ = evaluate_greedy(greedy_actor(self.policy, self.action_space), self.config.env_id,
+                                             episodes, seed)
+            return "mean_return", mean_return, episodes
+
+        return self.evaluation(min_version, env_steps, measure)
 
     def on_stop(self) -> None:
         if self.collector is not None:

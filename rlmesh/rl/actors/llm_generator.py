@@ -19,6 +19,7 @@ import rlmesh as rm
 from rlmesh.rl.actors.generator import Generator
 from rlmesh.rl.backends.base import Completion, SamplingParams, make_backend
 from rlmesh.rl.config import LLMGeneratorConfig
+from rlmesh.rl.results import EvalResult
 from rlmesh.rl.schedule import WorkItem
 
 logger = logging.getLogger(__name__)
@@ -112,18 +113,15 @@ class LLMGenerator(Generator):
                 "gen_tokens_per_s": self.tokens_generated / max(self.generate_seconds, 1e-9)}
 
     @rm.endpoint
-    def evaluate(self, problems: list[Any], min_version: int = 0, env_steps: int | None = None) -> dict[str, Any]:
+    def evaluate(self, problems: list[Any], min_version: int = 0, env_steps: int | None = None) -> EvalResult:
         """Greedy completions of held-out ``problems``, scored by the reward actor; writes an
-        ``evals`` row with ``metric='mean_reward'``."""
-        self.sync_weights(min_version)
-        t0 = time.perf_counter()
-        flat = self._sample(problems, self.sampling_params(greedy=True))
-        rewards = self._score([f"eval-v{self.version}/{k}" for k in range(len(flat))], flat, problems, 1)
-        row = {"step": self.version, "policy_version": self.version, "metric": "mean_reward",
-               "value": sum(rewards) / len(rewards), "episodes": len(problems), "env_steps": env_steps,
-               "duration_s": time.perf_counter() - t0}
-        rm.telemetry.record("evals", **row)
-        return row
+        ``evals`` row with ``metric='mean_reward'``, once per version."""
+        def measure() -> tuple[str, float, int]:
+            flat = self._sample(problems, self.sampling_params(greedy=True))
+            rewards = self._score([f"eval-v{self.version}/{k}" for k in range(len(flat))], flat, problems, 1)
+            return "mean_reward", sum(rewards) / len(rewards), len(problems)
+
+        return self.evaluation(min_version, env_steps, measure)
 
     def on_stop(self) -> None:
         self.backend.close()

@@ -37,6 +37,7 @@ import torch._dynamo  # noqa: F401 - built optimisers import it lazily (~1.2 s);
 import rlmesh as rm
 from rlmesh.actor import kv
 from rlmesh.rl.config import TrainerConfig
+from rlmesh.rl.results import TrainerState, TrainResult
 from rlmesh.weights import Publisher
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ class Trainer(rm.Actor):
     # -- endpoints ---------------------------------------------------------------------------------------------
 
     @rm.endpoint
-    def train(self, batch_size: int, timeout: float = 60.0) -> dict[str, Any]:
+    def train(self, batch_size: int, timeout: float = 60.0) -> TrainResult:
         """Sample ``batch_size`` fresh rollouts from the buffer, run :meth:`train_step`, publish.
 
         Returns ``trained=False`` (with the drops) when the buffer had not enough fresh
@@ -122,15 +123,16 @@ class Trainer(rm.Actor):
         if self.buffer is None:
             raise RuntimeError(f"{type(self).__name__} was built without a buffer; call train_step() directly")
         res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor, self.durable_cursor).get()
-        dropped = [d.rollout_id for d in res.dropped]
-        common = {"dropped": dropped, "drop_reasons": [d.reason for d in res.dropped], "requeued": res.requeued}
         if not res.rollouts:
-            return {"trained": False, "step": self.step, "policy_version": self.version, **common}
-        out = self.learn([r.data for r in res.rollouts], max_lag=res.max_lag or 0, cursor=res.lease)
-        out.update(trained=True, rollout_ids=[r.rollout_id for r in res.rollouts], **common)
+            out = TrainResult(self.step, self.version, self.samples_seen)
+        else:
+            out = self.learn([r.data for r in res.rollouts], max_lag=res.max_lag or 0, cursor=res.lease)
+            out.rollout_ids = [r.rollout_id for r in res.rollouts]
+        out.dropped, out.drop_reasons = [d.rollout_id for d in res.dropped], [d.reason for d in res.dropped]
+        out.requeued = list(res.requeued)
         return out
 
-    def learn(self, batch: list[Any], max_lag: int = 0, cursor: int | None = None) -> dict[str, Any]:
+    def learn(self, batch: list[Any], max_lag: int = 0, cursor: int | None = None) -> TrainResult:
         """:meth:`train_step` plus the bookkeeping: counters, buffer cursor, publish, checkpoint, telemetry."""
         t0 = time.perf_counter()
         samples = self.samples_in(batch)
@@ -151,8 +153,8 @@ class Trainer(rm.Actor):
         rm.telemetry.record("train_steps", step=self.step, policy_version=self.version,
                             loss=metrics.get("losses/loss"), lr=lr, grad_norm=metrics.get("train/grad_norm"),
                             samples=samples, duration_s=took, metrics=json.dumps(metrics))
-        return {"step": self.step, "policy_version": self.version, "samples": samples, "samples_seen": self.samples_seen,
-                "max_lag": max_lag, "duration_s": took, "lr": lr, "metrics": metrics}
+        return TrainResult(self.step, self.version, self.samples_seen, trained=True, samples=samples, max_lag=max_lag,
+                           duration_s=took, lr=lr, metrics=metrics)
 
     @rm.endpoint
     def save(self, path: str | None = None) -> str:
@@ -166,9 +168,9 @@ class Trainer(rm.Actor):
         return self.step
 
     @rm.endpoint
-    def state(self) -> dict[str, int]:
+    def state(self) -> TrainerState:
         """Step, version and samples seen (cheap; for the controller and tests)."""
-        return {"step": self.step, "policy_version": self.version, "samples_seen": self.samples_seen}
+        return TrainerState(self.step, self.version, self.samples_seen)
 
     def on_restart(self) -> None:
         """Runs after ``__init__`` in a replacement proc, which already reloaded the newest checkpoint."""

@@ -13,6 +13,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from rlmesh.errors import ConfigError
+
 # name -> "module:Class"; imported only when chosen
 BACKENDS: dict[str, str] = {
     "torch": "rlmesh.rl.backends.torch_backend:TorchBackend",
@@ -66,8 +68,6 @@ class GenerationBackend(Protocol):
 
 def make_backend(name: str, **kwargs: Any) -> GenerationBackend:
     """Build a backend by name; an unknown name or a missing package says how to fix it."""
-    from rlmesh.errors import ConfigError
-
     if name not in BACKENDS:
         raise ConfigError(f"generator.backend={name!r} is not a backend; use one of {sorted(BACKENDS)}")
     mod, _, cls = BACKENDS[name].partition(":")

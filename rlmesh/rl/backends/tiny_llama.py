@@ -48,8 +48,8 @@ class TinyLlamaConfig:
 
 def build_tokenizer(alphabet: str = ALPHABET):  # -> transformers.PreTrainedTokenizerFast
     """A character-level fast tokenizer with CharTokenizer's ids (built locally with ``tokenizers``)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # deferred: optional transformers/tokenizers (rlmesh[hf])
+    from transformers import PreTrainedTokenizerFast  # deferred: optional transformers/tokenizers (rlmesh[hf])
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL)}
     vocab.update({c: i + len(SPECIAL) for i, c in enumerate(alphabet)})
@@ -65,8 +65,8 @@ def make_tiny_llama(out_dir: str | Path, config: TinyLlamaConfig | None = None) 
     Skips the work when ``out_dir`` already holds a model made from the same config
     (a ``tiny_llama.json`` stamp), so tests and benchmarks can share one folder.
     """
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    import torch  # deferred: torch is heavy; only building this model needs it
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # deferred: optional transformers/tokenizers (rlmesh[hf])
 
     cfg = config or TinyLlamaConfig()
     out = Path(out_dir)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from rlmesh.rl.backends.base import Completion, SamplingParams
+from rlmesh.rl.models.hf import load_hf
 from rlmesh.rl.models.sampling import generate
 from rlmesh.rl.models.transformer import Transformer, TransformerConfig
 
@@ -30,8 +31,6 @@ def build_policy_model(model_config: TransformerConfig | dict[str, Any] | None =
     ``model_path`` (a local ``save_pretrained`` folder) wins over ``model_config``.
     """
     if model_path:
-        from rlmesh.rl.models.hf import load_hf
-
         return load_hf(model_path)
     if isinstance(model_config, dict):
         model_config = TransformerConfig(**model_config)

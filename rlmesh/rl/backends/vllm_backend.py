@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh.rl.backends.base import Completion, SamplingParams
+from rlmesh.weights import Publisher, Subscriber
+from rlmesh.weights.directory import FileDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +67,6 @@ def _pull_and_reload(worker: Any, name: str, version: int, directory: str) -> in
     The publication is found through a file directory, since vLLM's processes may live
     outside any rlmesh runtime (whose KV would otherwise be the directory).
     """
-    from rlmesh.weights import Subscriber
-    from rlmesh.weights.directory import FileDirectory
-
     sub = Subscriber(name, directory=FileDirectory(directory))
     try:
         sd, got = sub.pull(version=version, timeout=60)
@@ -105,7 +104,7 @@ class VLLMBackend:
             os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         try:
-            import vllm
+            import vllm  # deferred: optional vllm (rlmesh[gpu]), loaded only by generator.backend=vllm
         except ImportError as exc:
             raise ImportError(
                 "the vllm backend needs vLLM: pip install -e '.[gpu]' on CUDA machines, "
@@ -153,9 +152,6 @@ class VLLMBackend:
             items = [(_hf_name(k), v.detach()) for k, v in state_dict.items()]
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True})
         else:
-            from rlmesh.weights import Publisher
-            from rlmesh.weights.directory import FileDirectory
-
             if self._publisher is None:
                 self._staging_dir = tempfile.TemporaryDirectory(prefix="rlmesh-vllm-weights-")
                 self._publisher = Publisher(f"vllm-backend-{os.getpid()}-{id(self):x}", keep=1,
@@ -193,7 +189,7 @@ class VLLMBackend:
         With ``params.seed`` set, prompt ``i`` samples with seed ``seed + i``: reproducible,
         and equal prompts in one batch still get different samples.
         """
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # deferred: optional vllm (rlmesh[gpu]), loaded only by generator.backend=vllm
 
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("VLLMBackend.generate: every prompt needs at least one token")

@@ -20,7 +20,7 @@ from torch import nn
 
 def _require_transformers() -> Any:
     try:
-        import transformers
+        import transformers  # deferred: optional transformers (rlmesh[hf]), loaded only for a model folder
     except ImportError as exc:
         raise ImportError(
             "rlmesh.rl.models.hf needs transformers: pip install transformers "

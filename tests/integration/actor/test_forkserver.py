@@ -17,7 +17,7 @@ import pytest
 
 import rlmesh as rm
 from rlmesh.actor import hooks
-from rlmesh.launch.forkserver import modules_in_payload
+from rlmesh.actor.payload import modules_in_payload
 from rlmesh.transport.serialization import dumps
 from proc_checks import gone, wait_gone  # noqa: E402
 

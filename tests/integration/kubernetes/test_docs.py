@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlmesh.launch.kubernetes_manifests import role_manifests
+from rlmesh.launch.kubernetes.manifests import role_manifests
 
 pytestmark = pytest.mark.timeout(60)
 DOC = Path(__file__).resolve().parents[3] / "docs/kubernetes.md"

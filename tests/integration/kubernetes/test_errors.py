@@ -12,7 +12,7 @@ import yaml
 import rlmesh as rm
 from rlmesh.launch.kubernetes import (KubernetesCluster, KubernetesConfig, KubernetesError, KubernetesForbidden,
                                       MeshResources, dry_run_manifests, render_manifests)
-from rlmesh.launch.kubernetes_manifests import run_selector
+from rlmesh.launch.kubernetes.manifests import run_selector
 
 pytestmark = pytest.mark.timeout(90)
 IMAGE = "rlmesh-test:local"

@@ -15,7 +15,7 @@ import pytest
 import rlmesh as rm
 from rlmesh.actor import hooks
 from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig, MeshResources
-from rlmesh.launch.kubernetes_manifests import run_selector, secret_name
+from rlmesh.launch.kubernetes.manifests import run_selector, secret_name
 
 pytestmark = pytest.mark.timeout(90)
 IMAGE = "rlmesh-test:local"  # the fake kubelet runs every image as this checkout's venv
@@ -118,7 +118,7 @@ def test_watch_resumes_after_it_expires(k8s, events, monkeypatch):
     """Watches end every watch_timeout_s; a death after several resumptions is still seen at once."""
     from k8s_actors import Probe
 
-    from rlmesh.launch.kubernetes_pods import PodWatcher
+    from rlmesh.launch.kubernetes.pods import PodWatcher
 
     monkeypatch.setattr(PodWatcher, "watch_timeout_s", 1)
     cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-rewatch")

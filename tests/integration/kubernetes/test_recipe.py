@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rlmesh.launch.kubernetes_manifests import run_selector
+from rlmesh.launch.kubernetes.manifests import run_selector
 
 pytestmark = pytest.mark.timeout(180)
 

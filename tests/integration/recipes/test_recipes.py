@@ -83,6 +83,40 @@ def test_grpo_recipe_end_to_end(tmp_path):
     assert [(v, m, e) for v, m, e in evals] == [(0, "mean_reward", 10), (2, "mean_reward", 10), (4, "mean_reward", 10)]
 
 
+EVAL_TINY = [a for a in PPO_TINY if not a.startswith(("generator.replicas", "eval.every", "eval.target", "buffer="))]
+
+
+@pytest.mark.timeout(300)
+def test_one_evaluation_per_version_and_a_summary_that_agrees_with_evals(tmp_path):
+    """Issue 11 item 16: the final evaluation ran twice (the last train step crossed an eval.every
+    boundary, and the "final weights" check ran before the periodic evaluation had started), and with
+    3 generators the summary's "final eval" was the last row to *arrive*, not the newest version's."""
+    out = run(RLMESH + EVAL_TINY + ["generator.replicas=3", "generator.num_steps=8", "trainer.total_steps=480",
+                               "eval.every=48", "eval.target=-1", "buffer=one_ahead"], tmp_path, timeout=280)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (db,) = runs_in(tmp_path)
+    per_version = q(db, "SELECT policy_version, count(*) FROM evals GROUP BY 1 ORDER BY 1")
+    assert per_version and all(n == 1 for _, n in per_version), per_version
+    newest = q(db, "SELECT value, policy_version FROM evals ORDER BY policy_version DESC LIMIT 1")[0]
+    first = q(db, "SELECT policy_version FROM evals WHERE value >= -1 ORDER BY policy_version LIMIT 1")[0][0]
+    summary = " ".join(out.stdout.split())
+    assert f"final eval │ mean_return {newest[0]:.3g} (version {newest[1]})" in summary, out.stdout
+    assert f"solved │ version {first} (" in summary, out.stdout
+
+
+@pytest.mark.timeout(300)
+def test_the_final_evaluation_runs_once_when_the_budget_ends_on_an_eval_boundary(tmp_path):
+    """320 env steps, an evaluation every 64: the last train step is both a periodic evaluation and the
+    final one (before the fix: two ``evals`` rows for its version)."""
+    out = run(RLMESH + EVAL_TINY + ["generator.replicas=1", "trainer.total_steps=320", "eval.every=64",
+                                    "buffer=on_policy"], tmp_path, timeout=280)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (db,) = runs_in(tmp_path)
+    last_version = q(db, "SELECT max(policy_version) FROM train_steps")[0][0]
+    evals = q(db, "SELECT policy_version, count(*) FROM evals GROUP BY 1 ORDER BY 1")
+    assert evals[-1] == (last_version, 1) and all(n == 1 for _, n in evals), evals
+
+
 @pytest.mark.timeout(60)
 def test_bad_config_fails_before_any_proc_starts(tmp_path):
     out = run(RLMESH + ["recipe=ppo_cartpole", "trainer.lrr=1e-4"], tmp_path)

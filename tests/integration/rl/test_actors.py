@@ -30,18 +30,18 @@ def test_reissued_work_is_a_duplicate_and_stale_rollouts_are_dropped():
         assert first["accepted"] and first["policy_version"] == 0
         assert not again["accepted"] and again["reason"] == "duplicate"
         m = trainer.train.call_one(1, 10.0).get()
-        assert m["trained"] and m["step"] == 1 and m["policy_version"] == 1 and m["rollout_ids"] == ["rollout-a"]
+        assert m.trained and m.step == 1 and m.policy_version == 1 and m.rollout_ids == ["rollout-a"]
         # a rollout from version 0 arriving after version 1 is stale for an on-policy buffer
         gen_old = procs.slice(procs=1).spawn("gen_old", GymGenerator, GEN, buffer, weights=name)
         assert gen.collect.call_one(WorkItem("rollout-b", 1, 1)).get()["policy_version"] == 1
         stats = buffer.stats.call_one().get()
         assert stats["buffer/dropped_duplicate"] == 1 and stats["buffer/added"] == 2
         m = trainer.train.call_one(1, 10.0).get()
-        assert m["rollout_ids"] == ["rollout-b"] and m["policy_version"] == 2
+        assert m.rollout_ids == ["rollout-b"] and m.policy_version == 2
         late = gen_old.collect.call_one(WorkItem("rollout-c", 1, 2)).get()   # pulls v2, trainer now at v2: fresh
         assert late["accepted"] and late["policy_version"] == 2
         empty = trainer.train.call_one(2, 0.5).get()        # only one rollout there: nothing trained
-        assert not empty["trained"] and empty["step"] == 2
+        assert not empty.trained and empty.step == 2
 
 
 def test_checkpoint_restores_everything(tmp_path):
@@ -59,7 +59,7 @@ def test_checkpoint_restores_everything(tmp_path):
     torch.manual_seed(999)                                  # disturb every RNG the step uses
     assert trainer.load_checkpoint(path) and trainer.step == 1 and trainer.version == 3   # versions never repeat
     redo = trainer.learn([r2])                              # same batch, restored state: same result, bit for bit
-    assert redo["metrics"] == after["metrics"] and redo["step"] == 2 and redo["policy_version"] == 4
+    assert redo.metrics == after.metrics and redo.step == 2 and redo.policy_version == 4
     assert all(torch.equal(v, weights[k]) for k, v in trainer.model.state_dict().items())
     fresh = PPOTrainer(cfg, "CartPole-v1", weights=f"ckpt-{uuid.uuid4().hex[:6]}", seed=0)
     assert fresh.step == 1                                  # a new trainer resumes from the newest checkpoint

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from rlmesh.errors import ConfigError
-from rlmesh.launch.kubernetes_config import KubernetesConfig, MeshResources
-from rlmesh.launch.kubernetes_manifests import (PodProc, deep_merge, dns_name, label_value, pod_manifest,
+from rlmesh.launch.kubernetes.config import KubernetesConfig, MeshResources
+from rlmesh.launch.kubernetes.manifests import (PodProc, deep_merge, dns_name, label_value, pod_manifest,
                                                 render_manifests, role_manifests, secret_name, to_yaml)
 
 SECRET = "ab" * 32
@@ -44,7 +44,7 @@ def test_pod_runs_the_worker_with_the_secret_by_reference_only():
 
 
 def test_controller_env_forwarded_except_its_own_placement_and_secrets():
-    from rlmesh.launch.kubernetes_manifests import forwarded_env
+    from rlmesh.launch.kubernetes.manifests import forwarded_env
 
     environ = {"RLMESH_LOG_LEVEL": "INFO", "RLMESH_BIND_HOST": "0.0.0.0", "RLMESH_ADVERTISE_HOST": "10.0.0.5",
                "RLMESH_SECRET": SECRET, "RLMESH_TOKEN": "t", "HF_HOME": "/cache", "PATH": "/bin"}
@@ -169,6 +169,6 @@ def test_from_dict_takes_an_omegaconf_launcher_group():
     c = KubernetesConfig.from_dict(group)
     assert type(c.tolerations[0]) is dict and type(c.pod_template) is dict and c.meshes["gen"].replicas == 2
     assert c.secret_env == ["RLMESH_SECRET", "HF_TOKEN"]
-    from rlmesh.launch.kubernetes_manifests import pod_manifest as render
+    from rlmesh.launch.kubernetes.manifests import pod_manifest as render
 
     assert render(c, "r", proc())["spec"]["priorityClassName"] == "rl"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rlmesh.launch.kubernetes_status import format_events, pod_outcome
+from rlmesh.launch.kubernetes.status import format_events, pod_outcome
 
 
 def pod(phase="Running", state=None, **status) -> dict:
@@ -58,7 +58,7 @@ def test_events_are_summarised_newest_last():
 
 
 def test_no_credentials_says_where_it_looked_and_the_fix(tmp_path, monkeypatch):
-    from rlmesh.launch.kubernetes_client import KubernetesCredentialsError, load_api_client
+    from rlmesh.launch.kubernetes.api import KubernetesCredentialsError, load_api_client
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope"))
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -70,7 +70,7 @@ def test_no_credentials_says_where_it_looked_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_unusable_kubeconfig_is_named(tmp_path):
-    from rlmesh.launch.kubernetes_client import KubernetesCredentialsError, load_api_client
+    from rlmesh.launch.kubernetes.api import KubernetesCredentialsError, load_api_client
 
     bad = tmp_path / "config"
     bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
@@ -79,7 +79,7 @@ def test_unusable_kubeconfig_is_named(tmp_path):
 
 
 def test_cli_render_prints_yaml_and_role(capsys):
-    from rlmesh.launch.kubernetes_cli import k8s_main
+    from rlmesh.launch.kubernetes.cli import k8s_main
 
     assert k8s_main(["render", "launcher.image=img:1", "launcher.namespace=rl", "meshes.gen.gpus=1",
                      "--mesh", "gen=2", "--role"]) == 0
@@ -90,12 +90,21 @@ def test_cli_render_prints_yaml_and_role(capsys):
 
 
 def test_cli_render_a_recipe_with_the_kubernetes_launcher(capsys):
-    from rlmesh.launch.kubernetes_cli import k8s_main
+    from rlmesh.cli import main
 
-    assert k8s_main(["render", "recipe=ppo_cartpole", "launcher=kubernetes", "launcher.image=img:1",
-                     "launcher.namespace=rl", "--mesh", "pods=3"]) == 0
+    assert main(["k8s", "render", "recipe=ppo_cartpole", "launcher=kubernetes", "launcher.image=img:1",
+                 "launcher.namespace=rl", "--mesh", "pods=3"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in docs] == ["Secret", "Pod", "Pod", "Pod"]
     assert {d["metadata"]["namespace"] for d in docs} == {"rl"}
-    assert k8s_main(["render", "recipe=ppo_cartpole", "launcher.image=img:1", "--mesh", "pods=1"]) == 2
+    assert main(["k8s", "render", "recipe=ppo_cartpole", "launcher.image=img:1", "--mesh", "pods=1"]) == 2
     assert "launcher=kubernetes" in capsys.readouterr().err
+
+
+def test_launch_layer_cli_refuses_a_recipe_without_the_recipe_layer(capsys):
+    """The launch layer cannot compose recipes (that would import upward): it says where to go."""
+    from rlmesh.launch.kubernetes.cli import k8s_main
+
+    assert k8s_main(["render", "recipe=ppo_cartpole", "launcher=kubernetes", "launcher.image=img:1",
+                     "--mesh", "pods=1"]) == 2
+    assert "rlmesh k8s render recipe=" in capsys.readouterr().err

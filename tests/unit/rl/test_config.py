@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from rlmesh.rl import config as C
-from rlmesh.rl import recipe_config as R
+from rlmesh.recipes import recipe_config as R
 
 
 @pytest.mark.parametrize(

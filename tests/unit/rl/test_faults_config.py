@@ -4,7 +4,7 @@ import pytest
 
 from rlmesh.actor.faults import FaultConfig, FaultInjector
 from rlmesh.errors import ConfigError
-from rlmesh.recipes_cli import RecipeConfigError, compose
+from rlmesh.recipes.compose import RecipeConfigError, compose
 
 
 def test_kind_and_target_follow_the_key_that_is_set():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
-from rlmesh.rl.recipe_config import ppo_cartpole
+from rlmesh.recipes.recipe_config import ppo_cartpole
 from rlmesh.rl.models import ActorCritic
 from rlmesh.rl.ppo_core import rollout_advantages, train_ppo
 from rlmesh.rl.rollout import RolloutCollector, concat_rollouts, evaluate_greedy, greedy_actor

@@ -14,7 +14,7 @@ def rec(tmp_path):
     ctl = tmp_path / "x.ctl"
     ctl.write_text("{}")
     return {"name": "p", "host": "hostA", "ctl": str(ctl), "tcp": "tcp://127.0.0.1:1", "rdma": {"device": "mlx5_0"},
-            "cuda_ipc": True}
+            "cuda-ipc": True}
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def has_rdma(monkeypatch):
 def test_same_host_prefers_shm_and_cuda_for_gpu_targets(rec):
     assert select_transport(rec, None, False, "hostA")[0] == "shm"
     assert select_transport(rec, None, True, "hostA")[0] == "cuda-ipc"
-    assert select_transport({**rec, "cuda_ipc": False}, None, True, "hostA")[0] == "shm"
+    assert select_transport({**rec, "cuda-ipc": False}, None, True, "hostA")[0] == "shm"
 
 
 def test_same_host_name_without_the_segment_is_remote(rec, no_rdma):

@@ -15,16 +15,27 @@ server as a server-side dry run.
 With ``recipe=NAME launcher=kubernetes`` (and any other recipe overrides) the settings are the
 composed recipe's ``launcher`` group, exactly what ``rlmesh run`` with the same arguments would
 use; the mesh sizes come from ``--mesh``, or from the recipe config's ``proc_meshes()`` when it
-has one.
+has one. Composing a recipe is the recipe layer's business, above this one: ``rlmesh k8s``
+enters through :mod:`rlmesh.recipes.k8s`, which passes its composition in as
+``recipe_settings``; called without it, ``recipe=`` is refused with that fix.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, Callable
+
+import yaml
 
 from rlmesh.errors import ConfigError
+from rlmesh.launch.kubernetes.api import KubernetesError, kubernetes_client, load_api_client
+from rlmesh.launch.kubernetes.config import KubernetesConfig
+from rlmesh.launch.kubernetes.manifests import render_manifests, role_manifests, to_yaml
+from rlmesh.launch.kubernetes.ops import cleanup_run, dry_run_manifests
+
+# overrides -> (launcher settings, proc meshes): a recipe composed as ``rlmesh run`` would.
+RecipeSettings = Callable[[list[str]], tuple[dict[str, Any], dict[str, int]]]
 
 
 def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
@@ -38,8 +49,6 @@ def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
 
 def load_settings(config_path: str | None, overrides: list[str]) -> dict[str, Any]:
     """The launcher settings: the YAML file, then each ``key=value`` (values parsed as YAML)."""
-    import yaml
-
     data: dict[str, Any] = {}
     if config_path:
         with open(config_path) as f:
@@ -56,27 +65,6 @@ def load_settings(config_path: str | None, overrides: list[str]) -> dict[str, An
     return data
 
 
-def recipe_settings(overrides: list[str]) -> tuple[dict[str, Any], dict[str, int]]:
-    """Compose a recipe as ``rlmesh run`` would: ``(launcher settings, proc meshes)``.
-
-    Imported lazily: recipes sit above the launch layer, and only this command needs them.
-    """
-    try:
-        from rlmesh.recipes_cli import RecipeConfigError, compose
-    except ImportError as exc:
-        raise ConfigError(f"recipe= needs the recipe layer (rlmesh.recipes_cli): {exc}") from exc
-    if "launcher=kubernetes" not in overrides:
-        raise ConfigError("add launcher=kubernetes: rendering pods needs the kubernetes launcher group")
-    try:
-        cfg, launcher = compose(overrides)
-    except RecipeConfigError as exc:
-        raise ConfigError(str(exc)) from exc
-    if launcher != "kubernetes":
-        raise ConfigError(f"the recipe uses launcher={launcher}; add launcher=kubernetes to render pods")
-    meshes = cfg.proc_meshes() if callable(getattr(cfg, "proc_meshes", None)) else {}
-    return dict(cfg.launcher), dict(meshes)
-
-
 def _meshes(items: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
@@ -88,11 +76,7 @@ def _meshes(items: list[str]) -> dict[str, int]:
 
 
 def _api(kubeconfig: str | None, context: str | None) -> Any:
-    from kubernetes import client
-
-    from rlmesh.launch.kubernetes_client import load_api_client
-
-    return client.CoreV1Api(load_api_client(kubeconfig or "", context or ""))
+    return kubernetes_client().client.CoreV1Api(load_api_client(kubeconfig or "", context or ""))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,11 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def k8s_main(argv: list[str]) -> int:
-    """Entry point of ``rlmesh k8s``; returns the exit code (2: bad settings, 1: the API refused)."""
-    from rlmesh.launch.kubernetes_client import KubernetesError
-    from rlmesh.launch.kubernetes_manifests import render_manifests, role_manifests, to_yaml
+def k8s_main(argv: list[str], recipe_settings: RecipeSettings | None = None) -> int:
+    """Entry point of ``rlmesh k8s``; returns the exit code (2: bad settings, 1: the API refused).
 
+    ``recipe_settings`` composes ``recipe=...`` overrides (given by the recipe layer); without
+    it only ``--config`` and ``key=value`` launcher settings are understood.
+    """
     parser = _parser()
     args, rest = parser.parse_known_args(argv)  # overrides may come after options (subparsers rule out intermixed)
     extra = [r for r in rest if r.startswith("-") or "=" not in r or args.cmd != "render"]
@@ -137,19 +122,17 @@ def k8s_main(argv: list[str]) -> int:
             print(to_yaml(role_manifests(args.namespace, args.service_account)), end="")
             return 0
         if args.cmd == "cleanup":
-            from rlmesh.launch.kubernetes_ops import cleanup_run
-
             n = cleanup_run(_api(args.kubeconfig, args.context), args.namespace, args.run, args.grace,
                             wait_s=120 if args.wait else 0)
             print(f"run {args.run}: deleted {n['pods']} pod(s) and {n['secrets']} secret(s) in namespace "
                   f"{args.namespace}")
             return 0
-        from rlmesh.launch.kubernetes_config import KubernetesConfig
-
         meshes = _meshes(args.mesh)
         if any(o.startswith("recipe=") for o in args.overrides):
             if args.config:
                 raise ConfigError("--config and recipe= both give launcher settings; use one")
+            if recipe_settings is None:
+                raise ConfigError("recipe= needs the recipe layer: run it as `rlmesh k8s render recipe=...`")
             settings, recipe_meshes = recipe_settings(args.overrides)
             meshes = meshes or recipe_meshes
             if not meshes:
@@ -161,8 +144,6 @@ def k8s_main(argv: list[str]) -> int:
         kw = {"controller_addr": args.controller_addr} if args.controller_addr else {}
         objs = render_manifests(config, meshes or None, **kw)
         if args.validate:
-            from rlmesh.launch.kubernetes_ops import dry_run_manifests
-
             dry_run_manifests(_api(args.kubeconfig or config.kubeconfig, args.context or config.context), objs)
             print(f"# {len(objs)} object(s) accepted by the API server (server-side dry run)", file=sys.stderr)
         if args.role:

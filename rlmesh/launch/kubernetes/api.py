@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from rlmesh.errors import RlmeshError
-from rlmesh.launch.kubernetes_manifests import role_manifests, to_yaml
+from rlmesh.launch.kubernetes.manifests import role_manifests, to_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +34,15 @@ class KubernetesForbidden(KubernetesError):
     """RBAC refused a request; the message carries the Role the launcher needs."""
 
 
-def _client() -> Any:
+MISSING_CLIENT = "the Kubernetes launcher needs the kubernetes client: pip install 'rlmesh[kubernetes]'"
+
+
+def kubernetes_client() -> Any:
+    """The ``kubernetes`` package (an extra), or a :class:`KubernetesError` naming the extra to install."""
     try:
-        import kubernetes
-    except ImportError as exc:  # pragma: no cover - a dependency of rlmesh
-        raise KubernetesError("the Kubernetes launcher needs the 'kubernetes' package: pip install kubernetes") from exc
+        import kubernetes  # deferred: optional extra rlmesh[kubernetes], loaded only to talk to a cluster
+    except ImportError as exc:
+        raise KubernetesError(MISSING_CLIENT) from exc
     return kubernetes
 
 
@@ -47,8 +51,8 @@ def load_api_client(kubeconfig: str = "", context: str = "") -> Any:
 
     Raises :class:`KubernetesCredentialsError` naming every place it looked.
     """
-    k8s = _client()
-    from kubernetes.config.config_exception import ConfigException
+    k8s = kubernetes_client()
+    ConfigException = k8s.config.config_exception.ConfigException
 
     tried: list[str] = []
     paths = [kubeconfig] if kubeconfig else [
@@ -99,7 +103,7 @@ def role_help(namespace: str) -> str:
 
 def explain(exc: BaseException, action: str, namespace: str) -> KubernetesError:
     """Turn a client exception from ``action`` into a :class:`KubernetesError` that says the fix."""
-    k8s = _client()
+    k8s = kubernetes_client()
     if isinstance(exc, k8s.client.exceptions.ApiException):
         msg = _server_message(exc)
         if exc.status == 403:

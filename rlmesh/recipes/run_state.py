@@ -10,14 +10,25 @@ first; :func:`resume_config` is how the CLI rebuilds the config of the run to co
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
+import os
+import signal
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 import rlmesh as rm
 from rlmesh.errors import ConfigError
+from rlmesh.recipes.compose import RecipeConfigError, explain, validate
+from rlmesh.recipes.config_store import SCHEMAS, role_types, schema_node
+from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.api import RUN_ID_ENV, current_run_dir
 
 logger = logging.getLogger(__name__)
 
@@ -40,15 +51,11 @@ def begin(cfg: Any, launcher: str) -> RunStart:
     Sets ``cfg.trainer.checkpoint_dir`` to ``<run dir>/checkpoints`` when unset, so every
     run can be resumed and a restarted trainer finds its checkpoints.
     """
-    from omegaconf import OmegaConf
-
     resume = cfg.run.resume
     if resume and not cfg.telemetry.enabled:
         raise ConfigError(f"run.resume={resume!r} needs telemetry (the run's database and checkpoints live in its "
                           "run directory): drop telemetry=off")
     run_id = rm.telemetry.start_run(config=cfg, run_id=resume or None, resume=bool(resume))
-    from rlmesh.telemetry.api import current_run_dir
-
     run_dir = current_run_dir()
     if run_dir is None:
         return RunStart(run_id, None, 0)
@@ -62,7 +69,8 @@ def begin(cfg: Any, launcher: str) -> RunStart:
     if saved is None or not resume:
         plain = OmegaConf.to_container(OmegaConf.structured(cfg))
         plain["run"]["resume"] = None
-        saved = {"program": cfg.program, "launcher": launcher, "config": OmegaConf.to_yaml(plain)}
+        saved = {"program": cfg.program, "launcher": launcher, "config": OmegaConf.to_yaml(plain),
+                 "role_types": role_types(cfg)}
     saved["generation"] = generation
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(saved, indent=1))
@@ -77,13 +85,6 @@ def reap_leftover_procs(query: Any, run_id: str, wait_s: float = 5.0) -> list[in
     """SIGKILL workers of the dead controller that are still winding down on this host (they exit
     within seconds of losing it, but a trainer still writing a checkpoint must not race the
     resumed one). Returns the pids killed."""
-    import os
-    import signal
-    import socket
-    import time
-
-    from rlmesh.telemetry.api import RUN_ID_ENV
-
     rows = query("SELECT DISTINCT pid FROM actors WHERE event = 'spawned' AND pid IS NOT NULL "
                  f"AND host = '{socket.gethostname()}'").to_pylist()
     killed = []
@@ -110,12 +111,6 @@ def reap_leftover_procs(query: Any, run_id: str, wait_s: float = 5.0) -> list[in
 def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
     """The config and launcher of run ``spec`` (an id, ``latest`` or a run directory) with
     ``overrides`` applied on top, validated like a fresh ``rlmesh run``; ``run.resume`` set."""
-    from omegaconf import OmegaConf
-
-    from rlmesh.recipes_cli import RecipeConfigError, validate
-    from rlmesh.rl.config_store import SCHEMAS
-    from rlmesh.telemetry import run as runs
-
     try:
         run_dir = runs.resolve_run(spec)
     except Exception as exc:  # noqa: BLE001 - RunNotFoundError names the runs it knows
@@ -128,12 +123,24 @@ def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
     schema = SCHEMAS.get(saved["program"])
     if schema is None:
         raise RecipeConfigError(f"resume={spec}: program {saved['program']!r} has no schema here")
-    base = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.create(saved["config"]))
+    # the config classes the run was composed with (a run saved before role types: the schema's defaults)
+    base = schema_node(schema) if "role_types" in saved else OmegaConf.structured(schema)
+    for role, cls_path in saved.get("role_types", {}).items():
+        base[role] = OmegaConf.structured(_config_class(spec, role, cls_path))
+    base = OmegaConf.merge(base, OmegaConf.create(saved["config"]))
     try:
         extra = OmegaConf.from_dotlist([o for o in overrides if not o.startswith(("recipe=", "resume="))])
         cfg = OmegaConf.merge(base, extra, {"run": {"resume": run_dir.name}})
     except Exception as exc:  # noqa: BLE001
-        from rlmesh.recipes_cli import explain
-
         raise RecipeConfigError(explain(exc)) from exc
     return validate(cfg), saved["launcher"]
+
+
+def _config_class(spec: str, role: str, path: str) -> type:
+    """Import the config class ``path`` a run saved for ``role`` (a plugin's must still be installed)."""
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise RecipeConfigError(f"resume={spec}: the run's {role} config class {path} cannot be imported ({exc}); "
+                                "install the package that provides it") from exc

@@ -17,13 +17,13 @@ import threading
 from typing import Any, Callable
 
 from rlmesh.actor.controller import LaunchRequest
-from rlmesh.launch.kubernetes_client import KubernetesError, explain
-from rlmesh.launch.kubernetes_config import KubernetesConfig
-from rlmesh.launch.kubernetes_manifests import (PodProc, forwarded_env, owner_reference, pod_manifest,
+from rlmesh.launch.kubernetes.api import KubernetesError, explain
+from rlmesh.launch.kubernetes.config import KubernetesConfig
+from rlmesh.launch.kubernetes.manifests import (PodProc, forwarded_env, owner_reference, pod_manifest,
                                                 run_selector, secret_manifest, secret_name)
-from rlmesh.launch.kubernetes_ops import cleanup_run
-from rlmesh.launch.kubernetes_pods import PodHandle, PodWatcher, describe_events
-from rlmesh.launch.kubernetes_status import Outcome
+from rlmesh.launch.kubernetes.ops import cleanup_run
+from rlmesh.launch.kubernetes.pods import PodHandle, PodWatcher, describe_events
+from rlmesh.launch.kubernetes.status import Outcome
 from rlmesh.transport.auth import is_loopback_address
 
 logger = logging.getLogger(__name__)

@@ -1,22 +1,4 @@
-"""The Kubernetes launcher: worker procs are pods, created through the official client.
-
-    from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig
-
-    cluster = KubernetesCluster(KubernetesConfig(image="ghcr.io/you/rlmesh:0.1", namespace="rl"))
-    procs = cluster.spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=3))
-    gens = procs.spawn("gen", Generator)          # exactly as with rm.this_host()
-
-One proc = one pod (``restartPolicy: Never``; see ``kubernetes_manifests``): the
-controller's supervision, restart policy and telemetry apply unchanged, and a pod
-that fails, is evicted or deleted is a dead proc whose ``poll()`` says why.
-
-Per run the launcher creates one Secret (the job's HMAC key, referenced by the pods
-through ``secretKeyRef``) that owns every worker pod, so deleting it — ``cluster.close()``,
-the end of the program, ``rlmesh k8s cleanup RUN`` — garbage-collects the pods too.
-Everything carries ``rlmesh.io/run=<run>``. When the controller itself runs in a pod
-(``launcher.controller_pod`` / ``$RLMESH_CONTROLLER_POD``), that pod owns the Secret, so
-nothing outlives a deleted controller pod.
-"""
+"""``KubernetesCluster``: a namespace as a place to spawn procs, the pod counterpart of ``rm.this_host()``."""
 
 from __future__ import annotations
 
@@ -31,17 +13,14 @@ from rlmesh.actor.context import JOB_ID_ENV
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.errors import ConfigError
-from rlmesh.launch.kubernetes_client import (KubernetesCredentialsError, KubernetesError, KubernetesForbidden,
-                                             explain, load_api_client)
-from rlmesh.launch.kubernetes_config import KubernetesConfig, MeshResources
-from rlmesh.launch.kubernetes_launcher import KubernetesLauncher
-from rlmesh.launch.kubernetes_manifests import LABEL_MESH, label_value, render_manifests, run_selector
-from rlmesh.launch.kubernetes_ops import cleanup_run, dry_run_manifests
+from rlmesh.launch.kubernetes.api import KubernetesError, explain, kubernetes_client, load_api_client
+from rlmesh.launch.kubernetes.config import KubernetesConfig
+from rlmesh.launch.kubernetes.launcher import KubernetesLauncher
+from rlmesh.launch.kubernetes.manifests import LABEL_MESH, label_value, render_manifests, run_selector
+from rlmesh.launch.kubernetes.ops import cleanup_run
 from rlmesh.transport.auth import SECRET_ENV
 
-__all__ = ["KubernetesCluster", "KubernetesConfig", "KubernetesCredentialsError", "KubernetesError",
-           "KubernetesForbidden", "KubernetesLauncher", "MeshResources", "cleanup_run", "dry_run_manifests",
-           "render_manifests"]
+__all__ = ["KubernetesCluster"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +42,8 @@ class KubernetesCluster:
         else:
             base = dict(config or {})
         self.config = KubernetesConfig.from_dict({**base, **overrides})
-        from kubernetes import client
-
         self.api = api_client or load_api_client(self.config.kubeconfig, self.config.context)
-        self.core = client.CoreV1Api(self.api)
+        self.core = kubernetes_client().client.CoreV1Api(self.api)
         job = os.environ.setdefault(JOB_ID_ENV, uuid.uuid4().hex[:12])  # the controller adopts the same id
         self.run = self.config.run or label_value(f"rlmesh-{job}")
         self.launcher = KubernetesLauncher(self.config, self.core, self.run)

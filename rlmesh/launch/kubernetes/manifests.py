@@ -14,12 +14,15 @@ telemetry and ``kubectl`` alike, and can land on another node.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlmesh.launch.kubernetes_config import KubernetesConfig
+import yaml
+
+from rlmesh.launch.kubernetes.config import KubernetesConfig
 
 LABEL_RUN = "rlmesh.io/run"
 LABEL_MESH = "rlmesh.io/mesh"
@@ -143,8 +146,6 @@ NOT_FORWARDED = ("RLMESH_BIND_HOST", "RLMESH_ADVERTISE_HOST", "RLMESH_CONTROLLER
 
 def forwarded_env(config: KubernetesConfig, environ: dict[str, str]) -> dict[str, str]:
     """The variables of the controller's ``environ`` that ``launcher.forward_env`` sends to the pods."""
-    import fnmatch
-
     return {k: v for k, v in environ.items()
             if any(fnmatch.fnmatchcase(k, pat) for pat in config.forward_env)
             and k not in NOT_FORWARDED and k not in config.secret_env}
@@ -238,6 +239,4 @@ def role_manifests(namespace: str, service_account: str = "rlmesh-controller") -
 
 def to_yaml(objs: list[dict[str, Any]]) -> str:
     """Multi-document YAML, keys in manifest order (apiVersion, kind, metadata, spec)."""
-    import yaml
-
     return yaml.safe_dump_all(objs, sort_keys=False, default_flow_style=False)

@@ -4,7 +4,7 @@ The controller polls every proc handle every 50 ms on its supervisor thread, so 
 handle must answer from memory. One :class:`PodWatcher` per run lists and then
 watches the run's pods (label selector) and hands each event to the pod's
 :class:`PodHandle`, which turns it into an exit status through
-:func:`~rlmesh.launch.kubernetes_status.pod_outcome`. API writes (create, delete)
+:func:`~rlmesh.launch.kubernetes.status.pod_outcome`. API writes (create, delete)
 and slow reads (a failed pod's events) run on a small thread pool, never on the
 supervisor thread.
 """
@@ -14,20 +14,41 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
-from rlmesh.launch.kubernetes_status import Outcome, format_events, pod_outcome
-
-if TYPE_CHECKING:
-    from rlmesh.launch.kubernetes import KubernetesLauncher
+from rlmesh.launch.kubernetes.api import kubernetes_client
+from rlmesh.launch.kubernetes.config import KubernetesConfig
+from rlmesh.launch.kubernetes.status import Outcome, format_events, pod_outcome
 
 logger = logging.getLogger(__name__)
+
+
+class PodOwner(Protocol):
+    """What a :class:`PodHandle` needs from the launcher that created its pod.
+
+    Why a protocol: the launcher imports this module to make handles, so this module
+    must not import the launcher back (``KubernetesLauncher`` satisfies it).
+    """
+
+    config: KubernetesConfig
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the launcher's API thread pool, never on the caller's thread."""
+
+    def delete_pod(self, name: str) -> None:
+        """Delete the pod ``name`` (already gone is fine)."""
+
+    def pod_events(self, name: str) -> str:
+        """The pod's recent events, formatted for an error message."""
+
+    def pod_finished(self, handle: "PodHandle", out: Outcome) -> None:
+        """The pod ended with ``out``: record it and remove the pod."""
 
 
 class PodHandle:
     """One proc incarnation's pod, as the controller's supervisor sees it (``ProcHandle``)."""
 
-    def __init__(self, launcher: "KubernetesLauncher", name: str, proc_id: str):
+    def __init__(self, launcher: PodOwner, name: str, proc_id: str):
         self.pid: int | None = None  # the worker's pid comes from its HELLO, not from here
         self.name = name
         self.proc_id = proc_id
@@ -133,9 +154,8 @@ class PodWatcher(threading.Thread):
         return pods.metadata.resource_version
 
     def run(self) -> None:
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
+        k8s = kubernetes_client()
+        ApiException = k8s.client.exceptions.ApiException
         serialize = self.core.api_client.sanitize_for_serialization
         rv = self.resource_version
         failures = 0
@@ -143,7 +163,7 @@ class PodWatcher(threading.Thread):
             try:
                 if not rv:
                     rv = self.list_once()
-                self._watch = watch.Watch()
+                self._watch = k8s.watch.Watch()
                 for ev in self._watch.stream(self.core.list_namespaced_pod, self.namespace,
                                              label_selector=self.selector, resource_version=rv,
                                              timeout_seconds=self.watch_timeout_s, allow_watch_bookmarks=True,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rlmesh.launch.kubernetes_client import KubernetesError, explain
-from rlmesh.launch.kubernetes_manifests import run_selector
+from rlmesh.launch.kubernetes.api import KubernetesError, explain
+from rlmesh.launch.kubernetes.manifests import run_selector
 
 
 def run_objects(core: Any, namespace: str, run: str) -> dict[str, list[str]]:

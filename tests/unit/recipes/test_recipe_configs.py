@@ -2,8 +2,8 @@
 
 import pytest
 
-from rlmesh.recipes_cli import RecipeConfigError, compose, config_dir
-from rlmesh.rl.recipe_config import GRPORecipeConfig, PPORecipeConfig, grpo_addition, ppo_cartpole
+from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir
+from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig, grpo_addition, ppo_cartpole
 
 
 def test_presets_match_the_python_presets():

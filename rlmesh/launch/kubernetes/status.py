@@ -12,7 +12,7 @@ import signal as _signal
 from dataclasses import dataclass
 from typing import Any
 
-from rlmesh.launch.kubernetes_manifests import CONTAINER
+from rlmesh.launch.kubernetes.manifests import CONTAINER
 
 # Container "waiting" reasons that will not fix themselves: the proc has failed.
 # ErrImagePull is left out on purpose: the kubelet retries it once and then reports

@@ -7,9 +7,9 @@ import socket
 import pytest
 from omegaconf import OmegaConf
 
-from rlmesh.recipes_cli import RecipeConfigError
-from rlmesh.rl.recipe_config import ppo_cartpole
-from rlmesh.rl.run_state import RECIPE_JSON, resume_config
+from rlmesh.recipes.compose import RecipeConfigError
+from rlmesh.recipes.recipe_config import ppo_cartpole
+from rlmesh.recipes.run_state import RECIPE_JSON, resume_config
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.errors import RunNotFoundError
 

@@ -1,7 +1,7 @@
 """Complete experiment configs: one dataclass per recipe, composed of the component
 configs of :mod:`rlmesh.rl.config`, plus the tuned presets the benchmarks measure.
 
-These are the Hydra schemas (registered by :mod:`rlmesh.rl.config_store`): YAML under
+These are the Hydra schemas (registered by :mod:`rlmesh.recipes.config_store`): YAML under
 ``rlmesh/configs/`` only selects and overrides them. Cross-field checks ("impossible
 combinations") live here, in the recipe's ``__post_init__``, because only the recipe
 sees all the groups at once; they run on the final, overridden values when
@@ -18,6 +18,7 @@ from rlmesh.rl.config import (
     BufferConfig,
     GRPOConfig,
     GymGeneratorConfig,
+    GymTrainerConfig,
     LLMGeneratorConfig,
     PPOConfig,
     RewardConfig,
@@ -75,6 +76,8 @@ class EvalConfig:
     """Greedy episodes on fresh envs (gym), or held-out prompts (LLM)."""
     target: Optional[float] = None
     """Stop early once an evaluation reaches this (``mean_return`` / ``mean_reward``); null = never."""
+    _target_: Optional[str] = None
+    """The evaluator actor class; null = the generator's class (``generator._target_``)."""
 
     def __post_init__(self) -> None:
         check(self.every >= 0, "eval.every", self.every, "use 0 (only at the end) or a positive interval")
@@ -88,7 +91,8 @@ class PPORecipeConfig:
     program: str = "ppo"
     """Controller program under ``recipes/`` that runs this config."""
     generator: GymGeneratorConfig = field(default_factory=GymGeneratorConfig)
-    trainer: PPOConfig = field(default_factory=PPOConfig)
+    trainer: GymTrainerConfig = field(default_factory=PPOConfig)
+    """Any gym trainer config (``trainer=ppo``, or a plugin's): its ``_target_`` is the trainer class."""
     buffer: BufferConfig = field(default_factory=BufferConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
@@ -108,8 +112,7 @@ class PPORecipeConfig:
         check_faults(self.faults, self.run, ("generator", "trainer", "buffer"))
         per_rollout = self.generator.num_envs * self.generator.num_steps
         batch = per_rollout * self.generator.replicas
-        check(batch >= self.trainer.num_minibatches, "trainer.num_minibatches", self.trainer.num_minibatches,
-               f"a rollout batch of {batch} transitions cannot be split into more minibatches than that")
+        self.trainer.check_batch(batch)
         check(self.buffer.capacity >= self.generator.replicas * (self.buffer.max_policy_lag + 1),
               "buffer.capacity", self.buffer.capacity,
               f"hold at least generator.replicas * (buffer.max_policy_lag + 1) = "

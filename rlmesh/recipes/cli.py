@@ -1,0 +1,67 @@
+"""``rlmesh run``: compose a recipe config with Hydra, validate it, run its controller program.
+
+    rlmesh run recipe=ppo_cartpole trainer.lr=1e-4 generator.replicas=3
+    rlmesh run -m recipe=ppo_cartpole trainer.lr=1e-3,2e-3 run.seed=0,1     # multirun sweep
+    rlmesh run recipe=my_recipe hydra.searchpath=[file:///home/me/configs]   # your own configs
+    rlmesh run recipe=ppo_cartpole --cfg job                                 # print the config, run nothing
+    rlmesh run resume=latest                     # continue a run whose controller died (or resume=RUN_ID)
+    rlmesh run recipe=ppo_cartpole faults=generator_kill                     # prove it survives (docs/faults.md)
+    rlmesh run --help                            # Hydra's help: every config group and its options
+    rlmesh run -m recipe=ppo_cartpole hydra/sweeper=optuna hydra.sweeper.n_trials=8 'trainer.lr=interval(1e-4,3e-3)'
+
+Composition and validation live in :mod:`rlmesh.recipes.compose`; continuing a run in
+:mod:`rlmesh.recipes.run_state`. A bad config is one ``config error:`` line naming the key and
+the fix, exit status 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from rlmesh.errors import ConfigError
+from rlmesh.recipes.compose import RecipeConfigError, compose
+from rlmesh.recipes.run_state import resume_config
+from rlmesh.recipes.runner import run_composed
+from rlmesh.recipes.sweep import hydra_app
+
+logger = logging.getLogger(__name__)
+
+
+HYDRA_FLAGS = frozenset({"-h", "--help", "--hydra-help", "--version", "-c", "--cfg", "--resolve", "-p", "--package",
+                         "-i", "--info", "-sc", "--shell-completion", "-cp", "--config-path", "-cn", "--config-name",
+                         "-cd", "--config-dir", "-m", "--multirun", "-r", "--run", "--experimental-rerun"})
+"""Hydra's own command-line flags: ``rlmesh run`` with any of them is Hydra's application, unchanged."""
+
+
+def run_main(argv: list[str]) -> int:
+    """Entry point of ``rlmesh run`` (see the module docstring).
+
+    Three paths: ``resume=RUN`` rebuilds the saved config of that run; any of Hydra's flags
+    (:data:`HYDRA_FLAGS`: ``--help``, ``--cfg``, ``--info``, ``-m``, shell completion, ...) runs
+    ``rlmesh run`` as the Hydra application it is (:func:`rlmesh.recipes.sweep.hydra_app`); plain
+    overrides compose with Hydra's compose API and run in this process (no Hydra output folder,
+    no logging set-up: the fastest start)."""
+    if any(a.split("=", 1)[0] in HYDRA_FLAGS for a in argv):
+        return hydra_app(argv)
+    logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    resume = next((a.split("=", 1)[1] for a in argv if a.startswith("resume=")), None)
+    try:
+        if resume is not None:  # the saved config of that run, with the other overrides on top
+            _runs_dir_override(argv)
+            cfg, launcher = resume_config(resume, argv)
+        else:
+            cfg, launcher = compose(argv)
+    except (RecipeConfigError, ConfigError) as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    return run_composed(cfg, launcher)
+
+
+def _runs_dir_override(overrides: list[str]) -> None:
+    """``telemetry.runs_dir=...`` next to ``resume=``: look for the run there."""
+    for o in overrides:
+        if o.startswith("telemetry.runs_dir="):
+            os.environ["RLMESH_RUNS_DIR"] = o.split("=", 1)[1]

@@ -1,0 +1,209 @@
+"""Composing a recipe config with Hydra and validating it: what ``rlmesh run`` does before any
+proc starts, and what a script (or ``rlmesh k8s render recipe=...``) calls to get the same config.
+
+Everything that can be wrong with a config is found here, before any proc starts:
+composition errors (unknown key, wrong type, unknown preset) and the dataclasses'
+``__post_init__`` checks (bad value, impossible combination) are reported as one
+:class:`RecipeConfigError` naming the key and the fix (``rlmesh run`` prints it as a
+``config error:`` line, exit status 2).
+
+Configs and programs ship with the package: ``configs/`` and ``recipes/<program>.py`` of the
+source tree, which a wheel carries whole as ``rlmesh/_shipped/{configs,recipes}`` (setup.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import MissingMandatoryValue, ValidationError
+
+from rlmesh.errors import ConfigError
+from rlmesh.recipes.config_store import SCHEMAS, register
+from rlmesh.telemetry.api import current_run_dir
+
+logger = logging.getLogger(__name__)
+
+_PKG = Path(__file__).resolve().parents[1]  # the rlmesh package directory
+
+
+def _shipped(name: str) -> list[Path]:
+    """Where ``configs/`` or ``recipes/`` can be: the source tree (editable installs, checkouts),
+    then ``rlmesh/_shipped/`` inside the installed package (a wheel: setup.py copies both trees)."""
+    return [_PKG.parent / name, _PKG / "_shipped" / name]
+
+
+def config_dir() -> Path:
+    """The shipped configs (``configs/`` of the source tree, or ``rlmesh/_shipped/configs`` of a wheel install)."""
+    for d in _shipped("configs"):
+        if (d / "config.yaml").exists():
+            return d
+    raise FileNotFoundError(f"rlmesh's configs are missing (looked in {', '.join(map(str, _shipped('configs')))})")
+
+
+def recipes_dir() -> Path:
+    """The controller programs: ``$RLMESH_RECIPES_DIR``, else the shipped ``recipes/``."""
+    env = os.environ.get("RLMESH_RECIPES_DIR")
+    if env:
+        return Path(env)
+    for d in _shipped("recipes"):
+        if (d / "ppo.py").exists():
+            return d
+    raise FileNotFoundError("rlmesh's recipe programs are missing; set RLMESH_RECIPES_DIR to a folder with ppo.py")
+
+
+def load_program(name: str) -> ModuleType:
+    """Import ``recipes/<name>.py`` by path (its ``main(cfg, launcher)`` runs the experiment)."""
+    path = recipes_dir() / f"{name}.py"
+    if not path.exists():
+        raise FileNotFoundError(f"program={name!r}: no {path}")
+    mod_name = f"rlmesh_recipe_{name}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class RecipeConfigError(Exception):
+    """A config that cannot run; ``str()`` names the key and the fix."""
+
+
+def explain(exc: BaseException, overrides: list[str] | None = None) -> str:
+    """Turn Hydra/OmegaConf/dataclass errors into one line naming the key and the fix
+    (``overrides``, when given, let an unknown key be matched against the node they select)."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    for e in chain:
+        if isinstance(e, ConfigError) or type(e).__name__ == "TelemetryConfigError":
+            return str(e)
+    cause = chain[-1]
+    text = str(cause) or str(exc)
+    key = getattr(cause, "full_key", None) or _key_in(text) or _key_in(str(exc))
+    if isinstance(cause, MissingMandatoryValue):
+        return f"{key} is required and has no value: set it on the command line ({key}=...)"
+    if re.search(r"Key '[^']+' not in|not in struct", text):
+        return _unknown_key(key or "?", overrides)
+    if isinstance(cause, ValidationError):
+        first = text.splitlines()[0]
+        return f"{key}: {first}; give {key} a value of the type its schema declares (rlmesh run ... --cfg job shows them)"
+    m = re.search(r"Could not find '([^']+)'.*?Available options in '([^']+)':\n((?:\t[^\n]*\n?)*)", text, flags=re.S)
+    if m:
+        options = ", ".join(o.strip() for o in m.group(3).splitlines() if o.strip())
+        return f"{m.group(2)}={m.group(1).split('/')[-1]} is not a preset: use one of {options} (or add {m.group(1)}.yaml " \
+               "to a config dir on hydra.searchpath)"
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _key_in(text: str) -> str | None:
+    m = re.search(r"full_key: ([\w.\[\]]+)", text) or re.search(r"override '([\w.]+)'", text)
+    return m.group(1) if m else None
+
+
+def _unknown_key(key: str, overrides: list[str] | None = None) -> str:
+    """``key`` is no field of its node: name the closest field, or list them. The node is the one the
+    overrides actually select (``trainer=rloo`` brings RLOO's fields), found by composing again
+    without the overrides that set ``key``; failing that, the union over the shipped schemas."""
+    parent, _, leaf = key.rpartition(".")
+    known = _keys_of(parent, overrides) if overrides is not None else None
+    if known is None:
+        known = set()
+        for schema in SCHEMAS.values():
+            node: Any = OmegaConf.structured(schema)
+            node = OmegaConf.select(node, parent) if parent else node
+            if node is not None and hasattr(node, "keys"):
+                known |= set(node.keys())
+    close = difflib.get_close_matches(leaf, sorted(known), n=1)
+    hint = f"did you mean {parent + '.' if parent else ''}{close[0]}?" if close else \
+        f"valid keys under {parent or 'the root'}: {', '.join(sorted(known)) or '(none)'}"
+    return f"{key} is not a config key: {hint}"
+
+
+def _keys_of(parent: str, overrides: list[str]) -> set[str] | None:
+    """Fields of node ``parent`` in the config ``overrides`` compose to, minus the dotted ones
+    (``None`` if that does not compose either)."""
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    kept = [o for o, k in zip(overrides, keys) if "." not in k or k.startswith("hydra.")]
+    try:
+        cfg = _compose_raw(kept, None)
+    except Exception:  # noqa: BLE001 - only a hint: fall back to the schemas
+        return None
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    return set(node.keys()) if node is not None and hasattr(node, "keys") else None
+
+
+def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any, str]:
+    """Compose and validate: ``(dataclass config, launcher name)``; raises :class:`RecipeConfigError`."""
+    try:
+        cfg = _compose_raw(overrides, config_path)
+        launcher = str(cfg.hydra.runtime.choices.get("launcher", "local"))
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return validate(cfg, overrides), launcher
+    except RecipeConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every composition error becomes one readable line
+        raise RecipeConfigError(explain(exc, overrides)) from exc
+
+
+def _compose_raw(overrides: list[str], config_path: Path | None) -> Any:
+    """Hydra's compose of the primary config with ``overrides`` (the hydra node included)."""
+    register()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(config_path or config_dir()), version_base="1.3"):
+            return hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def validate(cfg: Any, overrides: list[str] | None = None) -> Any:
+    """``OmegaConf.to_object``: builds the dataclasses, running every ``__post_init__`` check."""
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except Exception as exc:  # noqa: BLE001
+        raise RecipeConfigError(explain(exc, overrides)) from exc
+    extra = _extra_keys(obj)
+    if extra:  # `+trainer.lrr=...` forces a key in; a dataclass field it is not
+        raise RecipeConfigError(_unknown_key(extra[0], overrides))
+    return obj
+
+
+def _extra_keys(obj: Any, prefix: str = "") -> list[str]:
+    """Attributes of the config dataclasses that are not fields (added with ``+key=value``)."""
+    if not dataclasses.is_dataclass(obj):
+        return []
+    names = {f.name for f in dataclasses.fields(obj)}
+    out = [f"{prefix}{k}" for k in vars(obj) if k not in names and not k.startswith("_")]
+    for f in dataclasses.fields(obj):
+        out += _extra_keys(getattr(obj, f.name), f"{prefix}{f.name}.")
+    return out
+
+
+def run_config(cfg: Any, launcher: str = "local") -> Any:
+    """Run an already validated recipe config with its program and return what it returns (a
+    :class:`rlmesh.recipes.loop.RunResult` for the shipped programs); its closing numbers are also
+    written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
+    result = load_program(cfg.program).main(cfg, launcher)
+    run_dir = current_run_dir()
+    plain = result.to_dict() if hasattr(result, "to_dict") else result
+    if run_dir is not None and isinstance(plain, dict):
+        (Path(run_dir) / "result.json").write_text(json.dumps(plain, indent=1, default=str))
+    return result

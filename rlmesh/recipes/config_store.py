@@ -1,0 +1,121 @@
+"""Registers every config dataclass in Hydra's ConfigStore, so choosing a config chooses a class.
+
+Two kinds of entries:
+
+- **Recipe schemas** (group ``schema``, package ``_global_``): ``schema/ppo`` and ``schema/grpo``
+  are :class:`~rlmesh.recipes.recipe_config.PPORecipeConfig` and
+  :class:`~rlmesh.recipes.recipe_config.GRPORecipeConfig`. A recipe YAML lists one first in its
+  defaults; everything merged after it is checked against the dataclasses while Hydra composes.
+  In the stored schema each role node (``trainer``, ``generator``, ...) has the *declared* type of
+  its field, not the Python default's, so a role preset may bring any subclass of it.
+- **Role configs** (groups ``trainer``, ``generator``, ``reward``, ``buffer``): one entry per
+  config class, named after its algorithm or actor (``trainer/ppo`` is :class:`PPOConfig` with its
+  defaults). ``trainer=ppo`` on the command line selects the class *and* its fields; a YAML preset
+  extends one (``trainer/ppo_cartpole.yaml`` starts with ``defaults: [ppo, _self_]``). Each config
+  names its actor class in ``_target_``, so the selection reaches the spawned actor too.
+
+A user's package adds its own entries without editing rlmesh, through the entry point group
+``rlmesh.algorithms`` (:data:`ENTRY_POINT_GROUP`): each entry point names a function that takes
+the ConfigStore and stores configs in it (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import typing
+from importlib.metadata import entry_points
+from typing import Any, Callable
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from rlmesh.errors import ConfigError
+from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
+from rlmesh.rl.config import BufferConfig, GRPOConfig, GymGeneratorConfig, LLMGeneratorConfig, PPOConfig, RewardConfig
+
+logger = logging.getLogger(__name__)
+
+SCHEMAS: dict[str, type] = {"ppo": PPORecipeConfig, "grpo": GRPORecipeConfig}
+"""Recipe schemas by program name (``schema/<name>``)."""
+
+ROLE_CONFIGS: dict[str, dict[str, type]] = {
+    "trainer": {"ppo": PPOConfig, "grpo": GRPOConfig},
+    "generator": {"gym": GymGeneratorConfig, "llm": LLMGeneratorConfig},
+    "reward": {"base": RewardConfig},
+    "buffer": {"replay": BufferConfig},
+}
+"""The config classes rlmesh ships, by group and name (``trainer/ppo``). Add yours with
+:func:`store_role_config` (from an ``rlmesh.algorithms`` entry point)."""
+
+ENTRY_POINT_GROUP = "rlmesh.algorithms"
+"""Entry point group of algorithm plugins: each names ``register(cs: ConfigStore) -> None``."""
+
+_plugins_loaded = False
+
+
+def store_role_config(cs: ConfigStore, group: str, name: str, node: type | Any) -> None:
+    """Store config class (or instance) ``node`` as ``<group>/<name>``, e.g. ``trainer/rloo``.
+
+    ``node`` should be a dataclass with a ``_target_`` naming its actor class; its fields are then
+    settable on the command line (``trainer=rloo trainer.scale_by_std=true``)."""
+    if group not in ROLE_CONFIGS:
+        raise ConfigError(f"config group {group!r} is not a role: use one of {', '.join(ROLE_CONFIGS)}")
+    cs.store(group=group, name=name, node=node)
+
+
+def schema_node(schema: type) -> Any:
+    """The recipe schema as Hydra stores it: role fields whose Python default is a subclass of the
+    declared type are reset to the declared type (``PPORecipeConfig.trainer`` is declared
+    :class:`~rlmesh.rl.config.GymTrainerConfig`, defaults to ``PPOConfig``), so a preset of a
+    sibling class (A2C's config next to PPO's) merges in instead of being refused."""
+    node = OmegaConf.structured(schema)
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        declared = hints.get(f.name)
+        if f.name in ROLE_CONFIGS and dataclasses.is_dataclass(declared) and \
+                OmegaConf.get_type(node, f.name) is not declared:
+            node[f.name] = OmegaConf.structured(declared)
+    return node
+
+
+def register() -> ConfigStore:
+    """Idempotent: store every schema and role config, then load the ``rlmesh.algorithms`` plugins."""
+    cs = ConfigStore.instance()
+    for name, schema in SCHEMAS.items():
+        cs.store(group="schema", name=name, node=schema_node(schema), package="_global_")
+    for group, configs in ROLE_CONFIGS.items():
+        for name, node in configs.items():
+            store_role_config(cs, group, name, node)
+    load_plugins(cs)
+    return cs
+
+
+def load_plugins(cs: ConfigStore) -> list[str]:
+    """Call every ``rlmesh.algorithms`` entry point once per process; returns their names.
+
+    A plugin that fails to load is a config error naming the entry point and its distribution."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return []
+    _plugins_loaded = True
+    names = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep.dist, "name", "?")
+        try:
+            register_fn: Callable[[ConfigStore], Any] = ep.load()
+            register_fn(cs)
+        except Exception as exc:  # noqa: BLE001 - any plugin failure becomes one line naming the plugin
+            _plugins_loaded = False
+            raise ConfigError(f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} (from {dist}) failed: "
+                              f"{type(exc).__name__}: {exc}; fix the plugin or uninstall {dist}") from exc
+        logger.debug("loaded algorithm plugin %s from %s", ep.name, dist)
+        names.append(ep.name)
+    return names
+
+
+def role_types(cfg: Any) -> dict[str, str]:
+    """``{role: "module.ConfigClass"}`` of a built recipe config's role nodes: what
+    :mod:`rlmesh.recipes.run_state` saves so a resumed run rebuilds the same classes."""
+    return {f.name: f"{type(v).__module__}.{type(v).__qualname__}" for f in dataclasses.fields(cfg)
+            if f.name in ROLE_CONFIGS and dataclasses.is_dataclass(v := getattr(cfg, f.name))}
