@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from rlmesh.workspace.manifest import Kind, Manifest, check_link, check_relpath
 
 DEFAULT_STORE = os.path.join(os.path.expanduser("~"), ".cache", "rlmesh", "chunks")
 STATE_FILE = ".rlmesh-manifest.json"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class CorruptChunkError(ValueError):
@@ -37,7 +39,7 @@ class ChunkStore:
         os.makedirs(root, exist_ok=True)
 
     def path(self, h: str) -> str:
-        if len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
+        if not _HEX64.fullmatch(h):
             raise CorruptChunkError(f"{h!r} is not a chunk hash")
         return os.path.join(self.root, h[:2], h)
 
@@ -99,10 +101,10 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
         old = {}
     res = MaterialiseResult()
     for e in manifest.entries:
-        full = _safe_target(dest, e.path)
-        if old.get(e.path) == e and os.path.lexists(full):
+        if old.get(e.path) == e and os.path.lexists(os.path.join(dest, e.path)):  # path checked when first written
             res.files_unchanged += 1
             continue
+        full = _safe_target(dest, e.path)
         if e.kind == Kind.DIR:
             os.makedirs(full, exist_ok=True)
             os.chmod(full, e.mode | 0o700)
