@@ -16,7 +16,7 @@ def blocks(doc: str) -> str:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("doc", ["actors.md"])
+@pytest.mark.parametrize("doc", ["actors.md", "workspace.md"])
 def test_doc_runs(doc, tmp_path):
     script = tmp_path / "snippets.py"
     script.write_text(blocks(doc))

@@ -1,0 +1,42 @@
+"""One receiver as its own process: ``python -m rlmesh.workspace.node --upstream ADDR --store DIR --dest DIR``.
+
+Prints its own serve address (a downstream host dials it) as the first line, then
+one JSON line of :class:`SyncStats` when its pull is done, and keeps serving until
+stdin closes. Why a process: tests and ``benchmarks/workspace_sync.py`` simulate N
+hosts as N of these, each with its own store and destination. Needs ``RLMESH_SECRET``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from rlmesh.workspace.store import ChunkStore
+from rlmesh.workspace.transfer import Receiver
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--dest", required=True)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    a = ap.parse_args(argv)
+    rx = Receiver(ChunkStore(a.store), a.dest)
+    print(rx.addr, flush=True)
+    try:
+        st = rx.pull(a.upstream, a.timeout)
+        print(json.dumps(dataclasses.asdict(st)), flush=True)
+    except Exception as exc:
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return 1
+    finally:
+        sys.stdin.read()  # serve downstream until the parent closes our stdin
+        rx.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

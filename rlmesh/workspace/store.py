@@ -1,0 +1,175 @@
+"""A per-host chunk store and the materialisation of a manifest from it.
+
+Why a store: a chunk already on the host (an earlier sync, another run) is never
+sent again; receivers ask only for :meth:`ChunkStore.missing`. Every chunk is
+verified by hash before it is stored (:meth:`ChunkStore.put`), and a file appears in
+the destination only complete: written under a temporary name, checked, renamed.
+A one-chunk file is a hard link to the store's chunk (no copy) when the store and
+the destination share a filesystem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+
+from rlmesh.workspace.manifest import Kind, Manifest, check_link, check_relpath
+
+DEFAULT_STORE = os.path.join(os.path.expanduser("~"), ".cache", "rlmesh", "chunks")
+STATE_FILE = ".rlmesh-manifest.json"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class CorruptChunkError(ValueError):
+    """Bytes whose hash is not the one they were sent as: rejected, never stored."""
+
+
+def chunk_hash(data: bytes | memoryview) -> str:
+    return hashlib.blake2b(data, digest_size=32).hexdigest()
+
+
+class ChunkStore:
+    """Chunks by hash under ``root/ab/abcdef...`` (written to a temp name, then renamed)."""
+
+    def __init__(self, root: str = DEFAULT_STORE):
+        self.root = root
+        os.makedirs(root, exist_ok=True)
+
+    def path(self, h: str) -> str:
+        if not _HEX64.fullmatch(h):
+            raise CorruptChunkError(f"{h!r} is not a chunk hash")
+        return os.path.join(self.root, h[:2], h)
+
+    def has(self, h: str) -> bool:
+        return os.path.exists(self.path(h))
+
+    def missing(self, hashes: list[str] | set[str]) -> list[str]:
+        return [h for h in dict.fromkeys(hashes) if not self.has(h)]
+
+    def put(self, h: str, data: bytes | memoryview) -> None:
+        """Verify and store; :class:`CorruptChunkError` if ``data`` does not hash to ``h``."""
+        got = chunk_hash(data)
+        if got != h:
+            raise CorruptChunkError(f"chunk {h[:12]}... arrived with hash {got[:12]}...: rejected")
+        dst = self.path(h)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst), prefix=".part-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o444)  # hard-linked into destinations: nobody edits a chunk in place
+        os.replace(tmp, dst)
+
+    def read(self, h: str) -> bytes:
+        with open(self.path(h), "rb") as f:
+            return f.read()
+
+
+@dataclass
+class MaterialiseResult:
+    files_written: int = 0
+    files_unchanged: int = 0
+    files_removed: int = 0
+    linked: int = 0
+
+
+def _safe_target(dest: str, rel: str) -> str:
+    check_relpath(rel)
+    full = os.path.join(dest, *rel.split("/"))
+    parent = os.path.realpath(os.path.dirname(full))
+    if parent != os.path.realpath(dest) and not parent.startswith(os.path.realpath(dest) + os.sep):
+        raise ValueError(f"{rel!r} would land outside {dest} through a symlinked directory")
+    return full
+
+
+def materialise(manifest: Manifest, store: ChunkStore, dest: str,
+                verified: set[str] | frozenset[str] = frozenset()) -> MaterialiseResult:
+    """Make ``dest`` match ``manifest`` from chunks in ``store`` (all must be present).
+
+    Entries unchanged since the last materialisation into ``dest`` (recorded in
+    ``dest/.rlmesh-manifest.json``) are not touched; entries gone are removed.
+    Every chunk read back is re-hashed, so a store corrupted on disk is caught, except
+    those in ``verified`` (hashed on arrival in this sync), which are copied in the kernel.
+    """
+    os.makedirs(dest, exist_ok=True)
+    state = os.path.join(dest, STATE_FILE)
+    try:
+        old = {e.path: e for e in Manifest.from_json(open(state, "rb").read()).entries}
+    except (OSError, ValueError, KeyError):
+        old = {}
+    res = MaterialiseResult()
+    for e in manifest.entries:
+        if old.get(e.path) == e and os.path.lexists(os.path.join(dest, e.path)):  # path checked when first written
+            res.files_unchanged += 1
+            continue
+        full = _safe_target(dest, e.path)
+        if e.kind == Kind.DIR:
+            os.makedirs(full, exist_ok=True)
+            os.chmod(full, e.mode | 0o700)
+            continue
+        tmp = os.path.join(os.path.dirname(full), f".rlmesh-tmp-{os.getpid()}-{os.path.basename(full)}")
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        if e.kind == Kind.SYMLINK:
+            check_link(e.path, e.target)
+            os.symlink(e.target, tmp)
+        elif len(e.chunks) == 1 and e.mode & 0o222 == 0 and _try_link(store, e.chunks[0], tmp):
+            res.linked += 1  # read-only one-chunk file: shares the store's inode (verified when stored)
+        else:
+            size = 0
+            with open(tmp, "wb") as f:
+                for h in e.chunks:
+                    if h in verified:  # hashed on arrival moments ago: a kernel-side copy, no re-read in Python
+                        f.flush()
+                        size += _copy_into(store.path(h), f.fileno())
+                        continue
+                    data = store.read(h)
+                    if chunk_hash(data) != h:
+                        raise CorruptChunkError(f"store chunk {h[:12]}... for {e.path!r} is corrupt on disk")
+                    f.write(data)
+                    size += len(data)
+            if size != e.size:
+                os.unlink(tmp)
+                raise CorruptChunkError(f"{e.path!r}: {size} bytes from the store, manifest says {e.size}")
+            os.chmod(tmp, e.mode)
+        os.replace(tmp, full)
+        res.files_written += 1
+    keep = {e.path for e in manifest.entries}
+    for path in sorted(set(old) - keep, reverse=True):
+        full = _safe_target(dest, path)
+        if os.path.isdir(full) and not os.path.islink(full):
+            try:
+                os.rmdir(full)
+            except OSError:
+                pass
+        elif os.path.lexists(full):
+            os.unlink(full)
+        res.files_removed += 1
+    tmp_state = state + ".tmp"
+    with open(tmp_state, "wb") as f:
+        f.write(manifest.to_json())
+    os.replace(tmp_state, state)
+    return res
+
+
+def _try_link(store: ChunkStore, h: str, tmp: str) -> bool:
+    try:
+        os.link(store.path(h), tmp)
+        return True
+    except OSError:
+        return False
+
+
+def _copy_into(src: str, out_fd: int) -> int:
+    """Append file ``src`` to ``out_fd`` with ``copy_file_range`` (no user-space copy); returns bytes copied."""
+    total = 0
+    with open(src, "rb") as f:
+        n = os.fstat(f.fileno()).st_size
+        while total < n:
+            got = os.copy_file_range(f.fileno(), out_fd, n - total)
+            if got == 0:
+                break
+            total += got
+    return total

@@ -1,0 +1,246 @@
+"""Chunks over the authenticated transport, along a pipelined chain: source -> host0 -> host1 -> ...
+
+Why a chain: each host forwards a chunk to the next as soon as it has stored (and
+verified) it, so the source sends every byte once and the time to N hosts is about
+the time to one plus N hops of one chunk. A :class:`ChunkServer` answers two
+requests on one ROUTER channel: ``manifest`` and ``get`` (a list of hashes); a hash
+it does not hold yet is parked and sent the moment :meth:`ChunkServer.arrived`
+announces it. A :class:`Receiver` asks its upstream only for the chunks its store
+lacks, verifies each before storing it, and then materialises the tree.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import zmq
+
+from rlmesh.transport import Authenticator, AuthError, bind_channel, connect_channel, zmq_context
+from rlmesh.transport.sockets import tune
+from rlmesh.workspace.manifest import Kind, Manifest
+from rlmesh.workspace.store import ChunkStore, CorruptChunkError, chunk_hash, materialise
+
+logger = logging.getLogger(__name__)
+
+GROUP_BYTES = 16 << 20  # one get request asks for about this much
+WINDOW = 3  # get requests in flight: the pipe never drains, memory per hop stays ~ WINDOW * GROUP_BYTES
+
+
+class WorkspaceSyncError(RuntimeError):
+    """A sync could not complete (upstream silent, corrupt data); chunks already stored are kept."""
+
+
+@dataclass
+class SyncStats:
+    """What one receiver did in one sync (a ``file_syncs`` row)."""
+
+    files: int = 0
+    files_written: int = 0
+    files_skipped: int = 0
+    bytes_total: int = 0
+    bytes_received: int = 0
+    chunks_received: int = 0
+    chunks_deduplicated: int = 0
+    duration_s: float = 0.0
+    transport: str = "tcp"
+    error: str = ""
+
+
+class ChunkServer:
+    """Serves a manifest and chunks (``lookup(hash) -> bytes | None``) on an authenticated ROUTER channel."""
+
+    def __init__(self, manifest_json: bytes | None, lookup: Callable[[str], bytes | None],
+                 auth: Authenticator | None = None, host: str | None = None):
+        self.manifest_json = manifest_json
+        self._lookup = lookup
+        self._sock = tune(zmq_context().socket(zmq.ROUTER))
+        self.addr, self._in = bind_channel(self._sock, auth or Authenticator.from_env(), "workspace chunks", host)
+        self._wake_addr = f"inproc://rlmesh-ws-{id(self)}"
+        self._wake_pull = zmq_context().socket(zmq.PULL)
+        self._wake_pull.bind(self._wake_addr)
+        self._wake_lock = threading.Lock()
+        self._wake_push = zmq_context().socket(zmq.PUSH)
+        self._wake_push.connect(self._wake_addr)
+        self._parked: deque[tuple[bytes, object, object, str]] = deque()
+        self._stop = threading.Event()
+        self.bytes_sent = 0
+        self._thread = threading.Thread(target=self._run, name="rlmesh-workspace-server", daemon=True)
+        self._thread.start()
+
+    def arrived(self, h: str = "") -> None:
+        """A chunk (or the manifest) became available: parked requests are retried. Thread-safe."""
+        with self._wake_lock:
+            self._wake_push.send(h.encode())
+
+    def _send_chunk(self, ident: bytes, out: object, rid: object, h: str) -> bool:
+        data = self._lookup(h)
+        if data is None:
+            return False
+        self._sock.send_multipart([ident, *out.sign([json.dumps({"rid": rid, "h": h}).encode(), data])], copy=False)
+        self.bytes_sent += len(data)
+        return True
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_pull, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                ready = dict(poller.poll(200))
+                if self._wake_pull in ready:
+                    while self._wake_pull.poll(0):
+                        self._wake_pull.recv()
+                    for _ in range(len(self._parked)):
+                        item = self._parked.popleft()
+                        if item[3] == "" and self.manifest_json is not None:
+                            self._sock.send_multipart([item[0], *item[1].sign([self.manifest_json])])
+                        elif item[3] == "" or not self._send_chunk(*item):
+                            self._parked.append(item)
+                if self._sock not in ready:
+                    continue
+                frames = self._sock.recv_multipart(copy=False)
+                try:
+                    sid, payload = self._in.verify(frames[1:])
+                    req = json.loads(bytes(payload[0].buffer))
+                except (AuthError, ValueError, IndexError):
+                    continue  # refused and counted by the channel; never decoded further
+                ident, out = frames[0].bytes, self._in.reply_outbound(sid)
+                if req.get("op") == "manifest":
+                    if self.manifest_json is None:
+                        self._parked.append((ident, out, None, ""))
+                    else:
+                        self._sock.send_multipart([ident, *out.sign([self.manifest_json])])
+                elif req.get("op") == "get":
+                    for h in req.get("hashes", []):
+                        if not self._send_chunk(ident, out, req.get("rid"), str(h)):
+                            self._parked.append((ident, out, req.get("rid"), str(h)))
+        finally:
+            self._sock.close(0)
+            self._wake_pull.close(0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with self._wake_lock:
+            self._wake_push.close(0)
+
+
+def source_lookup(root: str, manifest: Manifest) -> Callable[[str], bytes | None]:
+    """Chunks of the controller's tree, read from the files themselves (no copy into a store)."""
+    where: dict[str, tuple[str, int, int]] = {}
+    for e in manifest.entries:
+        if e.kind == Kind.FILE:
+            for i, h in enumerate(e.chunks):
+                where.setdefault(h, (os.path.join(root, *e.path.split("/")), i * manifest.chunk_bytes,
+                                     min(manifest.chunk_bytes, e.size - i * manifest.chunk_bytes)))
+
+    def lookup(h: str) -> bytes | None:
+        hit = where.get(h)
+        if hit is None:
+            return None
+        with open(hit[0], "rb") as f:
+            f.seek(hit[1])
+            return f.read(hit[2])
+
+    return lookup
+
+
+def store_lookup(store: ChunkStore) -> Callable[[str], bytes | None]:
+    def lookup(h: str) -> bytes | None:
+        try:
+            return store.read(h)
+        except (OSError, CorruptChunkError):
+            return None
+
+    return lookup
+
+
+class Receiver:
+    """One host's end of a sync: serves downstream from its store while it pulls from upstream."""
+
+    def __init__(self, store: ChunkStore, dest: str, auth: Authenticator | None = None, host: str | None = None):
+        self.store, self.dest = store, dest
+        self._auth = auth or Authenticator.from_env()
+        self.server = ChunkServer(None, store_lookup(store), self._auth, host)
+        self.addr = self.server.addr
+
+    def pull(self, upstream: str, timeout: float = 60.0) -> SyncStats:
+        """Fetch what the store lacks from ``upstream``, then materialise into ``dest``.
+
+        ``timeout`` bounds the wait for *progress* (any reply), not the whole sync.
+        """
+        t0 = time.perf_counter()
+        st = SyncStats()
+        sock = tune(zmq_context().socket(zmq.DEALER))
+        try:
+            out = connect_channel(sock, self._auth, upstream)
+            replies = out.reply_inbound("workspace replies")
+            sock.send_multipart(out.sign([json.dumps({"op": "manifest"}).encode()]))
+            mjson = self._recv(sock, replies, timeout)[0]
+            manifest = Manifest.from_json(mjson)  # refuses escaping paths before anything is written
+            self.server.manifest_json = mjson
+            self.server.arrived()
+            sizes = manifest.chunk_sizes()
+            missing = self.store.missing(list(sizes))
+            st.chunks_deduplicated = len(sizes) - len(missing)
+            groups, cur, n = [], [], 0
+            for h in missing:
+                cur.append(h)
+                n += sizes[h]
+                if n >= GROUP_BYTES:
+                    groups.append(cur)
+                    cur, n = [], 0
+            if cur:
+                groups.append(cur)
+            pending: set[str] = set()
+            verified: set[str] = set()
+            gi = 0
+            while gi < len(groups) or pending:
+                while gi < len(groups) and len(pending) < WINDOW * max(1, len(groups[0])):
+                    sock.send_multipart(out.sign([json.dumps({"op": "get", "rid": gi, "hashes": groups[gi]}).encode()]))
+                    pending.update(groups[gi])
+                    gi += 1
+                head, data = self._recv(sock, replies, timeout)
+                h = json.loads(head)["h"]
+                if h not in pending:
+                    continue
+                self.store.put(h, data)  # verified: a corrupt chunk raises CorruptChunkError
+                self.server.arrived(h)
+                pending.discard(h)
+                verified.add(h)
+                st.chunks_received += 1
+                st.bytes_received += len(data)
+            res = materialise(manifest, self.store, self.dest, verified)
+            st.files = sum(1 for e in manifest.entries if e.kind == Kind.FILE)
+            st.files_written, st.files_skipped = res.files_written, res.files_unchanged
+            st.bytes_total = manifest.total_bytes
+        except Exception as exc:
+            st.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            st.duration_s = time.perf_counter() - t0
+            sock.close(0)
+            self.last = st
+        return st
+
+    @staticmethod
+    def _recv(sock: zmq.Socket, replies: object, timeout: float) -> list[bytes]:
+        while True:
+            if not sock.poll(int(timeout * 1000)):
+                raise WorkspaceSyncError(f"upstream sent nothing for {timeout:.0f}s; chunks stored so far are kept")
+            frames = sock.recv_multipart(copy=False)
+            try:
+                _, body = replies.verify(frames)
+            except AuthError:
+                continue
+            return [f.bytes for f in body]
+
+    def close(self) -> None:
+        self.server.close()

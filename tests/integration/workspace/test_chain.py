@@ -1,0 +1,127 @@
+"""Real receiver processes on loopback: chain fan-out, dedup, resume after a kill, corrupt chunk, escaping paths."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlmesh.transport import Authenticator
+from rlmesh.workspace import ChunkStore, CorruptChunkError, Manifest, UnsafePathError, build_manifest
+from rlmesh.workspace.manifest import Entry, Kind
+from rlmesh.workspace.transfer import ChunkServer, Receiver, source_lookup
+
+SECRET = Authenticator.new_secret()
+
+
+@pytest.fixture(autouse=True)
+def secret(monkeypatch):
+    monkeypatch.setenv("RLMESH_SECRET", SECRET.hex())
+
+
+def serve(root, chunk_bytes=1 << 20):
+    m = build_manifest(str(root), chunk_bytes=chunk_bytes)
+    return ChunkServer(m.to_json(), source_lookup(str(root), m)), m
+
+
+def node(upstream, tmp, i):
+    p = subprocess.Popen([sys.executable, "-m", "rlmesh.workspace.node", "--upstream", upstream,
+                          "--store", str(tmp / f"store{i}"), "--dest", str(tmp / f"dest{i}")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    return p, p.stdout.readline().strip()
+
+
+def result(p):
+    line = p.stdout.readline()
+    p.stdin.close()
+    p.wait(timeout=60)
+    return json.loads(line)
+
+
+def make_tree(root, n=50):
+    (root / "pkg").mkdir(parents=True)
+    for i in range(n):
+        (root / "pkg" / f"m{i}.py").write_text(f"V = {i}\n")
+    (root / "big.bin").write_bytes(os.urandom(3 << 20))
+
+
+@pytest.mark.timeout(120)
+def test_chain_to_three_procs_then_dedup(tmp_path):
+    src = tmp_path / "src"
+    make_tree(src)
+    server, m = serve(src)
+    try:
+        procs, up = [], server.addr
+        for i in range(3):  # source -> host0 -> host1 -> host2, each forwarding as chunks arrive
+            p, up = node(up, tmp_path, i)
+            procs.append(p)
+        stats = [result(p) for p in procs]
+        for i, st in enumerate(stats):
+            assert st["error"] == "" and st["bytes_received"] == m.total_bytes
+            assert (tmp_path / f"dest{i}" / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+        assert server.bytes_sent == m.total_bytes  # the source sent every byte once, not once per host
+        # second sync: nothing to send; after a one-line edit: one file's chunk
+        p, _ = node(server.addr, tmp_path, 0)
+        assert result(p)["bytes_received"] == 0
+    finally:
+        server.close()
+    (src / "pkg" / "m7.py").write_text("V = 'edited'\n")
+    server, m = serve(src)
+    try:
+        p, _ = node(server.addr, tmp_path, 0)
+        st = result(p)
+        assert st["chunks_received"] == 1 and st["bytes_received"] == len("V = 'edited'\n")
+        assert (tmp_path / "dest0" / "pkg" / "m7.py").read_text() == "V = 'edited'\n"
+    finally:
+        server.close()
+
+
+@pytest.mark.timeout(120)
+def test_killed_receiver_resumes(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(48 << 20))
+    server, m = serve(src, chunk_bytes=256 << 10)
+    try:
+        p, _ = node(server.addr, tmp_path, 0)
+        store = tmp_path / "store0"
+        deadline = time.monotonic() + 60
+        while sum(len(f) for _, _, f in os.walk(store)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.002)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        held = len(ChunkStore(str(store)).missing(list(m.chunk_sizes())))
+        assert not (tmp_path / "dest0" / "big.bin").exists()  # never a partial file
+        p, _ = node(server.addr, tmp_path, 0)
+        st = result(p)
+        assert 0 < st["chunks_received"] == held < len(m.chunk_sizes())  # only what was missing
+        assert (tmp_path / "dest0" / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+    finally:
+        server.close()
+
+
+@pytest.mark.timeout(60)
+def test_corrupt_chunk_and_hostile_manifest_rejected(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.py").write_text("A = 1\n")
+    m = build_manifest(str(src))
+    bad = ChunkServer(m.to_json(), lambda h: b"tampered")
+    rx = Receiver(ChunkStore(str(tmp_path / "store")), str(tmp_path / "dest"))
+    try:
+        with pytest.raises(CorruptChunkError):
+            rx.pull(bad.addr, timeout=30)
+        assert not (tmp_path / "dest" / "a.py").exists()
+    finally:
+        bad.close()
+    hostile = ChunkServer(Manifest([Entry("../escape.py", Kind.FILE, size=0)]).to_json(), lambda h: None)
+    try:
+        with pytest.raises(UnsafePathError):
+            rx.pull(hostile.addr, timeout=30)
+        assert not (tmp_path / "escape.py").exists()
+    finally:
+        hostile.close()
+        rx.close()

@@ -1,0 +1,87 @@
+"""Manifest walk, exclusions, path refusal and materialisation from a store (pure filesystem, no sockets)."""
+
+import os
+
+import pytest
+
+from rlmesh.workspace import ChunkStore, Manifest, UnsafePathError, build_manifest, materialise
+from rlmesh.workspace.manifest import Entry, Kind
+
+
+def tree(root):
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("X = 1\n")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(root / "run.sh", 0o755)
+    os.symlink("pkg/__init__.py", root / "link.py")
+    for d in (".git", ".venv-x", "runs", "pkg/__pycache__", "data"):
+        (root / d).mkdir(exist_ok=True)
+        (root / d / "f").write_text("skip")
+    (root / ".gitignore").write_text("data/\n*.log\n")
+    (root / "a.log").write_text("skip")
+
+
+def test_exclusions_modes_symlinks(tmp_path):
+    tree(tmp_path)
+    m = build_manifest(str(tmp_path))
+    paths = {e.path: e for e in m.entries}
+    assert set(paths) == {"pkg", "pkg/__init__.py", "run.sh", "link.py", ".gitignore"}
+    assert paths["run.sh"].mode == 0o755
+    assert paths["link.py"].kind == Kind.SYMLINK and paths["link.py"].target == "pkg/__init__.py"
+
+
+def test_escaping_paths_refused_on_both_sides(tmp_path):
+    os.symlink("/etc/passwd", tmp_path / "abs")
+    with pytest.raises(UnsafePathError, match="absolute"):
+        build_manifest(str(tmp_path))
+    os.unlink(tmp_path / "abs")
+    os.symlink("../../x", tmp_path / "up")
+    with pytest.raises(UnsafePathError, match="outside"):
+        build_manifest(str(tmp_path))
+    os.unlink(tmp_path / "up")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(UnsafePathError, match="FIFO"):
+        build_manifest(str(tmp_path))
+    for bad in ["../evil", "/etc/evil", "a/../../b"]:  # a hostile manifest, as a receiver reads it
+        with pytest.raises(UnsafePathError):
+            Manifest.from_json(Manifest([Entry(bad, Kind.FILE)]).to_json())
+    with pytest.raises(UnsafePathError):
+        Manifest.from_json(Manifest([Entry("l", Kind.SYMLINK, target="/etc")]).to_json())
+
+
+def fill(store, root, m):
+    for e in m.entries:
+        if e.kind == Kind.FILE:
+            data = (root / e.path).read_bytes()
+            for i, h in enumerate(e.chunks):
+                store.put(h, data[i * m.chunk_bytes:(i + 1) * m.chunk_bytes])
+
+
+def test_materialise_then_incremental(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    tree(src)
+    (src / "big.bin").write_bytes(os.urandom(5000))
+    store = ChunkStore(str(tmp_path / "store"))
+    m = build_manifest(str(src), chunk_bytes=1024)
+    assert len(next(e for e in m.entries if e.path == "big.bin").chunks) == 5
+    fill(store, src, m)
+    materialise(m, store, str(dst))
+    assert (dst / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+    assert os.readlink(dst / "link.py") == "pkg/__init__.py" and os.access(dst / "run.sh", os.X_OK)
+    (src / "pkg" / "__init__.py").write_text("X = 2\n")
+    m2 = build_manifest(str(src), chunk_bytes=1024)
+    assert len(store.missing(list(m2.chunk_sizes()))) == 1  # one edited file -> one new chunk
+    fill(store, src, m2)
+    res = materialise(m2, store, str(dst))
+    assert res.files_written == 1 and (dst / "pkg" / "__init__.py").read_text() == "X = 2\n"
+
+
+def test_corrupt_chunk_rejected(tmp_path):
+    from rlmesh.workspace import CorruptChunkError
+    from rlmesh.workspace.store import chunk_hash
+
+    store = ChunkStore(str(tmp_path))
+    with pytest.raises(CorruptChunkError):
+        store.put(chunk_hash(b"good"), b"evil")
+    assert not store.has(chunk_hash(b"good"))
