@@ -6,7 +6,8 @@
 #   2. Kubernetes binaries for the integration tests against a real API server
 #      (scripts/k8s_build.sh; ~12 min cold on a quiet 2-core machine, cached in
 #      ~/.cache/rlmesh/k8s, so later runs take a second)
-#   3. pytest over tests/
+#   3. Chromium + chromedriver for the dashboard's browser test (scripts/setup_browser.sh, apt)
+#   4. pytest over tests/
 # On a fresh CPU machine the only skips are for absent hardware (CUDA GPU, RDMA device, NVML).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,4 +31,7 @@ k8s() {  # the build's output goes to its log; shown only when it fails
   tail -n 1 "$k8s_log"
 }
 phase "kubernetes binaries" k8s
+# Chromium + chromedriver for the dashboard's browser test; where they truly cannot be installed
+# that one test skips and says why, so a failure here does not stop the suite.
+phase "browser (chromium)" bash scripts/setup_browser.sh || echo "== test.sh: no browser; the dashboard browser test will skip"
 phase "pytest" .venv/bin/python -m pytest tests -q "$@"

@@ -60,7 +60,7 @@ def _limit(limit: int) -> int:
 
 def _bounded(sql: str, limit: int) -> str:
     """Wrap one SELECT so at most ``limit + 1`` rows leave the database (the +1 tells 'truncated')."""
-    import duckdb
+    import duckdb  # deferred: DuckDB is heavy; loaded by the one tool that opens a file
 
     stmts = duckdb.extract_statements(sql)
     if len(stmts) != 1:
@@ -181,8 +181,8 @@ def _clear_errors(fn: Any, tool_error: type[Exception]) -> Any:
 
 def build_server(allow_control: bool = False) -> Any:
     """The MCP server with the read tools (and the control tools when ``allow_control``)."""
-    from mcp.server.mcpserver import MCPServer  # optional dependency (rlmesh[agents]), heavy: imported when serving
-    from mcp.server.mcpserver.exceptions import ToolError  # same optional dependency
+    from mcp.server.mcpserver import MCPServer  # deferred: optional extra rlmesh[agents], heavy: imported when serving
+    from mcp.server.mcpserver.exceptions import ToolError  # deferred: optional extra rlmesh[agents]
 
     server = MCPServer("rlmesh", instructions=INSTRUCTIONS, log_level="WARNING")
     for fn in READ_TOOLS + (CONTROL_TOOLS if allow_control else ()):

@@ -10,6 +10,7 @@ runs on the launcher's reader thread) and never raises into it.
 
 from __future__ import annotations
 
+import time
 import enum
 import json
 import logging
@@ -136,7 +137,6 @@ def log_record_line(doc_text: str, proc: ProcMeta) -> ProcLine:
                         level=doc.get("level"), logger=doc.get("logger"), exception=doc.get("exc"),
                         actor=doc.get("actor"))
     except (ValueError, KeyError, TypeError):
-        import time
 
         return ProcLine(ts=time.time(), proc=proc, stream=Stream.STDERR, message=doc_text)
 

@@ -55,7 +55,7 @@ def type_name(t: Any) -> str:
     """One naming of types everywhere (--schema, query results, MCP): DuckDB's, as docs/telemetry.md writes them.
 
     Takes a DuckDB type string or a pyarrow type (a query result's column)."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow is heavy (rlmesh.telemetry's import-cost rule)
 
     if isinstance(t, str):
         return _DUCK_ALIASES.get(t.upper(), t.upper())

@@ -9,6 +9,10 @@ the ``rlmesh sql --format json`` object (see docs/agents.md).
 
 from __future__ import annotations
 
+from rlmesh.telemetry import introspect, reader
+from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.errors import TelemetryError
+import datetime as dt
 import argparse
 import sys
 import time
@@ -39,9 +43,6 @@ def _line(r: dict[str, Any]) -> str:
 
 def logs_main(argv: list[str]) -> int:
     """Print a run's log lines (newest last); ``--follow`` keeps printing new ones while the run is live."""
-    from rlmesh.telemetry import introspect, reader
-    from rlmesh.telemetry import run as runs
-    from rlmesh.telemetry.errors import TelemetryError
 
     ap = _base("rlmesh logs", "a run's stdout/stderr lines and logging records, oldest first")
     ap.add_argument("--mesh")
@@ -95,16 +96,12 @@ def logs_main(argv: list[str]) -> int:
 
 
 def _just_before(ts: Any) -> str:
-    import datetime as dt
 
     return (ts - dt.timedelta(microseconds=1)).isoformat()
 
 
 def stacks_main(argv: list[str]) -> int:
     """Dump the stacks of a live run's procs into ``stacks`` and print them; ``--stored``: print the last stored ones."""
-    from rlmesh.telemetry import introspect, reader
-    from rlmesh.telemetry import run as runs
-    from rlmesh.telemetry.errors import TelemetryError
 
     ap = _base("rlmesh stacks", "Python stacks of every thread of a run's procs, stored in the stacks table")
     ap.add_argument("--stored", action="store_true", help="do not take new dumps; show each proc's latest stored one")
