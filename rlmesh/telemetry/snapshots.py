@@ -33,6 +33,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from rlmesh.telemetry.schema import qident
 
 logger = logging.getLogger(__name__)
@@ -140,8 +142,9 @@ class Snapshotter:
         st.seq += 1
         name = "part-000000.parquet" if replace else f"part-{st.seq:06d}.parquet"
         tmp = gen_dir / f".{name}.tmp"
-        path = str(tmp).replace("'", "''")
-        cur.execute(f"COPY ({select}) TO '{path}' (FORMAT parquet)")
+        # Written by pyarrow, not DuckDB's COPY: the writer's connection is locked down
+        # (enable_external_access=false, docs/telemetry.md "Read-only"), so it cannot touch files.
+        pq.write_table(cur.execute(select).fetch_arrow_table(), tmp)
         os.replace(tmp, gen_dir / name)
         st.parts += 1
         if not link.is_symlink() or os.readlink(link) != gen_dir.name:
