@@ -105,12 +105,15 @@ def run_status(run: str = "latest") -> dict[str, Any]:
 
 def logs(run: str = "latest", proc: str | None = None, mesh: str | None = None, rank: int | None = None,
          level: str | None = None, stream: str | None = None, contains: str | None = None,
-         before: str | None = None, after: str | None = None, limit: int = DEFAULT_ROWS) -> dict[str, Any]:
+         before: str | None = None, after: str | None = None, incarnation: int | None = None,
+         limit: int = DEFAULT_ROWS) -> dict[str, Any]:
     """The latest `limit` log rows matching the filters, oldest first. level = this level and up (logging records);
-    stream = stdout|stderr|log; before/after = ISO timestamps (e.g. a death's ts from the actors table)."""
+    stream = stdout|stderr|log; before/after = ISO timestamps; incarnation = one process of the proc. What a proc
+    wrote before dying: proc + the incarnation of its `died` row in the actors table (not a time window: the
+    replacement may print within milliseconds of the death)."""
     run_dir = _run_dir(run)
     sql = introspect.log_query(mesh=mesh, rank=rank, proc=proc, level=level, stream=stream, contains=contains,
-                               before=before, after=after, limit=_limit(limit))
+                               before=before, after=after, incarnation=incarnation, limit=_limit(limit))
     return _table_json(reader.query_run_dir(run_dir, sql), run_dir.name)
 
 

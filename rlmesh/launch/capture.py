@@ -79,6 +79,7 @@ class _Proc:
     open_streams: int = 0
     _meta: ProcMeta | None = None
     dump_req: "_DumpRequest | None" = None
+    last_us: int = 0  # ts (microseconds) of its latest stdout/stderr line: the next one gets a later one
 
     def meta(self) -> ProcMeta:
         pid = getattr(self.handle, "pid", None)
@@ -336,8 +337,18 @@ class OutputCapture:
         if s.name == "log":
             out = [output.log_record_line(r.decode("utf-8", "replace"), meta) for r in raws]
         else:
-            now, stream = time.time(), Stream.STDOUT if s.name == "out" else Stream.STDERR
-            out = [ProcLine(now, meta, stream, r.decode("utf-8", "replace").rstrip("\r")) for r in raws]
+            # Lines are stamped when read, and one read holds every line written in the last ~10 ms
+            # (GATHER_S): with one stamp, they would all share a ts and "the last line before the death"
+            # could be any of them. Each line gets its own microsecond (the column's unit), in read
+            # order, never at or before the proc's previous line; stamped mid-microsecond so the
+            # float -> microseconds truncation keeps them apart.
+            stream = Stream.STDOUT if s.name == "out" else Stream.STDERR
+            us = max(int(time.time() * 1e6), s.proc.last_us + 1)
+            out = []
+            for r in raws:
+                out.append(ProcLine((us + 0.5) / 1e6, meta, stream, r.decode("utf-8", "replace").rstrip("\r")))
+                us += 1
+            s.proc.last_us = us - 1
         output.emit_lines(out)
 
     def _complete_dump(self, s: _Stream) -> None:

@@ -51,8 +51,10 @@ def levels_at_least(level: str) -> tuple[str, ...]:
 
 def log_query(*, mesh: str | None = None, rank: int | None = None, proc: str | None = None,
               level: str | None = None, stream: str | None = None, contains: str | None = None,
-              after: str | None = None, before: str | None = None, limit: int = 200) -> str:
-    """SQL for the last ``limit`` matching ``logs`` rows, oldest first. ``after``/``before``: ISO timestamps."""
+              after: str | None = None, before: str | None = None, incarnation: int | None = None,
+              limit: int = 200) -> str:
+    """SQL for the last ``limit`` matching ``logs`` rows, oldest first. ``after``/``before``: ISO timestamps.
+    ``incarnation``: that process of the proc only (what it wrote before dying: the died row's incarnation)."""
     where = []
     if mesh is not None:
         where.append(f"mesh = {lit(mesh)}")
@@ -64,6 +66,8 @@ def log_query(*, mesh: str | None = None, rank: int | None = None, proc: str | N
         where.append("level IN (" + ", ".join(lit(x) for x in levels_at_least(level)) + ")")
     if stream is not None:
         where.append(f"stream = {lit(stream)}")
+    if incarnation is not None:
+        where.append(f"incarnation = {int(incarnation)}")
     if contains is not None:
         where.append(f"contains(message, {lit(contains)})")
     if after is not None:

@@ -176,12 +176,13 @@ def test_mcp_answers_which_actor_restarted_most_and_what_it_logged_before_dying(
         run = runs["runs"][-1]["id"]
         status = (await s.call_tool("run_status", {"run": run})).structured_content
         most = max(status["procs"], key=lambda p: p["restarts"])
-        last_death = (await s.call_tool("query", {"run": run, "sql": (
-            # stdout lines are stamped when the launcher reads them (up to ~10 ms late): allow 1 s past the death
-            "SELECT ts + INTERVAL 1 SECOND AS ts FROM actors WHERE event = 'died' AND proc = '" + most["proc"]
+        # "before dying" = the lines of the incarnation that died, not a time window around the death:
+        # the replacement may print within milliseconds of it, and lines are stamped when read
+        died_inc = (await s.call_tool("query", {"run": run, "sql": (
+            "SELECT incarnation FROM actors WHERE event = 'died' AND proc = '" + most["proc"]
             + "' ORDER BY ts DESC LIMIT 1")}
-        )).structured_content["rows"][0]["ts"]
-        before = (await s.call_tool("logs", {"run": run, "proc": most["proc"], "before": last_death,
+        )).structured_content["rows"][0]["incarnation"]
+        before = (await s.call_tool("logs", {"run": run, "proc": most["proc"], "incarnation": died_inc,
                                              "stream": "stdout", "limit": 1})).structured_content
         refused = await s.call_tool("query", {"run": run, "sql": "DELETE FROM logs"})
         control = await s.call_tool("inject_fault", {"run": run, "proc": most["proc"]})

@@ -22,6 +22,12 @@ def test_log_query_is_one_select_with_every_filter():
     assert "level IN ('WARNING', 'ERROR', 'CRITICAL')" in sql and "'it''s'" in sql and "LIMIT 5" in sql
 
 
+def test_log_query_filters_one_incarnation():
+    """What a proc wrote before dying: its died incarnation's rows (a time window catches the replacement's)."""
+    sql = log_query(proc="m.1", incarnation=1, stream="stdout", limit=1)
+    assert "incarnation = 1" in sql and len(duckdb.extract_statements(sql)) == 1
+
+
 def test_levels():
     assert levels_at_least("error") == ("ERROR", "CRITICAL")
     with pytest.raises(ValueError, match="DEBUG, INFO"):

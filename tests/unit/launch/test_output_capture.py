@@ -72,3 +72,24 @@ def test_pod_log_timestamps_are_split_from_the_text():
     assert text == "hello world" and abs(ts - 1796291107.25) < 1e-6
     ts, text = split_timestamp("no stamp here")
     assert text == "no stamp here" and ts > 0
+
+
+def test_lines_of_one_read_keep_their_order_in_distinct_microseconds():
+    """The reader batches ~10 ms of output into one read: its lines must not share one ts, or "the last
+    line before the death" is any of them (the integration test saw the replacement's earlier line)."""
+    from rlmesh.launch import output
+    from rlmesh.launch.capture import OutputCapture, _Proc, _Stream
+    from rlmesh.telemetry.columnar import ts_array
+
+    got: list[ProcLine] = []
+    output.add_line_sink(got.extend)
+    try:
+        s = _Stream(_Proc("/nonexistent", "p.1", "p", 1, 1, "h"), "out", -1)
+        OutputCapture._lines(None, s, [b"back after SIGKILL", b"last words of rank 1"])  # type: ignore[arg-type]
+        OutputCapture._lines(None, s, [b"one more"])  # type: ignore[arg-type]
+    finally:
+        output.remove_sinks(got.extend)
+    assert [ln.message for ln in got] == ["back after SIGKILL", "last words of rank 1", "one more"]
+    assert all(ln.proc.incarnation == 1 for ln in got)
+    us = ts_array([ln.ts for ln in got]).cast("int64").to_pylist()  # what the logs table stores
+    assert us == sorted(set(us)) and abs(got[0].ts - time.time()) < 5
