@@ -30,6 +30,7 @@ import shutil
 import threading
 import time
 import urllib.parse
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,10 @@ class Snapshotter:
         tmp = gen_dir / f".{name}.tmp"
         # Written by pyarrow, not DuckDB's COPY: the writer's connection is locked down
         # (enable_external_access=false, docs/telemetry.md "Read-only"), so it cannot touch files.
-        pq.write_table(cur.execute(select).fetch_arrow_table(), tmp)
+        with warnings.catch_warnings():  # DuckDB notes the copy a DB-API result makes; a snapshot is small
+            warnings.simplefilter("ignore", UserWarning)
+            rows = cur.execute(select).to_arrow_table()
+        pq.write_table(rows, tmp)
         os.replace(tmp, gen_dir / name)
         st.parts += 1
         if not link.is_symlink() or os.readlink(link) != gen_dir.name:
