@@ -491,9 +491,11 @@ class Controller:
                     why = silent_death(rec, now, self._load.factor(now), together)
                     if why is not None:
                         kill_hung = getattr(rec.handle, "kill_hung", None)  # a capturing launcher takes its stacks first
-                        if kill_hung is not None:
+                        if kill_hung is not None:  # it dumps the stacks, then kills (within ~1 s); we reap
                             kill_hung()
-                        self._kill(rec)
+                            self._reaping.append(rec.handle)
+                        else:
+                            self._kill(rec)
                         self._on_exit(rec, None, None, reason=why)
                 elif rec.state == "starting" and now - rec.started_at > rec.start_timeout and not stalled:
                     self._kill(rec)
