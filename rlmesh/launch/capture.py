@@ -155,6 +155,11 @@ class CapturedHandle:
     def pid(self) -> int | None:
         return self.inner.pid
 
+    @property
+    def local_pid(self) -> int | None:
+        """The OS pid the supervisor may inspect (stopped vs running), when the inner handle has one."""
+        return getattr(self.inner, "local_pid", None)
+
     def poll(self) -> Any:
         return self.inner.poll()
 
