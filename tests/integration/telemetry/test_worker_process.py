@@ -3,6 +3,9 @@ import sys
 
 import pytest
 
+# A well-formed advertised address (channel nonce included) of a port nothing listens on: the service is gone.
+DEAD_ADDR = "tcp://127.0.0.1:9#m" + "0" * 32
+
 
 @pytest.mark.timeout(60)
 def test_import_is_cheap_and_loads_no_duckdb_or_arrow():
@@ -21,7 +24,7 @@ def test_worker_without_duckdb_records(tmp_path):
         "tm.record('x', a=1); tm.flush()\n"
         "print('duckdb' in sys.modules)\n"
     )
-    env = {"RLMESH_TELEMETRY_ADDR": "tcp://127.0.0.1:9", "RLMESH_RUN_ID": "r", "RLMESH_SECRET": "ab" * 32,
+    env = {"RLMESH_TELEMETRY_ADDR": DEAD_ADDR, "RLMESH_RUN_ID": "r", "RLMESH_SECRET": "ab" * 32,
            "PATH": "/usr/bin:/bin", "RLMESH_HEALTH_INTERVAL": "0"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
                          cwd=tmp_path)
@@ -39,7 +42,7 @@ def test_service_gone_the_proc_keeps_running_and_says_so_once(tmp_path):
         "    tm.record('x', a=n); n += 1; time.sleep(0.001)\n"
         "print('still running after', n, 'rows')\n"
     )
-    env = {"RLMESH_TELEMETRY_ADDR": "tcp://127.0.0.1:9", "RLMESH_RUN_ID": "r", "RLMESH_SECRET": "ab" * 32,
+    env = {"RLMESH_TELEMETRY_ADDR": DEAD_ADDR, "RLMESH_RUN_ID": "r", "RLMESH_SECRET": "ab" * 32,
            "PATH": "/usr/bin:/bin", "RLMESH_HEALTH_INTERVAL": "0"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
                          cwd=tmp_path)
