@@ -27,7 +27,12 @@ def full() -> None:
         except rm.ActorError:
             pass
         victim = actors.slice(procs=3).pid.call_one().get()
-        time.sleep(0.6)  # let proc 3 ship its rows: a SIGKILL loses at most the last flush interval
+        # Wait (on the condition, not a fixed sleep) until proc 3's five rows reached the service: a SIGKILL
+        # loses at most the last flush interval, and this scenario checks that what was shipped survives.
+        deadline = time.time() + 60
+        sql = "SELECT count(*) AS n FROM rollouts WHERE mesh = 'recorder' AND rank = 3"
+        while rm.telemetry.query(sql).to_pylist()[0]["n"] < 5 and time.time() < deadline:
+            time.sleep(0.1)
         os.kill(victim, signal.SIGKILL)
         deadline = time.time() + 30
         while time.time() < deadline:
