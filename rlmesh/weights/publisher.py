@@ -88,7 +88,7 @@ class Publisher:
             raise ValueError(f"keep must be >= 1 (versions kept readable), got {keep}")
         bad = set(transports) - set(TRANSPORTS)
         if bad:
-            raise ValueError(f"unknown transport(s) {sorted(bad)}; choose from {list(TRANSPORTS)}")
+            raise ValueError(f"unknown transport(s) {sorted(bad)}; choose from {[str(t) for t in TRANSPORTS]}")
         self.name, self.keep = name, keep
         self.transports = tuple(transports)
         self.directory = directory if directory is not None else default_directory()
