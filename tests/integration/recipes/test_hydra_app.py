@@ -23,8 +23,13 @@ def test_help_lists_groups_and_options(tmp_path):
     out = rlmesh("run", "--help", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "== Configuration groups ==" in out.stdout
-    assert "trainer: grpo, grpo_addition, ppo, ppo_cartpole" in out.stdout
-    assert "recipe: grpo_addition, ppo_cartpole" in out.stdout and "rlmesh run resume=latest" in out.stdout
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("trainer: "))
+    assert {"grpo", "grpo_addition", "ppo", "ppo_cartpole", "a2c", "dqn", "rloo", "dapo"} <= set(
+        line.removeprefix("trainer: ").split(", ")), line
+    recipes = next(ln for ln in out.stdout.splitlines() if ln.startswith("recipe: "))
+    assert {"grpo_addition", "ppo_cartpole", "ppo_pendulum", "a2c_cartpole", "dqn_cartpole", "rloo_addition",
+            "dapo_addition"} <= set(recipes.removeprefix("recipe: ").split(", ")), recipes
+    assert "rlmesh run resume=latest" in out.stdout
 
 
 @pytest.mark.timeout(180)
