@@ -23,7 +23,9 @@ _lock = threading.Lock()
 
 def record_lines(lines: list[ProcLine]) -> None:
     """Line sink: one ``logs`` row per line (a deque append each; the recorder's flush thread makes columns)."""
-    rec = api.recorder()
+    rec = api.active_recorder()
+    if rec is None:
+        return  # output of procs still stopping after the run ended: it must not start a run of its own
     for ln in lines:
         p = ln.proc
         rec.record_trusted("logs", {
@@ -36,7 +38,9 @@ def record_lines(lines: list[ProcLine]) -> None:
 def record_stacks(dump: StackDump) -> None:
     """Stack sink: one ``stacks`` row per frame, all with one ``dump_id``."""
     p = dump.proc
-    rec = api.recorder()
+    rec = api.active_recorder()
+    if rec is None:
+        return
     dump_id = uuid.uuid4().hex[:12]
     for f in dump.frames:
         rec.record_trusted("stacks", {
@@ -72,7 +76,10 @@ class ControllerLogHandler(logging.Handler):
             return  # the recorder's own complaints must not feed back into it
         try:
             exc = logging.Formatter().formatException(record.exc_info) if record.exc_info else None
-            api.recorder().record_trusted("logs", {
+            rec = api.active_recorder()
+            if rec is None:
+                return  # no run is going (it ended, or none started): a log line must not start one
+            rec.record_trusted("logs", {
                 "stream": "log", "level": record.levelname, "logger": record.name,
                 "message": record.getMessage(), "exception": exc, "pid": record.process,
             }, ts=record.created)

@@ -154,8 +154,8 @@ def test_hung_generator_is_detected_by_heartbeat(tmp_path):
 def test_call_timeout_reissues_work_from_a_stuck_proc(tmp_path):
     # heartbeats would catch the hang after 60 s only: the call timeout re-issues the work first
     out = run(RLMESH + PPO + ["faults.hang=generator", "faults.start_after_s=1", "faults.max_faults=1",
-                              "run.call_timeout_s=2", "trainer.total_steps=80000"], tmp_path,
-              env={"RLMESH_HEARTBEAT_TIMEOUT_S": "60"})
+                              "run.call_timeout_s=2", "run.heartbeat_timeout_s=60",
+                              "trainer.total_steps=80000"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     db = only_run(tmp_path)
     assert_invariants(db)
