@@ -2,7 +2,8 @@
 
 The launcher reads each proc's output (:mod:`rlmesh.launch.capture`, or the pod log
 API on Kubernetes) and hands lines and stack dumps to the sinks registered here, on
-its reader thread: each becomes a trusted row (a deque append, no I/O). The
+its reader thread: the lines of one read become one columnar batch, a dump one row per
+frame (a deque append, no I/O). The
 controller's logging records (``rlmesh`` warnings, the user's own) are rows of the same
 table with ``mesh='controller'``.
 """
@@ -13,26 +14,55 @@ import logging
 import threading
 import uuid
 
+import numpy as np
+import pyarrow as pa
+
 from rlmesh.launch import output
-from rlmesh.launch.output import ProcLine, StackDump
+from rlmesh.launch.output import ProcLine, StackDump, Stream
 from rlmesh.telemetry import api
+from rlmesh.telemetry.columnar import TS_TYPE, const
+
+# logs column <- ProcMeta attribute, Arrow type (as the catalog declares them)
+_PROC_COLUMNS = (("mesh", "proc_mesh", pa.string()), ("rank", "rank", pa.int64()), ("proc", "proc_id", pa.string()),
+                 ("host", "host", pa.string()), ("incarnation", "incarnation", pa.int64()),
+                 ("pid", "pid", pa.int64()))
+
+_RECORD_COLUMNS = ("level", "logger", "exception", "actor")  # set for logging records only
 
 _installed = False
 _lock = threading.Lock()
 
 
+def lines_table(lines: list[ProcLine]) -> pa.Table:
+    """The ``logs`` rows of one read, built column by column (one read is usually one proc's stdout)."""
+    n = len(lines)
+    procs = [ln.proc for ln in lines]
+    p0 = procs[0]
+    one = all(p is p0 for p in procs)
+    stamps = np.fromiter((ln.ts for ln in lines), np.float64, n)
+    cols: dict[str, pa.Array] = {"ts": pa.array((stamps * 1e6).astype(np.int64), type=TS_TYPE)}
+    for name, attr, typ in _PROC_COLUMNS:
+        cols[name] = (const(getattr(p0, attr), n, typ) if one
+                      else pa.array([getattr(p, attr) for p in procs], type=typ))
+    streams = [ln.stream for ln in lines]
+    s0 = streams[0]
+    cols["stream"] = const(s0.value, n, pa.string()) if streams.count(s0) == n else pa.array([s.value for s in streams])
+    cols["message"] = pa.array([ln.message for ln in lines], type=pa.string())
+    if all(ln.stream is not Stream.LOG for ln in lines):  # stdout/stderr lines: no record fields
+        for name in _RECORD_COLUMNS:
+            cols[name] = pa.nulls(n, pa.string())
+    else:
+        for name in _RECORD_COLUMNS:
+            cols[name] = pa.array([getattr(ln, name) for ln in lines], type=pa.string())
+    return pa.table(cols)
+
+
 def record_lines(lines: list[ProcLine]) -> None:
-    """Line sink: one ``logs`` row per line (a deque append each; the recorder's flush thread makes columns)."""
+    """Line sink: the lines of one read as one columnar batch (~1 µs a line; a dict per row cost ~15 µs)."""
     rec = api.active_recorder()
-    if rec is None:
+    if rec is None or not lines:
         return  # output of procs still stopping after the run ended: it must not start a run of its own
-    for ln in lines:
-        p = ln.proc
-        rec.record_trusted("logs", {
-            "mesh": p.proc_mesh, "rank": p.rank, "proc": p.proc_id, "host": p.host,
-            "incarnation": p.incarnation, "pid": p.pid, "stream": str(ln.stream), "level": ln.level,
-            "logger": ln.logger, "message": ln.message, "exception": ln.exception, "actor": ln.actor,
-        }, ts=ln.ts)
+    rec.record_trusted_batch("logs", lines_table(lines))
 
 
 def record_stacks(dump: StackDump) -> None:

@@ -65,6 +65,7 @@ class Recorder:
         self.rows_recorded = 0
         self.last_ticket = 0  # the local sink's receipt for the newest batch (see TelemetryService.sync)
         self._proc_meta: tuple[str, int, str, str] | None = None
+        self._host = ""
         self._thread = threading.Thread(target=self._loop, name="rlmesh-telemetry-flush", daemon=True)
         self._thread.start()
 
@@ -92,6 +93,16 @@ class Recorder:
         self._learn_table(table)
         self._q.append((None, time.time(), current_context(), (table, tbl)))
         self._wake.set()  # a batch is already columnar: ship it now rather than at the next tick
+
+    def record_trusted_batch(self, table: str, tbl: pa.Table) -> None:
+        """Queue a framework batch that carries its own ``ts``/``mesh``/``rank``/``proc``/``host``.
+
+        For frequent small batches (a proc's output lines, one batch per read): no type checks
+        and no early wake-up, so they ship with the next tick and the service appends them as one.
+        """
+        if table not in self._sql:
+            self._learn_table(table)
+        self._q.append((None, time.time(), None, (table, tbl)))
 
     def _learn_table(self, table: str) -> dict[str, frozenset[type]]:
         if table not in self._fast:
@@ -173,7 +184,8 @@ class Recorder:
     def _default_meta(self) -> tuple[str, int, str, str]:
         """Origin of rows recorded outside an actor: this worker proc, or the controller."""
         if self._proc_meta is None:
-            host = socket.gethostname()
+            host = self._host or socket.gethostname()
+            self._host = host  # asked once: it cost ~2 µs per row of the controller's own rows
             proc = current_proc()
             if proc is None:
                 return ("controller", -1, "controller", host)

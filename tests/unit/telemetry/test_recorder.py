@@ -146,3 +146,31 @@ def test_numpy_scalars_are_accepted_and_stored_as_plain_numbers(rec):
     r.flush()
     t = sink.table("rollouts")
     assert t.column("reward").to_pylist() == [0.5, 1.5, 2.5] and t.column("policy_version").to_pylist() == [3] * 3
+
+
+def test_a_read_of_output_lines_becomes_one_logs_batch_typed_as_the_catalog_says(rec):
+    """The line sink's columnar batch: per-line ts, meta and record fields; types = the declared ones."""
+    from rlmesh.launch.output import ProcLine, ProcMeta, Stream
+    from rlmesh.telemetry import schema
+    from rlmesh.telemetry.logs import lines_table
+
+    r, sink = rec
+    a, b = ProcMeta("gen.0", "gen", 0, 2, "h1", 41), ProcMeta("gen.1", "gen", 1, 0, "h1", None)
+    out = [ProcLine(100.0000015, a, Stream.STDOUT, "step 1"), ProcLine(100.0000025, a, Stream.STDOUT, "step 2")]
+    mixed = [ProcLine(101.0, a, Stream.STDERR, "oops"),
+             ProcLine(102.0, b, Stream.LOG, "bad", level="ERROR", logger="user", exception="Traceback", actor="gen[1]")]
+    r.record_trusted_batch("logs", lines_table(out))
+    r.record_trusted_batch("logs", lines_table(mixed))
+    r.flush()
+    t = sink.table("logs")
+    rows = t.to_pylist()
+    assert [row["message"] for row in rows] == ["step 1", "step 2", "oops", "bad"]
+    assert [row["ts"].timestamp() for row in rows[:2]] == [100.000001, 100.000002]  # distinct microseconds kept
+    assert [(row["proc"], row["rank"], row["incarnation"], row["pid"]) for row in rows] == [
+        ("gen.0", 0, 2, 41), ("gen.0", 0, 2, 41), ("gen.0", 0, 2, 41), ("gen.1", 1, 0, None)]
+    assert [row["stream"] for row in rows] == ["stdout", "stdout", "stderr", "log"]
+    assert rows[3]["level"] == "ERROR" and rows[3]["exception"] == "Traceback" and rows[3]["actor"] == "gen[1]"
+    assert rows[0]["level"] is None and set(t.column("run_id").to_pylist()) == {"run-x"}
+    declared = {c.name: c.type for c in (*schema.AUTO, *schema.BUILTIN["logs"].columns)}
+    expected = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "TIMESTAMPTZ": pa.timestamp("us", tz="UTC")}
+    assert {f.name: f.type for f in t.schema} == {k: expected[v] for k, v in declared.items()}
