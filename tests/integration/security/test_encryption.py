@@ -24,7 +24,12 @@ MARKER = b"PLAINTEXT-MARKER-4f1c9"
 
 
 class RecordingProxy:
-    """Forwards one TCP connection to ``target`` and keeps every byte the client sent."""
+    """Forwards TCP connections to ``target`` and keeps every byte the clients sent.
+
+    :meth:`close` ends its threads before it returns: a zmq socket reconnects on its own, so
+    a connection may arrive after the test is done with the proxy, and its thread must
+    neither outlive the test nor raise (pytest then blames whichever test runs next).
+    """
 
     def __init__(self, target_port: int):
         self.target_port = target_port
@@ -32,17 +37,33 @@ class RecordingProxy:
         self.port = self.listener.getsockname()[1]
         self.seen = bytearray()
         self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.closed = False
+        self.conns: list[socket.socket] = []
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
 
     def _accept(self) -> None:
-        while True:
+        while not self.closed:
             try:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+                server.settimeout(None)
+            except OSError:  # the target is gone (the test closed it): drop this late connection
+                client.close()
+                continue
+            with self.lock:
+                if self.closed:
+                    client.close()
+                    server.close()
+                    return
+                self.conns += [client, server]
+                for src, dst, record in ((client, server, True), (server, client, False)):
+                    t = threading.Thread(target=self._pump, args=(src, dst, record), daemon=True)
+                    self.threads.append(t)
+                    t.start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, record: bool) -> None:
         try:
@@ -61,7 +82,23 @@ class RecordingProxy:
                     pass
 
     def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            conns = list(self.conns)
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (closing the fd alone does not)
+        except OSError:
+            pass
         self.listener.close()
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for t in list(self.threads):
+            t.join(10)
+        for s in conns:
+            s.close()
 
 
 def _send_through_proxy(auth: Authenticator, secure: bool, monkeypatch) -> tuple[bytes, bytes]:
