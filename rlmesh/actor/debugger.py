@@ -12,10 +12,14 @@ MAC-checked with the job secret before anything is unpickled, like all rlmesh tr
 endpoint (the caller gets it as an ``ActorError``).
 
 ``PYTHONBREAKPOINT=0`` turns ``breakpoint()`` off in workers, as it does in Python.
+
+Post-mortem: with ``RLMESH_POST_MORTEM=1`` an endpoint that raises pauses the same way,
+in pdb at the frame that raised (:func:`post_mortem`), before its caller gets the error.
 """
 
 from __future__ import annotations
 
+import bdb
 import json
 import logging
 import os
@@ -36,6 +40,7 @@ from rlmesh.transport.sockets import bind_channel, tune, zmq_context
 logger = logging.getLogger(__name__)
 
 DEBUG_DIR_ENV = "RLMESH_DEBUG_DIR"
+POST_MORTEM_ENV = "RLMESH_POST_MORTEM"
 ATTACH, INPUT, OUTPUT, DETACHED = "dbg_attach", "dbg_in", "dbg_out", "dbg_end"
 
 
@@ -119,9 +124,13 @@ class RemotePdb(pdb.Pdb):
         super().__init__(stdin=stream, stdout=stream, nosigint=True, readrc=False)  # type: ignore[arg-type]
         self.use_rawinput = False
         self.ch, self.record = ch, record
+        self.ended = False
         self.prompt = "(Pdb) "
 
     def _end(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
         try:
             os.unlink(self.record)
         except OSError:
@@ -138,18 +147,15 @@ class RemotePdb(pdb.Pdb):
         self._end()
 
 
-def breakpoint_hook(*args: Any, **kwargs: Any) -> None:
-    """``sys.breakpointhook`` in workers: pause this actor until ``rlmesh debug`` attaches, then run pdb."""
-    if os.environ.get("PYTHONBREAKPOINT", "") == "0":
-        return
-    frame = sys._getframe(1)
+def _pause(frame: Any, reason: str) -> tuple[_Channel, str]:
+    """Register this actor as paused at ``frame`` (a record ``rlmesh debug`` lists) and wait for a client."""
     ctx, proc = current_context(), current_proc()
     ch = _Channel()
     actor = ctx.actor_id if ctx else f"{proc.proc_id if proc else 'proc'}/main"
     info = {"actor": actor, "mesh": ctx.mesh_name if ctx else None, "rank": ctx.rank if ctx else None,
             "proc": proc.proc_id if proc else None, "pid": os.getpid(), "addr": ch.addr,
             "file": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name,
-            "since": time.time()}
+            "since": time.time(), "reason": reason}
     safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in actor)
     record = os.path.join(debug_dir(), f"{safe}.{os.getpid()}.{threading.get_ident()}.json")
     tmp = record + ".tmp"
@@ -157,10 +163,48 @@ def breakpoint_hook(*args: Any, **kwargs: Any) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(info, f)
     os.replace(tmp, record)
-    logger.warning("actor %s paused at breakpoint() in %s (%s:%d); attach with: rlmesh debug --attach %s",
-                   actor, info["function"], info["file"], info["line"], actor)
+    logger.warning("actor %s paused at %s in %s (%s:%d); attach with: rlmesh debug --attach %s",
+                   actor, reason, info["function"], info["file"], info["line"], actor)
     ch.wait_attach()
+    return ch, record
+
+
+def breakpoint_hook(*args: Any, **kwargs: Any) -> None:
+    """``sys.breakpointhook`` in workers: pause this actor until ``rlmesh debug`` attaches, then run pdb."""
+    if os.environ.get("PYTHONBREAKPOINT", "") == "0":
+        return
+    frame = sys._getframe(1)
+    ch, record = _pause(frame, "breakpoint()")
     RemotePdb(ch, record).set_trace(frame)
+
+
+def post_mortem_enabled() -> bool:
+    """``RLMESH_POST_MORTEM=1`` in a worker's environment (the controller's, or ``spawn_procs(env=...)``)."""
+    return os.environ.get(POST_MORTEM_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def post_mortem(exc: BaseException) -> None:
+    """Pause the calling actor in pdb at the frame that raised ``exc`` until ``rlmesh debug`` ends the session.
+
+    Called by the actor server for an endpoint's exception when :func:`post_mortem_enabled`,
+    on the actor's thread, before the caller is told: ``continue`` or ``quit`` lets the
+    exception go on to the caller as usual. Only :class:`Exception` (not a ``quit`` from an
+    earlier session, a cancellation or an exit).
+    """
+    tb = exc.__traceback__
+    if tb is None or not isinstance(exc, Exception) or isinstance(exc, bdb.BdbQuit):
+        return
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    reason = f"exception {type(exc).__name__}: {exc}"[:300]
+    ch, record = _pause(tb.tb_frame, reason)
+    dbg = RemotePdb(ch, record)
+    try:
+        dbg.message(f"post-mortem: {type(exc).__name__}: {exc}  ('continue' lets it reach the caller)")
+        dbg.reset()
+        dbg.interaction(None, exc.__traceback__)
+    finally:
+        dbg._end()
 
 
 def install() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import zmq
 
-from rlmesh.actor import hooks
+from rlmesh.actor import debugger, hooks
 from rlmesh.actor import protocol as P
 from rlmesh.actor.client import ThreadSockets, error_payload
 from rlmesh.actor.context import Context, ProcInfo, _current
@@ -162,6 +162,8 @@ class ActorServer:
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
+            if debugger.post_mortem_enabled():  # on the actor's thread: the proc's event loop goes on
+                await self._run_in_actor(hosted, _post_mortem, exc)
             self._finish(call, hosted, exc=exc, tb="".join(traceback.format_exception(exc)))
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
@@ -173,6 +175,8 @@ class ActorServer:
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001
+            if debugger.post_mortem_enabled():
+                _post_mortem(exc)
             self._finish(call, hosted, exc=exc, tb="".join(traceback.format_exception(exc)))
             return
         self._reply_result(call, hosted, result)
@@ -245,3 +249,11 @@ class _Served:
     caller: str
     t0: float
     size_in: int
+
+
+def _post_mortem(exc: BaseException) -> None:
+    """``RLMESH_POST_MORTEM=1``: pause in pdb at the endpoint's exception; a failed session never hides the error."""
+    try:
+        debugger.post_mortem(exc)
+    except Exception:  # noqa: BLE001
+        logger.exception("post-mortem session failed; the endpoint's error goes to the caller")

@@ -1,4 +1,4 @@
-"""``rlmesh debug``: list the actors paused at ``breakpoint()`` in a live run, and attach pdb to one.
+"""``rlmesh debug``: list the actors paused in a live run (``breakpoint()``, or post-mortem), and attach pdb to one.
 
     rlmesh debug [RUN]                    # paused actors: id, proc, pid, where, since when
     rlmesh debug [RUN] --attach ACTOR     # an interactive pdb session (ACTOR: id, or mesh[rank])
@@ -108,11 +108,12 @@ def debug_main(argv: list[str]) -> int:
         if a.format == "json":
             print(json.dumps({"format_version": 1, "run": run_dir.name, "paused": entries}))
         elif not entries:
-            print(f"no actor of run {run_dir.name} is paused at a breakpoint()")
+            print(f"no actor of run {run_dir.name} is paused (at a breakpoint() or post-mortem)")
         else:
             for e in entries:
                 print(f"{e['actor']:<24} {e['mesh']}[{e['rank']}]  proc {e['proc']} pid {e['pid']}  "
-                      f"{e['function']} at {e['file']}:{e['line']}  paused {time.time() - e['since']:.0f}s")
+                      f"{e['function']} at {e['file']}:{e['line']}  paused {time.time() - e['since']:.0f}s  "
+                      f"({e.get('reason', 'breakpoint()')})")
         return 0
     info = _pick(entries, a.attach)
     if info is None:

@@ -47,5 +47,10 @@ class Pauser(rm.Actor):
         return y * 2
 
     @rm.endpoint
+    def divide(self, x: int) -> float:
+        z = x - x
+        return x / z  # ZeroDivisionError: with RLMESH_POST_MORTEM=1 the actor pauses here
+
+    @rm.endpoint
     def ping(self) -> int:
         return rm.context().rank

@@ -58,26 +58,32 @@ class Pty:
         os.close(self.master)
 
 
+def _start(env: dict[str, str], *args: str) -> tuple[subprocess.Popen, list[str], list[dict]]:
+    """The scenario controller, the `rlmesh debug` command line for its run, and its paused actors once there."""
+    ctl = subprocess.Popen([sys.executable, str(HERE / "debug_scenario.py"), *args], env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = ctl.stdout.readline()
+    while line and not line.startswith("READY"):
+        line = ctl.stdout.readline()
+    assert line.startswith("READY"), ctl.stderr.read()[-4000:]
+    run_id = line.split()[1]
+    cli = [sys.executable, "-m", "rlmesh.cli", "debug", run_id]
+    deadline = time.monotonic() + 60
+    while True:  # the actor registers once it reached breakpoint() (or raised)
+        out = subprocess.run(cli + ["--format", "json"], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        paused = json.loads(out.stdout)["paused"]
+        if paused or time.monotonic() > deadline:
+            return ctl, cli, paused
+        time.sleep(0.3)
+
+
 def test_breakpoint_pauses_one_actor_and_rlmesh_debug_steps_it_through_a_pty(tmp_path):
     env = _env(tmp_path)
-    ctl = subprocess.Popen([sys.executable, str(HERE / "debug_scenario.py")], env=env, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ctl, cli, paused = _start(env)
     try:
-        line = ctl.stdout.readline()
-        while line and not line.startswith("READY"):
-            line = ctl.stdout.readline()
-        assert line.startswith("READY"), ctl.stderr.read()[-4000:]
-        run_id = line.split()[1]
-        cli = [sys.executable, "-m", "rlmesh.cli", "debug", run_id]
-        deadline = time.monotonic() + 60
-        while True:  # the actor registers once it reached breakpoint()
-            out = subprocess.run(cli + ["--format", "json"], env=env, capture_output=True, text=True, timeout=60)
-            assert out.returncode == 0, out.stderr
-            paused = json.loads(out.stdout)["paused"]
-            if paused or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        assert [(p["mesh"], p["rank"], p["function"]) for p in paused] == [("dbg", 0, "compute")]
+        assert [(p["mesh"], p["rank"], p["function"], p["reason"]) for p in paused] == [
+            ("dbg", 0, "compute", "breakpoint()")]
         listing = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60).stdout
         assert "dbg[0]" in listing and "compute at" in listing
 
@@ -102,6 +108,34 @@ def test_breakpoint_pauses_one_actor_and_rlmesh_debug_steps_it_through_a_pty(tmp
         assert "RESULT 10" in out  # the value set in pdb: y = 5 -> 5 * 2
         after = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60)
         assert after.returncode == 1 and "not live" in after.stderr
+    finally:
+        if ctl.poll() is None:
+            ctl.kill()
+
+
+def test_post_mortem_pauses_at_an_endpoint_exception_then_the_caller_gets_the_error(tmp_path):
+    """RLMESH_POST_MORTEM=1: the raising frame is inspectable in pdb; `continue` lets the error reach the caller."""
+    env = _env(tmp_path)
+    ctl, cli, paused = _start(env, "post-mortem")
+    try:
+        assert [(p["mesh"], p["rank"], p["function"]) for p in paused] == [("dbg", 0, "divide")]
+        assert paused[0]["reason"].startswith("exception ZeroDivisionError")
+        listing = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=60).stdout
+        assert "exception ZeroDivisionError" in listing
+        session = Pty(cli + ["--attach", "dbg[0]"], env)
+        try:
+            assert "post-mortem: ZeroDivisionError" in session.expect("(Pdb) ")
+            session.send("p x, z")
+            assert "(7, 0)" in session.expect("(Pdb) ")  # the locals of the frame that raised
+            session.send("continue")
+            session.expect("resumed")
+            assert session.proc.wait(30) == 0
+        finally:
+            session.close()
+        out, err = ctl.communicate(timeout=60)
+        assert ctl.returncode == 0, err[-4000:]
+        assert int(out.split("PINGS ", 1)[1].split()[0]) > 0  # rank 1 kept answering meanwhile
+        assert "RESULT error ActorError" in out and "ZeroDivisionError" in out
     finally:
         if ctl.poll() is None:
             ctl.kill()
