@@ -64,7 +64,8 @@ class _Off:
     def record_batch(self, table: str, data: Any) -> None:
         pass
 
-    record_trusted_batch = record_batch
+    def record_trusted_items(self, table: str, items: Any, to_table: Any) -> None:
+        pass
 
     def flush(self) -> int:
         return 0

@@ -16,6 +16,7 @@ import logging
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa
@@ -42,6 +43,14 @@ _EMPTY: frozenset[type] = frozenset()
 EARLY_FLUSH_ROWS = 50_000
 
 Sink = Callable[[list[tuple[str, Any]]], None]
+
+
+@dataclass
+class _Items:
+    """Queued framework items of one table and the function that makes them one Arrow table."""
+
+    items: list[Any]
+    to_table: Callable[[list[Any]], pa.Table]
 
 
 class Recorder:
@@ -94,15 +103,14 @@ class Recorder:
         self._q.append((None, time.time(), current_context(), (table, tbl)))
         self._wake.set()  # a batch is already columnar: ship it now rather than at the next tick
 
-    def record_trusted_batch(self, table: str, tbl: pa.Table) -> None:
-        """Queue a framework batch that carries its own ``ts``/``mesh``/``rank``/``proc``/``host``.
+    def record_trusted_items(self, table: str, items: list[Any], to_table: Callable[[list[Any]], pa.Table]) -> None:
+        """Queue framework items that ``to_table`` turns into one columnar batch on the flush thread.
 
-        For frequent small batches (a proc's output lines, one batch per read): no type checks
-        and no early wake-up, so they ship with the next tick and the service appends them as one.
+        For frequent small lists (a proc's output lines, one list per read of its pipe): the
+        caller pays a deque append, and every list of one tick becomes one table (``to_table``
+        gets them all at once; the table carries its own ``ts``/``mesh``/``rank``/``proc``/``host``).
         """
-        if table not in self._sql:
-            self._learn_table(table)
-        self._q.append((None, time.time(), None, (table, tbl)))
+        self._q.append((None, 0.0, None, (table, _Items(items, to_table))))
 
     def _learn_table(self, table: str) -> dict[str, frozenset[type]]:
         if table not in self._fast:
@@ -159,10 +167,18 @@ class Recorder:
 
     def _convert(self, items: Iterable[tuple[Any, ...]]) -> list[tuple[str, Any]]:
         by_table: dict[str, list[tuple[float, Any, dict[str, Any]]]] = {}
+        lazy: dict[tuple[str, Any], _Items] = {}
         order: list[tuple[str, Any]] = []  # keeps batch and row order per table
         for table, ts, ctx, row in items:
-            if table is None:  # a columnar batch
+            if table is None:  # a columnar batch, or items that become one
                 name, tbl = row
+                if isinstance(tbl, _Items):
+                    acc = lazy.get((name, tbl.to_table))
+                    if acc is None:
+                        acc = lazy[(name, tbl.to_table)] = _Items([], tbl.to_table)
+                        order.append((name, acc))
+                    acc.items.extend(tbl.items)
+                    continue
                 order.append((name, with_auto_columns(tbl, self.run_id, ts, self._meta_of(ctx))))
                 continue
             rows = by_table.get(table)
@@ -176,6 +192,10 @@ class Recorder:
                 if table not in self._sql:  # trusted rows skip record()'s check, not the declared types
                     self._learn_table(table)
                 out.append(rows_to_arrow(table, payload, self.run_id, self._sql[table]))
+            elif isinstance(payload, _Items):
+                if payload.items:
+                    out.append((table, with_auto_columns(payload.to_table(payload.items), self.run_id, 0.0,
+                                                         self._default_meta)))
             else:
                 out.append((table, payload))
         return out

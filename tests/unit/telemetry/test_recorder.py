@@ -149,7 +149,7 @@ def test_numpy_scalars_are_accepted_and_stored_as_plain_numbers(rec):
 
 
 def test_a_read_of_output_lines_becomes_one_logs_batch_typed_as_the_catalog_says(rec):
-    """The line sink's columnar batch: per-line ts, meta and record fields; types = the declared ones."""
+    """Lines queued by reads become one columnar batch per tick: per-line ts, meta and record fields, declared types."""
     from rlmesh.launch.output import ProcLine, ProcMeta, Stream
     from rlmesh.telemetry import schema
     from rlmesh.telemetry.logs import lines_table
@@ -159,9 +159,10 @@ def test_a_read_of_output_lines_becomes_one_logs_batch_typed_as_the_catalog_says
     out = [ProcLine(100.0000015, a, Stream.STDOUT, "step 1"), ProcLine(100.0000025, a, Stream.STDOUT, "step 2")]
     mixed = [ProcLine(101.0, a, Stream.STDERR, "oops"),
              ProcLine(102.0, b, Stream.LOG, "bad", level="ERROR", logger="user", exception="Traceback", actor="gen[1]")]
-    r.record_trusted_batch("logs", lines_table(out))
-    r.record_trusted_batch("logs", lines_table(mixed))
+    r.record_trusted_items("logs", out, lines_table)
+    r.record_trusted_items("logs", mixed, lines_table)
     r.flush()
+    assert [n for n, _ in sink.batches] == ["logs"]  # the reads of one tick: one batch
     t = sink.table("logs")
     rows = t.to_pylist()
     assert [row["message"] for row in rows] == ["step 1", "step 2", "oops", "bad"]
