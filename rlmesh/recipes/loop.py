@@ -34,6 +34,7 @@ from rlmesh.actor.faults import FaultInjector
 from rlmesh.recipes.run_state import begin
 from rlmesh.rl.placement import place
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
+from rlmesh.rl.warmup import WarmupDisplay
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
                                   run_with_replicas, serve_work)
 from rlmesh.rl.results import EvalResult, TrainResult
@@ -169,7 +170,8 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, name="rl",
                                                      restart=cfg.run.restart_policy())  # N restarts in T s, run.*_s
     try:
-        roles = spawn(procs)
+        with WarmupDisplay(rm.telemetry.query, cfg.run.progress and run.run_id is not None):  # SFT, engine start
+            roles = spawn(procs)
         with FaultInjector.from_config(cfg.faults, roles.by_role()) as faults:
             try:
                 asyncio.run(drive(cfg, roles, plan, ledger, result))

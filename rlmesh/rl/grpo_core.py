@@ -22,7 +22,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -119,11 +119,13 @@ def evaluate_heldout(model: nn.Module, task: AdditionTask, problems: list[Proble
 
 
 def sft_warmstart(
-    model: nn.Module, task: AdditionTask, steps: int, batch_size: int = 64, lr: float = 1e-3, seed: int = 0
+    model: nn.Module, task: AdditionTask, steps: int, batch_size: int = 64, lr: float = 1e-3, seed: int = 0,
+    on_step: Callable[[int], None] | None = None,
 ) -> list[float]:
     """Teacher-forced cross-entropy on ``prompt -> answer<eos>`` (loss on answer tokens only).
 
-    Returns the loss per step. Uses the train split only.
+    Returns the loss per step. Uses the train split only. ``on_step(steps_done)`` after each step
+    (progress reporting).
     """
     rng = random.Random(seed)
     tok = task.tokenizer
@@ -146,6 +148,8 @@ def sft_warmstart(
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+        if on_step is not None:
+            on_step(len(losses))
     return losses
 
 

@@ -121,6 +121,14 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("duration_s", "DOUBLE", "wall time of the step"),
         _c("metrics", "JSON", "other namespaced metrics, e.g. {\"losses/approx_kl\": 0.01}"),
     ), "rlmesh.rl trainers"),
+    _T("phases", "progress of warm-up phases that actors run before training (GRPO's SFT warm start, a generator's engine start): a row when one starts, about every second while it runs, and when it ends", (
+        _c("phase", "VARCHAR", "what is warming up, e.g. 'SFT warm start', 'engine start'"),
+        _c("state", "VARCHAR", "started | running | done | failed"),
+        _c("completed", "BIGINT", "units done so far"),
+        _c("total", "BIGINT", "units in the phase (NULL when unknown, e.g. an engine start)"),
+        _c("unit", "VARCHAR", "what completed and total count, e.g. 'steps'"),
+        _c("elapsed_s", "DOUBLE", "seconds since the phase started"),
+    ), "rlmesh.rl actors (rlmesh.rl.warmup.WarmupPhase)"),
     _T("evals", "one row per evaluation of the policy (greedy, on fresh envs or held-out prompts)", (
         _c("step", "BIGINT", "trainer step the evaluated weights came from"),
         _c("policy_version", "BIGINT", "weight version evaluated"),

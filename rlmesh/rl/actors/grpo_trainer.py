@@ -18,6 +18,7 @@ from rlmesh.rl.backends.torch_backend import build_policy_model
 from rlmesh.rl.batching import completions_to_generation
 from rlmesh.rl.config import GRPOConfig
 from rlmesh.rl.grpo_core import ScoredBatch, frozen_copy, grpo_update, sft_warmstart
+from rlmesh.rl.warmup import WarmupPhase
 from rlmesh.rl.losses import grpo_advantages, grpo_loss
 from rlmesh.rl.models.sampling import sequence_logprobs
 
@@ -49,7 +50,9 @@ class GRPOTrainer(Trainer):
         if self.config.sft_steps:
             if self.task is None:
                 raise ValueError("trainer.sft_steps > 0 needs the task (GRPOTrainer(task=...))")
-            sft_warmstart(self.model, self.task, self.config.sft_steps, lr=self.config.sft_lr, seed=self.seed)
+            with WarmupPhase("SFT warm start", total=self.config.sft_steps) as phase:  # its own progress bar
+                sft_warmstart(self.model, self.task, self.config.sft_steps, lr=self.config.sft_lr, seed=self.seed,
+                              on_step=phase.update)
         if self.config.kl_coef > 0:
             self.ref_model = frozen_copy(self.model)
         self.optimizer = self.build_optimizer()  # fresh Adam moments after the warm start

@@ -21,6 +21,7 @@ from rlmesh.rl.backends.base import Completion, SamplingParams, make_backend
 from rlmesh.rl.config import LLMGeneratorConfig
 from rlmesh.rl.results import EvalResult
 from rlmesh.rl.schedule import WorkItem
+from rlmesh.rl.warmup import WarmupPhase
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ class LLMGenerator(Generator):
         self.config, self.task, self.reward = config, task, reward
         self.score_retry_s = 120.0
         """How long scoring retries on other reward replicas while reward procs are being replaced."""
-        self.backend = make_backend(config.backend, **(backend_kwargs or {}))
+        with WarmupPhase("engine start", unit="engines"):  # vLLM's start takes minutes: shown while spawn waits
+            self.backend = make_backend(config.backend, **(backend_kwargs or {}))
         self.tokens_generated = 0
         self.generate_seconds = 0.0
 

@@ -54,3 +54,23 @@ class Pauser(rm.Actor):
     @rm.endpoint
     def ping(self) -> int:
         return rm.context().rank
+
+
+class WarmingUp(rm.Actor):
+    """Runs a warm-up phase in __init__, like GRPO's SFT warm start: the controller is blocked in spawn meanwhile."""
+
+    def __init__(self, steps: int, step_s: float):
+        import time
+
+        from rlmesh.rl.warmup import WarmupPhase
+
+        with WarmupPhase("SFT warm start", total=steps) as phase:
+            for i in range(steps):
+                time.sleep(step_s)
+                phase.update(i + 1)
+        with WarmupPhase("engine start", unit="engines"):
+            pass
+
+    @rm.endpoint
+    def ping(self) -> int:
+        return rm.context().rank

@@ -81,6 +81,10 @@ def test_grpo_recipe_end_to_end(tmp_path):
     assert mismatch == 0
     evals = q(db, "SELECT policy_version, metric, episodes FROM evals ORDER BY policy_version")
     assert [(v, m, e) for v, m, e in evals] == [(0, "mean_reward", 10), (2, "mean_reward", 10), (4, "mean_reward", 10)]
+    # warm-up phases: the SFT warm start and each generator's engine start, in `phases` and on the (piped) output
+    phases = dict(q(db, "SELECT mesh || ': ' || phase, max(completed) FILTER (WHERE state = 'done') FROM phases GROUP BY 1"))
+    assert phases["trainer: SFT warm start"] == 5 and "generator: engine start" in phases
+    assert "[trainer: SFT warm start] 5/5 steps  done" in out.stdout
 
 
 EVAL_TINY = [a for a in PPO_TINY if not a.startswith(("generator.replicas", "eval.every", "eval.target", "buffer="))]
