@@ -8,7 +8,12 @@ node name, host IP); graceful deletion (SIGTERM, SIGKILL after the grace period,
 the final delete); exit codes (``Succeeded``/``Failed`` with the container's
 ``terminated`` state). Each pod gets its own loopback IP (127.0.1.N), so a worker that
 did not take ``RLMESH_ADVERTISE_HOST`` from the downward API would advertise a wrong
-address. Images are not pulled: an image whose name starts with ``unpullable.`` fails
+address. Container logs: the node's kubelet endpoint (``daemonEndpoints``) is an HTTPS server here that
+answers the API server's ``/containerLogs/<ns>/<pod>/<container>`` (``follow``, ``timestamps``)
+from the container's output file, so ``read_namespaced_pod_log`` works end to end through the
+real API server (which proxies it to the node, as for a real kubelet; stdout and stderr merged
+and stamped when this kubelet reads them, not when written: close enough for the tests).
+Images are not pulled: an image whose name starts with ``unpullable.`` fails
 like a missing one (``ErrImagePull`` -> ``ImagePullBackOff`` and a ``Failed`` event);
 any other image is "this test environment" (the venv's python, the test dir on
 ``PYTHONPATH``).
@@ -16,19 +21,76 @@ any other image is "this test environment" (the venv's python, the test dir on
 
 from __future__ import annotations
 
+import http.server
 import itertools
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
+import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from pod_runtime import container_env, event_body, now, status_body
 
 logger = logging.getLogger(__name__)
+
+
+class _LogHandler(http.server.BaseHTTPRequestHandler):
+    """``GET /containerLogs/<ns>/<pod>/<container>[?follow=true&timestamps=true]``, as a kubelet answers it."""
+
+    kubelet: "FakeKubelet"
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
+        url = urllib.parse.urlsplit(self.path)
+        parts = url.path.strip("/").split("/")
+        if len(parts) != 4 or parts[0] != "containerLogs":
+            self.send_error(404)
+            return
+        _, ns, pod, _container = parts
+        q = urllib.parse.parse_qs(url.query)
+        follow, stamps = q.get("follow") == ["true"], q.get("timestamps") == ["true"]
+        path = self.kubelet.log_dir / f"{ns}_{pod}.log"
+        if not path.exists():
+            self.send_error(404, f"no container log for {ns}/{pod}")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+        buf = b""
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    out = b"".join((_stamp() if stamps else b"") + ln + b"\n" for ln in lines)
+                    try:
+                        self.wfile.write(out)
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    continue
+                if not follow or self.kubelet.container_ended(ns, pod) or self.kubelet.stopping.is_set():
+                    break
+                time.sleep(0.05)
+        if buf:
+            try:
+                self.wfile.write((_stamp() if stamps else b"") + buf + b"\n")
+            except OSError:
+                pass
+
+
+def _stamp() -> bytes:
+    t = time.time()
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e9):09d}Z ").encode()
 
 
 class FakeKubelet:
@@ -47,6 +109,29 @@ class FakeKubelet:
         self.ips = (f"127.0.1.{i}" for i in itertools.cycle(range(2, 250)))
         self.thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
         self.serialize = core.api_client.sanitize_for_serialization
+        self.by_name: dict[tuple[str, str], subprocess.Popen] = {}  # (namespace, pod) -> its process
+        self.log_server = self._log_server()
+
+    def _log_server(self) -> http.server.ThreadingHTTPServer:
+        """The kubelet's HTTPS endpoint (self-signed: the API server does not check a kubelet's certificate
+        unless told --kubelet-certificate-authority)."""
+        cert, key = self.log_dir / "kubelet.crt", self.log_dir / "kubelet.key"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+        handler = type("Handler", (_LogHandler,), {"kubelet": self})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(cert), str(key))
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, name="fake-kubelet-logs", daemon=True).start()
+        return server
+
+    def container_ended(self, namespace: str, pod: str) -> bool:
+        """Its process ran and exited (a log being followed ends then; not before it started)."""
+        with self.lock:
+            proc = self.by_name.get((namespace, pod))
+        return proc is not None and proc.poll() is not None
 
     def register_node(self) -> None:
         from kubernetes import client
@@ -57,6 +142,7 @@ class FakeKubelet:
         self.core.patch_node_status(self.node, {"status": {
             "capacity": res, "allocatable": res,
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_server.server_address[1]}},
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fake kubelet",
                             "lastHeartbeatTime": now(), "lastTransitionTime": now()}]}})
         # The API server taints new nodes not-ready; the node lifecycle controller lifts that once the kubelet
@@ -74,6 +160,7 @@ class FakeKubelet:
             procs = list(self.running.values())
         for p in procs:
             _kill_group(p, signal.SIGKILL)
+        self.log_server.shutdown()
 
     # ------------------------------------------------------------------ the watch loop
     def _run(self) -> None:
@@ -149,6 +236,7 @@ class FakeKubelet:
                                 start_new_session=True, cwd=self.log_dir)
         with self.lock:
             self.running[meta["uid"]] = proc
+            self.by_name[(ns, name)] = proc
         if meta["uid"] in self.gone:  # deleted while we were starting it
             _kill_group(proc, signal.SIGKILL)
         started = now()

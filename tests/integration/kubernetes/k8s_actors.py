@@ -23,6 +23,10 @@ class Probe(rm.Actor):
         return a + b
 
     @rm.endpoint
+    def say(self, text: str) -> None:
+        print(f"{text} from rank {rm.context().rank}", flush=True)
+
+    @rm.endpoint
     async def sleep(self, s: float) -> int:
         await asyncio.sleep(s)
         return rm.context().rank

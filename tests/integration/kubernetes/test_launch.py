@@ -77,6 +77,33 @@ def test_two_proc_mesh_serves_calls_through_pods(k8s):
     assert run_objects(k8s, "it-mesh") == []
 
 
+def test_pod_output_lands_in_the_logs_table(k8s, caplog):
+    """The launcher follows each pod's log through the API server (proxied to the node's kubelet endpoint)."""
+    caplog.set_level("DEBUG", "rlmesh.launch.pod_logs")  # why a follower gave up, on failure
+    from k8s_actors import Probe
+
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-logs")
+    with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
+        procs = cluster.spawn_procs(per_host={"procs": 2}, name="k8s-talk")
+        probes = procs.spawn("k8s-talker", Probe)
+        probes.say.call("pod-log-marker").get(timeout=20)
+        sql = ("SELECT mesh, rank, proc, stream, message FROM logs WHERE message LIKE 'pod-log-marker%' "
+               "ORDER BY rank")
+        try:
+            rows = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(rm.telemetry.query(sql).to_pylist()), 30,
+                            "both pods' lines in logs")
+        except AssertionError:
+            try:  # what the log API itself answers, for the failure message
+                direct = k8s.core.read_namespaced_pod_log("it-logs-k8s-talk-0-0", k8s.namespace, timestamps=True)
+            except Exception as exc:  # noqa: BLE001
+                direct = f"{type(exc).__name__}: {exc}"
+            raise AssertionError(f"pod log API answers: {str(direct)[-2000:]}")
+        assert [(r["mesh"], r["rank"], r["proc"], r["stream"], r["message"]) for r in rows] == [
+            ("k8s-talk", 0, "k8s-talk.0", "stdout", "pod-log-marker from rank 0"),
+            ("k8s-talk", 1, "k8s-talk.1", "stdout", "pod-log-marker from rank 1")]
+        procs.stop()
+
+
 def test_deleted_pod_is_actor_died_and_its_replacement_rejoins(k8s, events):
     from k8s_actors import Probe
 
