@@ -1,12 +1,13 @@
 """Observability claims from issue 14, measured on this machine (part of ``benchmarks/telemetry.py``).
 
-    .venv/bin/python benchmarks/observe.py [--quick]     # this part alone
+    .venv/bin/python benchmarks/observe.py [--quick] [--capture] [--stacks] [--snapshot] [--mcp]
 
 1. log capture overhead: a proc printing ~10,000 lines/s (each line after ~100 µs of work),
    throughput with capture on (FIFOs read by the launcher, rows into ``logs``, terminal echo)
    vs off (inherited stdout), paired rounds, both writing where the terminal would be /dev/null;
 2. time to dump the stacks of 8 live procs into ``stacks`` (signal, dump, rows queryable);
-3. an incremental Parquet snapshot of the live read path (new rows, and nothing new);
+3. an incremental Parquet snapshot of the live read path (new rows, and nothing new), and how
+   fresh each live read path is (snapshot vs ``rm.telemetry.query`` vs an Arrow Flight DoGet);
 4. one MCP ``query`` round trip (SDK stdio client -> ``rlmesh mcp``) vs the same query through
    ``rlmesh sql --format json`` (a new process each time) and through ``rm.telemetry.query``.
 """
@@ -16,28 +17,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Iterator
 
 import rlmesh as rm
 
 QUICK = "--quick" in sys.argv
+PARTS = ("capture", "stacks", "snapshot", "live", "mcp")
+ONLY = [p for p in PARTS if f"--{p}" in sys.argv] or list(PARTS)  # e.g. --capture: that part alone
 WORK_PER_LINE_S = 100e-6
 
 
 class Printer(rm.Actor):
     @rm.endpoint
-    def spew(self, lines: int, spin: int) -> float:
-        """``lines`` lines, each after ``spin`` loop turns of work; returns lines per second achieved."""
-        t = time.perf_counter()
+    def spew(self, lines: int, spin: int) -> tuple[float, float]:
+        """``lines`` lines, each after ``spin`` loop turns of work: (lines per second, CPU µs per line) achieved."""
+        t, c = time.perf_counter(), time.thread_time()
         for i in range(lines):
             for _ in range(spin):
                 pass
             print(f"step {i}: loss=0.1234 reward=0.5678 lr=3e-4 tokens=2048 policy_version=17")
-        return lines / (time.perf_counter() - t)
+        return lines / (time.perf_counter() - t), (time.thread_time() - c) / lines * 1e6
 
     @rm.endpoint
     def idle(self) -> None:
@@ -72,7 +77,19 @@ def _terminal_to_devnull() -> Iterator[None]:
             os.close(fd)
 
 
-def bench_capture(rounds: int, lines: int) -> tuple[float, float, list[float], int]:
+@dataclass
+class CaptureCost:
+    """Paired rounds of the same proc workload, capture off and on (medians and sorted per-round ratios)."""
+
+    rate_off: float  # lines/s
+    rate_on: float
+    wall_ratios: list[float]  # per round: time per line on / off - 1 (what the proc lost, load included)
+    cpu_ratios: list[float]  # per round: the proc's own CPU per line on / off - 1 (its write(2) per line)
+    ctl_us_per_line: list[float]  # per round: controller CPU (all threads) per captured line, on minus off
+    stored: int
+
+
+def bench_capture(rounds: int, lines: int) -> CaptureCost:
     spin = _spin_for(WORK_PER_LINE_S)
     with _terminal_to_devnull():
         os.environ["RLMESH_CAPTURE"] = "0"
@@ -82,13 +99,21 @@ def bench_capture(rounds: int, lines: int) -> tuple[float, float, list[float], i
         off, on = off_procs.spawn("p_off", Printer), on_procs.spawn("p_on", Printer)
         off.spew.call_one(1000, spin).get()
         on.spew.call_one(1000, spin).get()
-        rates_on, rates_off, ratios = [], [], []
-        for _ in range(rounds):
-            r_off = off.spew.call_one(lines, spin).get()
-            r_on = on.spew.call_one(lines, spin).get()
+        rates_on, rates_off, ratios, cpu_ratios, ctl = [], [], [], [], []
+        for i in range(rounds):  # order alternates, so a load change mid-round hits both sides alike
+            c0 = time.process_time()
+            first, second = (off, on) if i % 2 == 0 else (on, off)
+            a = first.spew.call_one(lines, spin).get()
+            c1 = time.process_time()
+            b = second.spew.call_one(lines, spin).get()
+            c2 = time.process_time()
+            (r_off, cpu_off), (r_on, cpu_on) = (a, b) if first is off else (b, a)
+            ctl_on, ctl_off = (c2 - c1, c1 - c0) if first is off else (c1 - c0, c2 - c1)
             rates_off.append(r_off)
             rates_on.append(r_on)
             ratios.append(r_off / r_on - 1)  # extra time per line with capture
+            cpu_ratios.append(cpu_on / cpu_off - 1)
+            ctl.append((ctl_on - ctl_off) / lines * 1e6)
         off_procs.stop()
         on_procs.stop()
         deadline = time.monotonic() + 60
@@ -100,7 +125,8 @@ def bench_capture(rounds: int, lines: int) -> tuple[float, float, list[float], i
                 break
             time.sleep(0.5)
         time.sleep(1.0)  # the echo holds lines for its fold window
-    return statistics.median(rates_off), statistics.median(rates_on), sorted(ratios), stored
+    return CaptureCost(statistics.median(rates_off), statistics.median(rates_on), sorted(ratios), sorted(cpu_ratios),
+                       sorted(ctl), stored)
 
 
 def bench_stacks(n_procs: int, repeats: int) -> list[float]:
@@ -186,26 +212,103 @@ def bench_snapshot(rows: int) -> tuple[float, float]:
     return full, idle
 
 
+def bench_live_paths(repeats: int) -> tuple[list[float], list[float], list[float]]:
+    """How fresh each live read path is, on this run: a marker row recorded, then read back.
+
+    (1) Parquet snapshots: seconds until the row is in ``runs/<run>/live/<table>`` (pyarrow
+    dataset, as pandas/polars read it): the snapshot interval's phase plus the snapshot cost;
+    (2) ``rm.telemetry.query`` round trip; (3) an Arrow Flight ``DoGet`` round trip to a
+    minimal Flight server in this process answering the same SQL through the service: what
+    a Flight SQL endpoint would cost per query (no ADBC Flight SQL driver or server is
+    installed here, so plain Flight stands in for it).
+    """
+    import pyarrow.dataset as ds
+    import pyarrow.flight as fl
+
+    from rlmesh.telemetry import api
+    from rlmesh.telemetry.snapshots import LIVE_DIR, interval_from_env
+
+    live = api.current_run_dir() / LIVE_DIR / "bench_marker"
+    snap, direct, flight = [], [], []
+    sql = "SELECT count(*) AS n FROM bench_marker"
+
+    class Server(fl.FlightServerBase):
+        def do_get(self, context, ticket):  # noqa: ANN001 - pyarrow's signature
+            return fl.RecordBatchStream(rm.telemetry.query(ticket.ticket.decode()))
+
+    server = Server("grpc://127.0.0.1:0")
+    client = fl.connect(f"grpc://127.0.0.1:{server.port}")
+    try:
+        for i in range(repeats):
+            time.sleep(random.uniform(0, interval_from_env()))  # a random phase against the snapshot clock
+            rm.telemetry.record("bench_marker", i=i)
+            t = time.perf_counter()
+            rm.telemetry.flush()
+            direct.append(time.perf_counter() - t)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    if ds.dataset(live, format="parquet").to_table().num_rows > i:
+                        break
+                except (FileNotFoundError, OSError, ValueError):
+                    pass
+                time.sleep(0.05)
+            snap.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            rm.telemetry.query(sql)
+            direct[-1] += time.perf_counter() - t
+            t = time.perf_counter()
+            got = client.do_get(fl.Ticket(sql.encode())).read_all()
+            flight.append(time.perf_counter() - t)
+            assert got.column("n")[0].as_py() == i + 1
+    finally:
+        client.close()
+        server.shutdown()
+    return sorted(snap), sorted(direct), sorted(flight)
+
+
 def _ms(xs: list[float]) -> str:
     return f"median {statistics.median(xs) * 1e3:.1f} ms (min {xs[0] * 1e3:.1f}, max {xs[-1] * 1e3:.1f})"
 
 
 def main(quick: bool = QUICK) -> None:
-    rounds, lines = (3, 20_000) if quick else (7, 50_000)
-    off, on, ratios, stored = bench_capture(rounds, lines)
-    print(f"log capture, proc printing ~{1 / WORK_PER_LINE_S:,.0f} lines/s: off {off:9,.0f} lines/s, "
-          f"on {on:9,.0f} lines/s; cost {statistics.median(ratios) * 100:+.1f} % median of {rounds} paired rounds "
-          f"(range {ratios[0] * 100:+.1f}..{ratios[-1] * 100:+.1f} %; target <= +5 %); {stored:,} lines in logs")
-    st = bench_stacks(8, 3 if quick else 5)
-    print(f"stacks of 8 live procs into the stacks table:  {_ms(st)}")
-    n = 1_000_000 if quick else 5_000_000
-    full, idle = bench_snapshot(n)
-    print(f"Parquet snapshot (live read path): {n / 1e6:.0f} M new rollouts rows {full * 1e3:.0f} ms "
-          f"({n / full / 1e6:.1f} M rows/s); nothing new {idle * 1e3:.1f} ms")
-    inproc, cli, mcp = bench_mcp(5 if quick else 15)
-    print(f"one query round trip: MCP tool call {_ms(mcp)}\n"
-          f"                      rlmesh sql --format json (new process) {_ms(cli)}\n"
-          f"                      rm.telemetry.query in the controller {_ms(inproc)}")
+    rounds, lines = (5, 20_000) if quick else (7, 50_000)
+    if rm.telemetry.current_run() is None:  # run alone (not after benchmarks/telemetry.py): this is the run
+        rm.telemetry.start_run(config={"benchmark": "observe"})
+    if "capture" in ONLY:
+        _capture(rounds, lines)
+    if "stacks" in ONLY:
+        st = bench_stacks(8, 3 if quick else 5)
+        print(f"stacks of 8 live procs into the stacks table:  {_ms(st)}")
+    if "snapshot" in ONLY:
+        n = 1_000_000 if quick else 5_000_000
+        full, idle = bench_snapshot(n)
+        print(f"Parquet snapshot (live read path): {n / 1e6:.0f} M new rollouts rows {full * 1e3:.0f} ms "
+              f"({n / full / 1e6:.1f} M rows/s); nothing new {idle * 1e3:.1f} ms")
+    if "live" in ONLY:
+        snap, direct, flight = bench_live_paths(5 if quick else 10)
+        print(f"a new row readable: Parquet snapshot (pandas/polars) after {_ms(snap)}\n"
+              f"                    rm.telemetry.query (flush + query) {_ms(direct)}\n"
+              f"                    Arrow Flight DoGet of the same query (stand-in for Flight SQL) {_ms(flight)}")
+    if "mcp" in ONLY:
+        inproc, cli, mcp = bench_mcp(5 if quick else 15)
+        print(f"one query round trip: MCP tool call {_ms(mcp)}\n"
+              f"                      rlmesh sql --format json (new process) {_ms(cli)}\n"
+              f"                      rm.telemetry.query in the controller {_ms(inproc)}")
+
+
+def _capture(rounds: int, lines: int) -> None:
+    cc = bench_capture(rounds, lines)
+    med = statistics.median
+    print(f"log capture, proc printing ~{1 / WORK_PER_LINE_S:,.0f} lines/s, {rounds} paired rounds of {lines:,} lines "
+          f"(load {os.getloadavg()[0]:.1f}):\n"
+          f"  throughput off {cc.rate_off:9,.0f} lines/s, on {cc.rate_on:9,.0f} lines/s; cost "
+          f"{med(cc.wall_ratios) * 100:+.1f} % median (range {cc.wall_ratios[0] * 100:+.1f}..{cc.wall_ratios[-1] * 100:+.1f} %; "
+          f"target <= +5 %)\n"
+          f"  the proc's own CPU per line, on vs off: {med(cc.cpu_ratios) * 100:+.1f} % median "
+          f"(range {cc.cpu_ratios[0] * 100:+.1f}..{cc.cpu_ratios[-1] * 100:+.1f} %): the cost where a core is spare\n"
+          f"  controller CPU per captured line (read, logs row, echo): {med(cc.ctl_us_per_line):.1f} µs median "
+          f"(range {cc.ctl_us_per_line[0]:.1f}..{cc.ctl_us_per_line[-1]:.1f}); {cc.stored:,} lines in logs")
 
 
 if __name__ == "__main__":
@@ -213,3 +316,4 @@ if __name__ == "__main__":
     os.environ.setdefault("RLMESH_HEARTBEAT_TIMEOUT_S", "10")  # a loaded VM must not cut a measurement short
     print(f"# rlmesh observability benchmark{' (--quick)' if QUICK else ''} | load {os.getloadavg()[0]:.1f}")
     main()
+    print(f"# load at the end {os.getloadavg()[0]:.1f}")
