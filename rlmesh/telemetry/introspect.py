@@ -207,7 +207,8 @@ def format_stacks(tbl: pa.Table) -> str:
 
 
 def run_status(run_dir: Path) -> dict[str, Any]:
-    """Where a run stands: its row in ``runs``, procs and restarts, training progress, last eval, error count."""
+    """Where a run stands: its row in ``runs``, procs and restarts, warm-up phases, training progress, last eval,
+    error count."""
     q = lambda sql: reader.query_run_dir(run_dir, sql).to_pylist()  # noqa: E731
     info = runs.read_json(run_dir / runs.RUN_JSON) or {}
     run_row = q("SELECT id, status, start_ts, end_ts, argv, host, pid FROM runs")
@@ -218,6 +219,16 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     last_eval = q("SELECT step, policy_version, metric, value, ts FROM evals ORDER BY ts DESC LIMIT 1")
     errors = q("SELECT count(*) FILTER (WHERE level IN ('ERROR', 'CRITICAL')) AS error_records, "
                "count(*) AS lines FROM logs")[0]
+    try:  # warm-up phases (SFT warm start, engine start) per mesh, over its ranks' latest rows
+        warmup = q("WITH last AS (SELECT mesh, rank, phase, min(ts) AS first, arg_max(state, ts) AS state, "
+                   "arg_max(completed, ts) AS completed, arg_max(total, ts) AS total, arg_max(elapsed_s, ts) AS e "
+                   "FROM phases GROUP BY ALL) SELECT mesh, phase, count(*) AS ranks, "
+                   "count(*) FILTER (WHERE state IN ('done', 'failed')) AS ranks_done, "
+                   "count(*) FILTER (WHERE state = 'failed') AS failed, sum(completed)::BIGINT AS completed, "
+                   "CASE WHEN count(total) = count(*) THEN sum(total)::BIGINT END AS total, max(e) AS elapsed_s "
+                   "FROM last GROUP BY ALL ORDER BY min(first)")
+    except Exception:  # noqa: BLE001 - a run file from before the phases table
+        warmup = []
     return {
         "run": run_dir.name,
         "status": runs.run_status(info) if info else (run_row[0]["status"] if run_row else "unknown"),
@@ -227,6 +238,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         "procs": [dataclasses.asdict(p) | {"alive": p.alive} for p in plist],
         "restarts_total": sum(p.restarts for p in plist),
         "progress": progress,
+        "warmup": warmup,
         "last_eval": last_eval[0] if last_eval else None,
         "logs": errors,
     }

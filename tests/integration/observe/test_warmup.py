@@ -8,6 +8,7 @@ import pytest
 import rlmesh as rm
 from obs_actors import WarmingUp
 from rlmesh.rl.warmup import WarmupDisplay, phase_status
+from rlmesh.telemetry import api, introspect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,5 +36,8 @@ def test_warm_up_phases_in_actors_show_their_progress_while_spawn_waits(monkeypa
         assert final["learner: SFT warm start"].finished and final["learner: engine start"].total is None
         assert [s.key for s in phase_status(rm.telemetry.query, 0)] == [
             "learner: SFT warm start", "learner: engine start"]  # in the order they started
+        status = introspect.run_status(api.current_run_dir())["warmup"]  # what MCP's run_status answers
+        assert [(w["mesh"], w["phase"], w["ranks_done"], w["completed"], w["total"]) for w in status] == [
+            ("learner", "SFT warm start", 2, 20, 20), ("learner", "engine start", 2, 0, None)]
     finally:
         rm.telemetry.end_run()
