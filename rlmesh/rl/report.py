@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 
@@ -113,41 +113,6 @@ class RunProgress:
         out = self.stream or sys.stdout
         out.write(text + "\n")
         out.flush()
-
-
-class Phase:
-    """A warm-up phase before training (engine start, GRPO's SFT) shown as its own line, with its elapsed time.
-
-    ``with Phase("trainer warm-up (SFT, 50 steps)"):`` — on a terminal a spinner with elapsed
-    time; piped, a start and a done line (JSON with ``RLMESH_PROGRESS=json``).
-    """
-
-    def __init__(self, name: str, enabled: bool = True, stream: Any = None) -> None:
-        self.name, self.stream = name, stream
-        self.format = progress_format(enabled, stream)
-        self._progress = Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
-                                  disable=self.format != "bar", transient=False)
-        self.start = 0.0
-
-    def _say(self, state: str) -> None:
-        if self.format not in ("plain", "json"):
-            return
-        elapsed = round(time.perf_counter() - self.start, 1)
-        out = self.stream or sys.stdout
-        out.write((json.dumps({"phase": self.name, "state": state, "elapsed_s": elapsed})
-                   if self.format == "json" else f"[{self.name}] {state} ({_hms(elapsed)})") + "\n")
-        out.flush()
-
-    def __enter__(self) -> "Phase":
-        self.start = time.perf_counter()
-        self._progress.add_task(self.name, total=None)
-        self._progress.start()
-        self._say("started")
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._progress.stop()
-        self._say("done" if exc[0] is None else "failed")
 
 
 def example_queries(run_id: str) -> list[tuple[str, str]]:
