@@ -193,9 +193,12 @@ class Recorder:
                     self._learn_table(table)
                 out.append(rows_to_arrow(table, payload, self.run_id, self._sql[table]))
             elif isinstance(payload, _Items):
-                if payload.items:
-                    out.append((table, with_auto_columns(payload.to_table(payload.items), self.run_id, 0.0,
-                                                         self._default_meta)))
+                try:
+                    if payload.items:
+                        out.append((table, with_auto_columns(payload.to_table(payload.items), self.run_id, 0.0,
+                                                             self._default_meta)))
+                except Exception:  # noqa: BLE001 - these items are lost, the tick's other rows are not
+                    logger.exception("telemetry: %d %s items did not convert", len(payload.items), table)
             else:
                 out.append((table, payload))
         return out
