@@ -57,9 +57,13 @@ class Pauser(rm.Actor):
 
 
 class WarmingUp(rm.Actor):
-    """Runs a warm-up phase in __init__, like GRPO's SFT warm start: the controller is blocked in spawn meanwhile."""
+    """Runs a warm-up phase in __init__, like GRPO's SFT warm start: the controller is blocked in spawn meanwhile.
 
-    def __init__(self, steps: int, step_s: float):
+    Halfway it waits (still reporting) until ``seen_file`` exists, i.e. until the controller
+    has shown the phase running: the test then does not depend on how fast rows travel.
+    """
+
+    def __init__(self, steps: int, step_s: float, seen_file: str):
         import time
 
         from rlmesh.rl.warmup import WarmupPhase
@@ -68,6 +72,10 @@ class WarmingUp(rm.Actor):
             for i in range(steps):
                 time.sleep(step_s)
                 phase.update(i + 1)
+                deadline = time.monotonic() + 60
+                while i + 1 == steps // 2 and not os.path.exists(seen_file) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    phase.update(i + 1)
         with WarmupPhase("engine start", unit="engines"):
             pass
 

@@ -13,24 +13,40 @@ from rlmesh.telemetry import api, introspect
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_warm_up_phases_in_actors_show_their_progress_while_spawn_waits(monkeypatch):
+class _SeenRunning(io.StringIO):
+    """The display's output; touches ``flag`` once a line shows the SFT phase part done (the actors wait for it)."""
+
+    def __init__(self, flag):
+        super().__init__()
+        self.flag = flag
+
+    def write(self, text):
+        for line in text.splitlines():
+            w = json.loads(line)["warmup"]
+            if w["phase"] == "learner: SFT warm start" and 0 < w["completed"] < (w["total"] or 0):
+                self.flag.touch()
+        return super().write(text)
+
+
+def test_warm_up_phases_in_actors_show_their_progress_while_spawn_waits(monkeypatch, tmp_path):
     """Real procs record `phases` rows; the controller's display, piped, prints them as JSON lines."""
     monkeypatch.setenv("RLMESH_PROGRESS", "json")
     monkeypatch.setenv("RLMESH_PROGRESS_EVERY_S", "0")  # a line at every poll that finds the phase running
     rm.telemetry.end_run()
     rm.telemetry.start_run()
     try:
-        out = io.StringIO()
+        flag = tmp_path / "seen-running"
+        out = _SeenRunning(flag)
         with rm.this_host().spawn_procs(per_host={"procs": 2}, name="warm") as procs:
             with WarmupDisplay(rm.telemetry.query, stream=out, poll_s=0.2) as display:
-                actors = procs.spawn("learner", WarmingUp, 10, 0.5)  # blocks until both __init__ finished
+                actors = procs.spawn("learner", WarmingUp, 10, 0.2, str(flag))  # blocks until both __init__ finished
             assert actors.ping.call().get() is not None
         docs = [json.loads(line)["warmup"] for line in out.getvalue().splitlines()]
         sft = [d for d in docs if d["phase"] == "learner: SFT warm start"]
         assert sft, out.getvalue()
         assert sft[-1] == {"phase": "learner: SFT warm start", "ranks": 2, "ranks_done": 2, "failed": 0,
                            "completed": 20, "total": 20, "unit": "steps", "elapsed_s": sft[-1]["elapsed_s"]}
-        assert any(0 < d["completed"] < 20 for d in sft), docs  # seen while running, not only at the end
+        assert flag.exists() and any(0 < d["completed"] < 20 for d in sft), docs  # seen while running
         assert [d["ranks_done"] for d in docs if d["phase"] == "learner: engine start"][-1:] == [2]
         final = {s.key: s for s in display.seen}
         assert final["learner: SFT warm start"].finished and final["learner: engine start"].total is None
