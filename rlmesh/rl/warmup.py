@@ -161,13 +161,11 @@ class WarmupDisplay:
         self._stop.set()
         self._thread.join(10)
         # The block is over, so every phase in it ended: wait (briefly) for the rows that say so,
-        # which trail the actors by a flush interval or two, and show them before the bar goes:
-        # until every phase seen is finished and two polls 0.3 s apart agree.
+        # which trail the actors by a flush interval or two, and show them before the bar goes.
         deadline = time.monotonic() + self.SETTLE_S
         before = None
         self.poll()
-        while exc[0] is None and time.monotonic() < deadline and (
-                before != self.seen or not all(s.finished for s in self.seen)):
+        while exc[0] is None and time.monotonic() < deadline and (before != self.seen or not _settled(self.seen)):
             before = self.seen
             time.sleep(0.3)
             self.poll()
@@ -218,3 +216,12 @@ class WarmupDisplay:
         out = self.stream or sys.stdout
         out.write(text + "\n")
         out.flush()
+
+
+def _settled(status: list[PhaseStatus]) -> bool:
+    """Every phase finished, and within a mesh every phase has as many ranks as the others
+    (the ranks of one mesh run the same ``__init__``: a rank missing from one phase has rows on the way)."""
+    ranks: dict[str, set[int]] = {}
+    for s in status:
+        ranks.setdefault(s.mesh, set()).add(s.ranks)
+    return all(s.finished for s in status) and all(len(r) == 1 for r in ranks.values())
