@@ -82,6 +82,8 @@ def test_pod_output_lands_in_the_logs_table(k8s, caplog):
     caplog.set_level("DEBUG", "rlmesh.launch.pod_logs")  # why a follower gave up, on failure
     from k8s_actors import Probe
 
+    rm.telemetry.end_run()  # a run of this test's own: its service is the one the pods' lines go to
+    rm.telemetry.start_run()
     cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-logs")
     with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
         procs = cluster.spawn_procs(per_host={"procs": 2}, name="k8s-talk")
