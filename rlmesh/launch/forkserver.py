@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 FORKSERVER_ENV = "RLMESH_FORKSERVER"
 DEFAULT_PRELOAD = ("numpy", "torch")
+FRESH_IMPORTS_ENV = "RLMESH_FRESH_IMPORTS"
+"""Folders (os.pathsep-separated) whose modules a forked child must import afresh, not inherit
+from the template: a synced workspace (rlmesh.workspace sets it on the procs it activated)."""
 
 
 def enabled_by_env() -> bool:
@@ -318,6 +321,7 @@ def _child(msg: dict, close_fds: list[int]) -> None:
     for p in reversed([p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]):
         if p not in sys.path:
             sys.path.insert(1, p)
+    _forget_modules_under([p for p in env.get(FRESH_IMPORTS_ENV, "").split(os.pathsep) if p])
     sys.argv = ["rlmesh.worker", *msg["argv"]]
     np = sys.modules.get("numpy")
     if np is not None:  # a fresh process would not share the template's global RNG state
@@ -326,6 +330,20 @@ def _child(msg: dict, close_fds: list[int]) -> None:
         except Exception:  # noqa: BLE001
             pass
     actor_worker.main(msg["argv"])  # ends with os._exit
+
+
+def _forget_modules_under(folders: list[str]) -> None:
+    """Drop the template's modules imported from ``folders`` (a synced workspace that changed since
+    the template imported them), so the child imports today's files, as a fresh Python would."""
+    if not folders:
+        return
+    roots = tuple(os.path.realpath(f) + os.sep for f in folders)
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if name.split(".")[0] == "rlmesh":  # the worker runs on these: a checkout synced as the tree keeps them
+            continue
+        if isinstance(f, str) and os.path.realpath(f).startswith(roots):
+            del sys.modules[name]
 
 
 def _fork(msg: dict, close_fds: list[int]) -> None:

@@ -65,7 +65,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("host", "VARCHAR", "controller host"),
     ), "the telemetry service"),
     _T("actors", "proc lifecycle events from the runtime's supervisor; mesh/rank/proc/host name the proc", (
-        _c("event", "VARCHAR", "spawned | died | restarted | stopped | gave_up | fault_injected"),
+        _c("event", "VARCHAR", "spawned | died | restarted | stopped | gave_up | fault_injected | restart_requested"),
         _c("pid", "BIGINT", "OS pid of the process (NULL when unknown)"),
         _c("incarnation", "BIGINT", "0 for the first process of a proc, +1 per restart"),
         _c("exit_code", "BIGINT", "exit status of a dead proc (NULL if killed by a signal)"),

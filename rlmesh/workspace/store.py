@@ -11,6 +11,7 @@ the destination share a filesystem.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import tempfile
@@ -135,6 +136,8 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
                 raise CorruptChunkError(f"{e.path!r}: {size} bytes from the store, manifest says {e.size}")
             os.chmod(tmp, e.mode)
         os.replace(tmp, full)
+        if e.kind == Kind.FILE and e.path.endswith(".py") and e.path in old:
+            _drop_bytecode(full)  # same size, same second: the old .pyc would otherwise pass as fresh
         res.files_written += 1
     keep = {e.path for e in manifest.entries}
     for path in sorted(set(old) - keep, reverse=True):
@@ -152,6 +155,13 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
         f.write(manifest.to_json())
     os.replace(tmp_state, state)
     return res
+
+
+def _drop_bytecode(path: str) -> None:
+    try:
+        os.unlink(importlib.util.cache_from_source(path))
+    except (OSError, ValueError, NotImplementedError):
+        pass
 
 
 def _try_link(store: ChunkStore, h: str, tmp: str) -> bool:

@@ -132,13 +132,24 @@ class ChunkServer:
             self._wake_push.close(0)
 
 
-def source_lookup(root: str, manifest: Manifest) -> Callable[[str], bytes | None]:
-    """Chunks of the controller's tree, read from the files themselves (no copy into a store)."""
+def source_lookup(root: str, manifest: Manifest,
+                  extra_roots: dict[str, str] | None = None) -> Callable[[str], bytes | None]:
+    """Chunks of the controller's tree, read from the files themselves (no copy into a store).
+
+    ``extra_roots``: manifest prefix -> the folder its entries come from (editable installs)."""
     where: dict[str, tuple[str, int, int]] = {}
+    extras = sorted((extra_roots or {}).items(), key=lambda kv: -len(kv[0]))
+
+    def source(path: str) -> str:
+        for prefix, folder in extras:
+            if path.startswith(prefix + "/"):
+                return os.path.join(folder, *path[len(prefix) + 1:].split("/"))
+        return os.path.join(root, *path.split("/"))
+
     for e in manifest.entries:
         if e.kind == Kind.FILE:
             for i, h in enumerate(e.chunks):
-                where.setdefault(h, (os.path.join(root, *e.path.split("/")), i * manifest.chunk_bytes,
+                where.setdefault(h, (source(e.path), i * manifest.chunk_bytes,
                                      min(manifest.chunk_bytes, e.size - i * manifest.chunk_bytes)))
 
     def lookup(h: str) -> bytes | None:
