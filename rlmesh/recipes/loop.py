@@ -6,7 +6,8 @@ unit, the generator endpoint that does one work item, how to evaluate). Everythi
 once:
 
 1. **Start** (:func:`run_recipe`): the run's identity (a new run, or ``run.resume``), the work
-   ledger, procs with the restart policy, the roles, fault injection.
+   ledger, procs with the restart policy, the workspace sync (``workspace.sync``), the roles,
+   fault injection.
 2. **Loop** (:func:`drive`): each generator replica serves work items from the scheduler, whose
    credit bounds generation ahead of training by ``buffer.max_policy_lag`` versions; the trainer
    trains on what the buffer holds (:meth:`Recovery.train` settles the work ledger and survives
@@ -32,6 +33,7 @@ from typing import Any, Callable
 import rlmesh as rm
 from rlmesh.actor.faults import FaultInjector
 from rlmesh.recipes.run_state import begin
+from rlmesh.recipes.workspace_option import sync_recipe_procs
 from rlmesh.rl.placement import place
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
@@ -169,6 +171,7 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, name="rl",
                                                      restart=cfg.run.restart_policy())  # N restarts in T s, run.*_s
     try:
+        sync_recipe_procs(cfg, launcher, procs, run.run_id)  # workspace.sync: the project folder, before any actor
         roles = spawn(procs)
         with FaultInjector.from_config(cfg.faults, roles.by_role()) as faults:
             try:

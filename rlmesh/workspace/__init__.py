@@ -13,9 +13,9 @@ from rlmesh.workspace.manifest import (DEFAULT_EXCLUDES, Entry, Manifest, Unsafe
 from rlmesh.workspace.api import HostSync, WorkspaceAgent, sync_workspace
 from rlmesh.workspace.editable import EditableRoot, editable_roots
 from rlmesh.workspace.reload import ProcReload, ReloadMode
-from rlmesh.workspace.store import ChunkStore, CorruptChunkError, MaterialiseResult, materialise
+from rlmesh.workspace.store import DEFAULT_STORE, ChunkStore, CorruptChunkError, MaterialiseResult, materialise
 
-__all__ = ["DEFAULT_EXCLUDES", "ChunkStore", "CorruptChunkError", "Entry", "Manifest", "MaterialiseResult",
+__all__ = ["DEFAULT_EXCLUDES", "DEFAULT_STORE", "ChunkStore", "CorruptChunkError", "Entry", "Manifest", "MaterialiseResult",
            "UnsafePathError", "build_manifest", "check_relpath", "materialise",
            "HostSync", "WorkspaceAgent", "sync_workspace", "EditableRoot", "editable_roots", "ProcReload",
            "ReloadMode"]

@@ -16,10 +16,12 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 from rlmesh import telemetry
 from rlmesh.actor import Actor, endpoint
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.shape import Shape
 from rlmesh.launch.forkserver import FRESH_IMPORTS_ENV
 from rlmesh.workspace.editable import EditableRoot, editable_roots
@@ -186,6 +188,7 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
             one(ranks[0]).finish.call_one().get()
     finally:
         server.close()
+    before = {rec.proc_id: rec.incarnation for rec in recs}  # a restart below is complete once this grew
     changed = _changed(state.last.get(root), manifest)
     state.last[root] = manifest
     for hs in out:
@@ -200,8 +203,22 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
                      for p in changed]
             roots = dirs + ([er.root for er in extras] if same else [])
             hs.reloads = [_reload_one(procs, one(r), recs[r].proc_id, r, roots, files, mode) for r in hosts[hs.host]]
+    restarted = [recs[r.rank] for hs in out for r in hs.reloads if r.restarted]
+    _wait_replaced(restarted, before, timeout)
     _record(out, run_id)
     return out
+
+
+def _wait_replaced(recs: list[Any], before: dict[str, int], timeout: float) -> None:
+    """Until each restarted proc's replacement is alive with its actors re-created (the next call runs new code)."""
+    deadline = time.monotonic() + timeout
+    while recs:
+        recs = [r for r in recs if not (r.incarnation > before[r.proc_id] and r.state == ProcState.ALIVE)]
+        if any(r.state in (ProcState.FAILED, ProcState.STOPPED) for r in recs):
+            raise RuntimeError(f"procs restarted for new code will not come back: {[r.proc_id for r in recs]}")
+        if recs and time.monotonic() > deadline:
+            raise TimeoutError(f"procs restarted for new code not back after {timeout:.0f}s: {[r.proc_id for r in recs]}")
+        time.sleep(0.02)
 
 
 def _source_of(rel: str, dest: str, root: str, extras: list[EditableRoot]) -> str:
