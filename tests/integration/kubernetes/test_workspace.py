@@ -80,5 +80,5 @@ def test_package_data_and_changed_reward_reach_pods(k8s, tmp_path):
     size = len(REWARD.format(scale=22).encode())
     # the second run sent each pod only the changed file; bonus.txt's chunk was already in its store
     # (an empty __init__.py has no chunk)
-    assert [(sent, dedup) for _, sent, dedup, _ in one] == [(size + len(b"data-file-ok\n"), 0)] * 4
+    assert [(sent, dedup) for _, sent, dedup, _ in one] == [(len(REWARD.format(scale=1).encode()) + len(b"data-file-ok\n"), 0)] * 4
     assert [(sent, dedup) for _, sent, dedup, _ in two] == [(size, 1)] * 4
