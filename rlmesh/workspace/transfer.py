@@ -166,7 +166,7 @@ def source_lookup(root: str, manifest: Manifest,
 def store_lookup(store: ChunkStore) -> Callable[[str], bytes | None]:
     def lookup(h: str) -> bytes | None:
         try:
-            return store.read(h)
+            return store.read_verified(h)  # a chunk edited in place through a destination link is never forwarded
         except (OSError, CorruptChunkError):
             return None
 
