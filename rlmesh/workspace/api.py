@@ -103,6 +103,7 @@ class _MeshState:
     """Per ProcMesh (by its procs): the agents, spawned once, and the last manifest synced per root."""
 
     agents: Any
+    recs: list[Any]
     last: dict[str, Manifest] = dataclasses.field(default_factory=dict)
 
 
@@ -110,11 +111,14 @@ _meshes: dict[tuple[int, tuple[str, ...]], _MeshState] = {}
 
 
 def _mesh_state(procs: Any) -> _MeshState:
+    """The mesh's agents; new ones when these procs are not the ones they were spawned on (a mesh
+    stopped and another started under the same proc ids)."""
     recs = procs._records()
     key = (id(procs._controller), tuple(r.proc_id for r in recs))
     st = _meshes.get(key)
-    if st is None:
-        st = _meshes[key] = _MeshState(procs.spawn(f"_workspace_{os.getpid()}_{next(_seq)}", WorkspaceAgent))
+    if st is None or any(a is not b for a, b in zip(st.recs, recs)):
+        agents = procs.spawn(f"_workspace_{os.getpid()}_{next(_seq)}", WorkspaceAgent)
+        st = _meshes[key] = _MeshState(agents, list(recs))
     return st
 
 
@@ -233,7 +237,8 @@ def _remember(controller: Any, proc_id: str, dirs: list[str]) -> None:
     """A replacement of this proc imports the tree too: first on its ``PYTHONPATH``, and (forked from
     a warm template) with the template's copies of the tree's modules dropped."""
     def do() -> None:
-        env = controller.procs[proc_id].env
+        rec = controller.procs[proc_id]
+        env = rec.env = dict(rec.env)  # its own: the procs of a mesh start out sharing one dict
         old = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in dirs]
         env["PYTHONPATH"] = os.pathsep.join([*dirs, *old])
         fresh = [*dirs, *(p for p in env.get(FRESH_IMPORTS_ENV, "").split(os.pathsep) if p)]
