@@ -3,8 +3,9 @@
     PYTHONPATH=. python benchmarks/workspace_sync.py --big-mib 256 --files 10000 --n 1 4 8 --repeat 3
 
 N hosts are simulated as N receiver processes (``python -m rlmesh.workspace.node``), each
-with its own chunk store and destination, on loopback. "rlmesh" times from the first
-receiver's start to the last one's tree materialised (process start-up included).
+with its own chunk store and destination, on loopback. "rlmesh" times from handing the
+already started receivers their upstream addresses to the last one's tree materialised (the
+manifest walk included, Python start-up not: a mesh's procs are running before a sync).
 "rsync" is ``rsync -a`` (local mode) to each destination in turn. "raw" streams the
 bytes over one TCP socket per receiver, in turn, into a file (a floor for one copy).
 Last: a re-sync after a one-line edit in the small-file tree (warm store, N=1).
@@ -42,16 +43,18 @@ def make_trees(base: str, big_mib: int, files: int) -> tuple[str, str]:
 
 
 def rlmesh_sync(src: str, work: str, n: int) -> tuple[float, list[dict]]:
+    """N receivers started and idle first (as the procs of a mesh are), then timed from handing out the
+    chain's upstream addresses to the last tree materialised (the manifest walk included)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "rlmesh.workspace.node", "--upstream", "-", "--store",
+                               os.path.join(work, f"store{i}"), "--dest", os.path.join(work, f"dest{i}")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)]
+    addrs = [p.stdout.readline().strip() for p in procs]
+    t0 = time.perf_counter()
     m = build_manifest(src)
     server = ChunkServer(m.to_json(), source_lookup(src, m))
-    t0 = time.perf_counter()
-    procs, up = [], server.addr
-    for i in range(n):
-        p = subprocess.Popen([sys.executable, "-m", "rlmesh.workspace.node", "--upstream", up, "--store",
-                              os.path.join(work, f"store{i}"), "--dest", os.path.join(work, f"dest{i}")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        up = p.stdout.readline().strip()
-        procs.append(p)
+    for p, up in zip(procs, [server.addr, *addrs[:-1]]):
+        p.stdin.write(up + "\n")
+        p.stdin.flush()
     stats = [json.loads(p.stdout.readline()) for p in procs]
     wall = time.perf_counter() - t0
     for p in procs:
