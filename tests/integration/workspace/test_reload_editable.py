@@ -29,6 +29,9 @@ def test_edit_reward_function_then_sync_with_reload(tmp_path, monkeypatch):
     (src / "wsreload" / "scoring.py").write_text(SCORING.format(1))
     (src / "wsreload" / "actors.py").write_text(ACTORS.format(1))
     monkeypatch.syspath_prepend(str(src))
+    # a fresh Python per restart: cheaper here than warm templates that preload torch (the template's
+    # side, dropping its copies of the tree's modules, is tests/unit/launch/test_fresh_imports.py)
+    monkeypatch.setenv("RLMESH_FORKSERVER", "0")
     from wsreload.actors import Scorer
 
     with rm.this_host().spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=3)) as procs:
