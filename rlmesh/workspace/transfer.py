@@ -163,10 +163,14 @@ def source_lookup(root: str, manifest: Manifest,
     return lookup
 
 
-def store_lookup(store: ChunkStore) -> Callable[[str], bytes | None]:
+def store_lookup(store: ChunkStore, fresh: set[str] | None = None) -> Callable[[str], bytes | None]:
+    """Chunks from a host's store, re-hashed before they are forwarded (a chunk edited in place through
+    a destination link is never passed on), except those in ``fresh``: hashed on arrival in this sync."""
+    fresh = fresh if fresh is not None else set()
+
     def lookup(h: str) -> bytes | None:
         try:
-            return store.read_verified(h)  # a chunk edited in place through a destination link is never forwarded
+            return store.read(h) if h in fresh else store.read_verified(h)
         except (OSError, CorruptChunkError):
             return None
 
@@ -179,7 +183,8 @@ class Receiver:
     def __init__(self, store: ChunkStore, dest: str, auth: Authenticator | None = None, host: str | None = None):
         self.store, self.dest = store, dest
         self._auth = auth or Authenticator.from_env()
-        self.server = ChunkServer(None, store_lookup(store), self._auth, host)
+        self._fresh: set[str] = set()  # verified on arrival in the current pull: forwarded without re-hashing
+        self.server = ChunkServer(None, store_lookup(store, self._fresh), self._auth, host)
         self.addr = self.server.addr
 
     def pull(self, upstream: str, timeout: float = 60.0) -> SyncStats:
@@ -223,6 +228,7 @@ class Receiver:
                 if h not in pending:
                     continue
                 self.store.put(h, data)  # verified: a corrupt chunk raises CorruptChunkError
+                self._fresh.add(h)
                 self.server.arrived(h)
                 pending.discard(h)
                 verified.add(h)
