@@ -71,7 +71,17 @@ def rsync_seq(src: str, work: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def raw_seq(path: str, work: str, n: int) -> float:
+def raw_seq(path: str, work: str, n: int, tries: int = 3) -> float:
+    """Each receiver in turn; a sample whose socket broke (seen once on a host at load 20) is taken again."""
+    for _ in range(tries - 1):
+        try:
+            return _raw_seq(path, work, n)
+        except OSError as exc:
+            print(f"raw baseline sample failed ({exc}); again", file=sys.stderr)
+    return _raw_seq(path, work, n)
+
+
+def _raw_seq(path: str, work: str, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         srv = socket.create_server(("127.0.0.1", 0))
@@ -102,6 +112,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10000)
     ap.add_argument("--n", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--repeat", type=int, default=3, help="samples per cell (median [min-max] printed)")
+    ap.add_argument("--trees", nargs="+", default=["big", "small"], choices=["big", "small"])
     a = ap.parse_args()
     os.environ.setdefault("RLMESH_SECRET", Authenticator.new_secret().hex())
     base = tempfile.mkdtemp(prefix="rlmesh-wsbench-")
@@ -109,7 +120,7 @@ def main() -> None:
         big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files)
         print(f"big file {a.big_mib} MiB; {a.files} small files; {a.repeat} samples per cell, seconds median [min-max]")
         print(f"{'tree':>6} {'N':>3} {'rlmesh':>20} {'max host':>20} {'rsync seq':>20} {'raw seq':>20} {'load':>5}")
-        for name, src in (("big", big), ("small", small)):
+        for name, src in [(t, big if t == "big" else small) for t in a.trees]:
             for n in a.n:
                 walls, hosts, rss, raws = [], [], [], []
                 for _ in range(a.repeat):
