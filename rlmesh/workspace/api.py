@@ -186,6 +186,7 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
             st = one(ranks[0]).wait.call_one().get()
             out.append(HostSync(host, dest, SyncStats(**st)))
             if st["error"]:
+                _record(out, run_id)  # the failed host's row (with its error) lands in file_syncs too
                 raise RuntimeError(f"workspace sync to host {host} failed: {st['error']} (stored chunks are kept; "
                                    "call sync_workspace again to resume)")
         for host, ranks, dest in chain:
