@@ -142,7 +142,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("reward", "DOUBLE", "the environment's reward for this turn"),
         _c("error", "VARCHAR", "the tool's error (timeout | crashed | memory | exception | unknown_tool: detail); NULL if it answered"),
         _c("policy_version", "BIGINT", "weight version that generated this turn (partial rollouts: may differ between turns)"),
-        _c("end", "VARCHAR", "on the episode's last turn: done | max_turns | max_tokens; NULL before"),
+        _c("ended", "VARCHAR", "on the episode's last turn: done | max_turns | max_tokens; NULL before"),
     ), "rlmesh.rl.agentic generators"),
     _T("work_items", "every transition of every work item a recipe's controller issued: the account that shows nothing was lost or counted twice", (
         _c("work_id", "VARCHAR", "the item's id (= the rollout id in the buffer; LLM completions are <work_id>/<k>)"),

@@ -118,7 +118,8 @@ class LocalEnvClient:
 
 
 class MeshEnvClient:
-    """Environments on an ``EnvActor`` mesh: each episode lives on one rank (a stable hash of its id)."""
+    """Environments on an ``EnvActor`` mesh (spawned over a ``procs`` dimension, or one actor): each
+    episode lives on one rank, a stable hash of its id."""
 
     def __init__(self, mesh: Any) -> None:
         self.mesh = mesh
@@ -128,7 +129,8 @@ class MeshEnvClient:
         return zlib.crc32(episode_id.encode()) % self.n
 
     def _one(self, episode_id: str) -> Any:
-        return self.mesh.slice(procs=self.rank_of(episode_id))
+        # one actor (a mesh sliced to a single proc has no dimension left): it holds every episode
+        return self.mesh if self.n == 1 else self.mesh.slice(procs=self.rank_of(episode_id))
 
     @staticmethod
     def _bridge(fut: Any) -> concurrent.futures.Future:

@@ -116,7 +116,7 @@ def record_turns(ids: list[str], trajs: list[Trajectory]) -> None:
     """One ``turns`` row per model turn of each trajectory."""
     cols: dict[str, list[Any]] = {k: [] for k in ("rollout_id", "turn", "tool", "args", "tool_latency_s",
                                                   "env_latency_s", "tokens_out", "tokens_in", "reward", "error",
-                                                  "policy_version", "end")}
+                                                  "policy_version", "ended")}
     for rid, t in zip(ids, trajs):
         for turn in t.turns:
             last = turn.index == len(t.turns) - 1
@@ -125,7 +125,7 @@ def record_turns(ids: list[str], trajs: list[Trajectory]) -> None:
                          ("tool_latency_s", turn.tool_latency_s), ("env_latency_s", turn.env_latency_s),
                          ("tokens_out", turn.tokens_out), ("tokens_in", turn.tokens_in), ("reward", turn.reward),
                          ("error", turn.error), ("policy_version", turn.policy_version),
-                         ("end", str(t.end) if last else None)):
+                         ("ended", str(t.end) if last else None)):
                 cols[k].append(v)
     if cols["rollout_id"]:
         rm.telemetry.record_batch("turns", cols)
