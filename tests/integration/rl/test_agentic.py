@@ -132,16 +132,16 @@ def test_env_proc_sigkilled_mid_episode_reissues_the_work_item_once(tmp_path):
 def tool_run():
     """A generator that calls tools (a briefly warm-started model), two work items, rows in telemetry."""
     name = f"policy-{uuid.uuid4().hex[:6]}"
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    model = Transformer(MODEL)
-    sft_on_demonstrations(model, TASK, 40, tool_fraction=1.0, batch_size=32, lr=3e-3)
     prefix = f"turns-{uuid.uuid4().hex[:6]}"
     with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
+        # a brief warm start on tool-call demonstrations, so the episodes call the calculator
+        torch.manual_seed(0)
+        model = Transformer(MODEL)
+        sft_on_demonstrations(model, TASK, 40, tool_fraction=1.0, batch_size=32, lr=3e-3)
         pub = rm.weights.Publisher(name)
         pub.publish(model.state_dict(), version=0)
         buffer, env, gen = _spawn(procs, "turns", ScriptedEnv, {}, name)
-        results = [gen.generate.call_one(WorkItem(f"{prefix}-{i}", i, 0), TASK.sample(4, __import__("random").Random(i)))
+        results = [gen.generate.call_one(WorkItem(f"{prefix}-{i}", 0, i), TASK.sample(4, __import__("random").Random(i)))
                    .get(timeout=120) for i in range(2)]
         rows = wait_for(lambda: rm.telemetry.query(
             f"SELECT count(DISTINCT rollout_id) AS n FROM turns WHERE rollout_id LIKE '{prefix}%'").to_pylist()[0]["n"]
