@@ -134,13 +134,15 @@ class _Live:
 def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tuple[str, Any]],
                  encode: Callable[[str], list[int]], limits: EpisodeLimits, params: SamplingParams,
                  version: Callable[[], int] = lambda: 0, prompt_prefix: list[int] | None = None,
-                 decode: Callable[[list[int]], str] | None = None) -> list[Trajectory]:
+                 decode: Callable[[list[int]], str] | None = None, max_batch: int | None = None) -> list[Trajectory]:
     """Run ``episodes`` (``(episode_id, task)`` pairs) to their ends; trajectories in the same order.
 
     ``encode`` turns observation text into token ids; ``prompt_prefix`` (a BOS) goes before the
     first observation; ``decode`` gives a turn's text where the backend returns none (the torch
     backend without a tokenizer). ``version()`` is asked before every generation call: a generator that pulls
     newer weights there continues its episodes with them (each :class:`Segment` says which).
+    ``max_batch`` caps the episodes of one generation call: with fewer than all, one cohort generates
+    while the other's tools run, which hides tool latency that would otherwise idle the model.
     ``params`` gives temperature, top-p and the stop tokens; its ``n`` and ``max_tokens`` are set here.
     An environment's failure (its proc died) is raised, after the other episodes were closed.
     """
@@ -178,11 +180,11 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
             if not ready:
                 continue
             v = version()
+            take, ready = (ready, []) if max_batch is None else (ready[:max_batch], ready[max_batch:])
             by_cap: dict[int, list[_Live]] = {}
-            for ep in ready:
+            for ep in take:
                 cap = min(limits.turn_tokens, limits.max_tokens - len(ep.traj.token_ids))
                 by_cap.setdefault(cap, []).append(ep)
-            ready = []
             for cap, group in by_cap.items():
                 p = SamplingParams(n=1, max_tokens=cap, temperature=params.temperature, top_p=params.top_p,
                                    seed=params.seed, stop_token_ids=params.stop_token_ids)
