@@ -18,8 +18,10 @@ import random
 import re
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from rlmesh.rl.agentic.protocol import StepResult, TextEnv
+from rlmesh.rl.agentic.sft import sft_on_demonstrations
 from rlmesh.rl.agentic.tools import Tool, ToolLimits
 from rlmesh.rl.tasks.tokenizer import CharTokenizer
 
@@ -46,10 +48,12 @@ class MulProblem:
 class MultiplicationTask:
     """Products of ``min_digits..max_digits``-digit integers, with a held-out split by hash."""
 
-    def __init__(self, min_digits: int = 2, max_digits: int = 3, heldout_fraction: float = 0.1) -> None:
+    def __init__(self, min_digits: int = 2, max_digits: int = 3, heldout_fraction: float = 0.1,
+                 sft_tool_fraction: float = 0.35) -> None:
         if not 1 <= min_digits <= max_digits <= 6:
             raise ValueError(f"MultiplicationTask: need 1 <= min_digits <= max_digits <= 6, got {min_digits}, {max_digits}")
         self.min_digits, self.max_digits, self.heldout_fraction = min_digits, max_digits, heldout_fraction
+        self.sft_tool_fraction = sft_tool_fraction
         self.tokenizer = CharTokenizer("0123456789*=[]()?")
         self.name = f"multiplication_{min_digits}-{max_digits}"
 
@@ -77,6 +81,10 @@ class MultiplicationTask:
             if held == (split == "heldout"):
                 out.append(MulProblem(f"{a}*{b}=", str(a * b)))
         return out
+
+    def warm_start(self, model: Any, steps: int, lr: float, seed: int = 0) -> list[float]:
+        """``GRPOTrainer``'s SFT warm start for this task: demonstrations, ``sft_tool_fraction`` with the tool."""
+        return sft_on_demonstrations(model, self, steps, self.sft_tool_fraction, batch_size=32, lr=lr, seed=seed)
 
     def demonstration(self, p: MulProblem, use_tool: bool) -> list[tuple[str, bool]]:
         """A correct episode as ``(text, sampled_by_model)`` pieces after the prompt (the SFT warm start)."""
