@@ -178,3 +178,19 @@ def test_docs_agentic_queries_run(tool_run):
     for q in queries:
         rows = rm.telemetry.query(q).to_pylist()
         assert rows, f"no rows from docs/agentic.md query:\n{q}"
+
+
+@pytest.mark.timeout(120)
+def test_docs_one_file_tool_env_runs(tmp_path, monkeypatch):
+    """The one-file environment of docs/agentic.md, imported as a module (its tool runs isolated)."""
+    code = next(b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S) if "class CodeEnv" in b)
+    (tmp_path / "doc_code_env.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = __import__("doc_code_env")
+    env = mod.CodeEnv()
+    env.reset(MulProblem("6*7=", "42"))
+    r = env.step("<py>result = 6*7</>")
+    assert (r.observation, r.done, r.tool.tool, r.tool.error) == ("42", False, "python", None)
+    r = env.step("<py>while True: pass</>")
+    assert r.observation == "error" and r.tool.error.startswith(ToolError.TIMEOUT)
+    assert env.step("42").reward == 1.0

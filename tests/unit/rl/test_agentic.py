@@ -201,3 +201,20 @@ def test_configs_name_the_key():
         EnvConfig(cls="CalculatorEnv")
     with pytest.raises(ValueError, match="EpisodeLimits.turn_tokens"):
         EpisodeLimits(turn_tokens=0)
+
+
+def test_partial_rollouts_record_the_version_of_each_segment():
+    """Weights that change between turns continue the episode; each segment and turn says which
+    version sampled it, and the staleness check reads the oldest."""
+    calls = []
+
+    def version() -> int:  # a new version before every generation call
+        calls.append(1)
+        return len(calls) - 1
+
+    (t,) = run_episodes(tiny_backend(), LocalEnvClient(EchoEnv), [("a", None)], TOK.encode,
+                        EpisodeLimits(max_turns=5, max_tokens=30, turn_tokens=4), params(), version=version,
+                        decode=TOK.decode)
+    assert [s.policy_version for s in t.segments] == [0, 1, 2] == [turn.policy_version for turn in t.turns]
+    assert t.oldest_version == 0
+    assert sum(s.end - s.start for s in t.segments) == t.model_tokens
