@@ -14,7 +14,10 @@ The pieces, bottom up:
   in flight, so the model generates for some while tools run for others.
 - :mod:`.generator` — :class:`~.generator.AgenticGenerator`, the ``LLMGenerator`` whose work
   items are groups of episodes; its trajectories train with the unchanged GRPO/RLOO trainers.
-- :mod:`.calculator` — the worked example: multiplication with a calculator tool.
+- :mod:`.sft` / :mod:`.training` — the warm start on demonstration episodes, and the in-process
+  loop (collect, GRPO step, held-out accuracy) the learning test and the benchmark run.
+- :mod:`.calculator` — the worked example: multiplication with a calculator tool
+  (``rlmesh run recipe=grpo_calculator``, ``recipes/agentic.py``).
 
 Submodules are imported explicitly; this package imports nothing on its own.
 """
