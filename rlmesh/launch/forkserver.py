@@ -52,6 +52,10 @@ logger = logging.getLogger(__name__)
 
 FORKSERVER_ENV = "RLMESH_FORKSERVER"
 DEFAULT_PRELOAD = ("numpy", "torch")
+# The start-up template (first launches) imports only what every worker imports anyway: the
+# worker itself and the worker plugins named in its environment. Not torch: its ~3 s import
+# would hold back every first launch, and many procs (buffers, reward) never use it.
+STARTER_PRELOAD: tuple[str, ...] = ()
 
 
 def enabled_by_env() -> bool:
@@ -301,6 +305,18 @@ def _import(mod: str) -> None:
                        mod, type(exc).__name__, exc)
 
 
+def _warm_pyarrow() -> None:
+    """pyarrow imports pandas (1.5-2 s) at its first conversion of Python objects: do it here, once,
+    rather than in every worker's first telemetry flush (which holds the GIL while it imports)."""
+    pa = sys.modules.get("pyarrow")
+    if pa is None:
+        return
+    try:
+        pa.array([0])
+    except Exception:  # noqa: BLE001 - only a warm-up
+        logger.debug("fork server: warming pyarrow failed", exc_info=True)
+
+
 def _child(msg: dict, close_fds: list[int]) -> None:
     """In the forked child: become the worker a fresh ``python -m rlmesh.worker`` would have been."""
     signal.set_wakeup_fd(-1)
@@ -375,6 +391,7 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     plugins = [s.split(":", 1)[0].strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if s.strip()]
     for mod in [*preload, *plugins]:  # worker plugins' modules are imported, never run, here
         _import(mod)
+    _warm_pyarrow()
     pending: list[str] = []
     buf = b""
     try:

@@ -13,6 +13,7 @@ Relaunches of procs whose mesh may restart are forked from a warm template
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import os
@@ -75,7 +76,8 @@ class LocalLauncher:
         self.extra_env = extra_env or {}
         self.fork_server = fork_server
         self.fork_preload = tuple(fork_preload)
-        self._servers: dict[str, ForkServer] = {}
+        self._servers: dict[str, ForkServer] = {}  # proc mesh -> its restart template (actor modules, torch)
+        self._starters: dict[str, ForkServer] = {}  # environment -> start-up template (first launches)
         self._lock = threading.Lock()
         self._capture: capture.OutputCapture | None = None
 
@@ -96,9 +98,13 @@ class LocalLauncher:
         env = self._env(req)
         argv = ["--controller", req.controller_addr, "--proc-id", req.proc_id, "--proc-mesh", req.proc_mesh,
                 "--rank", str(req.rank), "--incarnation", str(req.incarnation)]
-        if getattr(req, "restartable", False) and self._fork_enabled():
-            prep = self._prepare_capture(req, fork=True) if req.incarnation > 0 else None
-            handle = self._via_fork_server(req, env, argv, prep.env if prep else None)
+        if self._fork_enabled():
+            handle = None
+            prep = self._prepare_capture(req, fork=True)
+            if getattr(req, "restartable", False):
+                handle = self._via_fork_server(req, env, argv, prep.env if prep else None)
+            if handle is None:
+                handle = self._via_starter(env, argv, prep.env if prep else None)
             if handle is not None:
                 return capture.captured(handle, prep)
             if prep is not None:
@@ -114,6 +120,37 @@ class LocalLauncher:
             prep.abort()
             raise
         return capture.captured(LocalProcHandle(popen), prep)
+
+    def _via_starter(self, env: dict[str, str], argv: list[str],
+                     child_env: dict[str, str] | None) -> ForkedProcHandle | None:
+        """Fork a proc from the launcher's shared start-up template (started on first use, one per environment).
+
+        The request is queued on the template's pipe at once, even before it finished
+        importing: the supervisor thread never waits, and the template forks every queued
+        proc the moment it is ready. None (start Python afresh) when the template is gone.
+        """
+        key = hashlib.sha1(repr(sorted(env.items())).encode()).hexdigest()
+        with self._lock:
+            srv = self._starters.get(key)
+            if srv is None or srv.dead:
+                if srv is not None and not srv.warned:
+                    srv.warned = True
+                    logger.warning("the start-up template died; procs start Python afresh from now on")
+                if srv is not None:
+                    return None
+                try:
+                    srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(), forkserver.STARTER_PRELOAD,
+                                                           name=f"starter{len(self._starters)}",
+                                                           on_exit=_wake_supervisor)
+                except Exception:  # noqa: BLE001 - procs still start the plain way
+                    logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
+                    return None
+        try:
+            return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd(),
+                            wait_s=0.0)
+        except OSError:
+            srv.dead = True
+            return None
 
     def _prepare_capture(self, req: LaunchRequest, fork: bool) -> capture.Prepared | None:
         """FIFOs for this launch's output (the ``logs``/``stacks`` tables, the terminal echo), unless RLMESH_CAPTURE=0."""
@@ -146,7 +183,8 @@ class LocalLauncher:
                 srv.dead = True
         if not srv.warned:
             srv.warned = True
-            logger.warning("fork server of %s is %s: restarting %s with a fresh Python", req.proc_mesh,
+            logger.warning("fork server of %s is %s: restarting %s from the start-up template (or a fresh Python)",
+                           req.proc_mesh,
                            "gone" if srv.dead else "not ready yet", req.proc_id)
         return None
 
@@ -172,6 +210,10 @@ class LocalLauncher:
         """Stop every template (the controller shuts down)."""
         for name in list(self._servers):
             self.release(name)
+        with self._lock:
+            starters, self._starters = list(self._starters.values()), {}
+        for srv in starters:
+            srv.close()
         with self._lock:
             cap, self._capture = self._capture, None
         if cap is not None:
