@@ -480,6 +480,8 @@ class Controller:
                        and now - r.last_hb > r.detect.heartbeat_timeout_s)
         for rec in list(self.procs.values()):
             if rec.state in (ProcState.STARTING, ProcState.REJOINING, ProcState.ALIVE, ProcState.STOPPING) and rec.handle is not None:
+                if rec.pid is None and rec.state == ProcState.STARTING:  # forked from a template: its pid arrives later
+                    rec.pid = getattr(rec.handle, "pid", None)
                 status = rec.handle.poll()
                 if status is not None:
                     code, sig, why = (tuple(status) + ("",))[:3]

@@ -23,7 +23,8 @@ controller's side) reads it on a thread, and :class:`ForkedProcHandle` answers
 ``poll()`` from that table without blocking.
 
 Protocol (one JSON object per line): requests ``{"op": "fork", "id", "argv",
-"env", "cwd"}`` and ``{"op": "preload", "modules"}``; replies ``{"ready": true}``,
+"env", "cwd"}`` and ``{"op": "preload", "modules", "now"}`` (``now``: import before serving the
+next request, else between requests); replies ``{"ready": true}``,
 ``{"id", "pid"}`` or ``{"id", "error"}``, and ``{"exit": pid, "code", "signal"}``.
 """
 
@@ -147,6 +148,7 @@ class ForkServer:
         self._status: dict[int, tuple[int | None, int | None]] = {}  # request id -> (exit code, signal)
         self._kill_on_fork: set[int] = set()
         self._next_id = 0
+        self.preloaded: set[str] = set()  # modules asked for with preload(now=True)
         self._lock = threading.Lock()
         req_r, self._req_w = os.pipe()
         self._st_r, st_w = os.pipe()
@@ -189,11 +191,14 @@ class ForkServer:
             time.sleep(0.0005)
         return handle
 
-    def preload(self, modules: list[str]) -> None:
-        """Have the server import ``modules`` between requests (failures are logged there and ignored)."""
+    def preload(self, modules: list[str], now: bool = False) -> None:
+        """Have the server import ``modules`` between requests (failures are logged there and ignored);
+        ``now``: before it serves the requests that follow this one (forks then find them imported)."""
         if modules and not self.dead:
+            if now:
+                self.preloaded.update(modules)
             try:
-                self._write({"op": "preload", "modules": list(modules)})
+                self._write({"op": "preload", "modules": list(modules), "now": now})
             except OSError:
                 pass
 
@@ -414,6 +419,10 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
                     msg = json.loads(line)
                     if msg["op"] == "fork":
                         _fork(msg, close_fds)
+                    elif msg["op"] == "preload" and msg.get("now"):
+                        for mod in msg["modules"]:
+                            _import(mod)
+                        _warm_pyarrow()
                     elif msg["op"] == "preload":
                         pending.extend(m for m in msg["modules"] if m not in pending)
                 continue  # serve every request before the next (slow) import

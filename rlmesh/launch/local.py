@@ -24,6 +24,7 @@ import threading
 from typing import Any, Iterable
 
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
+from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.launch import capture, forkserver
 from rlmesh.launch.forkserver import ForkedProcHandle, ForkServer
@@ -61,6 +62,12 @@ def _wake_supervisor() -> None:
         c.submit(lambda: None)
 
 
+# Start-up templates are shared by all LocalLaunchers (every ``this_host()``) of the process, keyed by
+# interpreter and environment; the controller's shutdown (which closes every launcher) stops them.
+_STARTERS: dict[str, ForkServer] = {}
+_STARTERS_LOCK = threading.Lock()
+
+
 class LocalLauncher:
     """Starts ``python -m rlmesh.worker`` children. ``python`` defaults to this interpreter.
 
@@ -77,7 +84,7 @@ class LocalLauncher:
         self.fork_server = fork_server
         self.fork_preload = tuple(fork_preload)
         self._servers: dict[str, ForkServer] = {}  # proc mesh -> its restart template (actor modules, torch)
-        self._starters: dict[str, ForkServer] = {}  # environment -> start-up template (first launches)
+        self._starters = _STARTERS  # environment -> start-up template, shared by every launcher of this controller
         self._lock = threading.Lock()
         self._capture: capture.OutputCapture | None = None
 
@@ -123,34 +130,50 @@ class LocalLauncher:
 
     def _via_starter(self, env: dict[str, str], argv: list[str],
                      child_env: dict[str, str] | None) -> ForkedProcHandle | None:
-        """Fork a proc from the launcher's shared start-up template (started on first use, one per environment).
+        """Fork a proc from the launcher's shared start-up template (one per environment, started on first use).
 
-        The request is queued on the template's pipe at once, even before it finished
-        importing: the supervisor thread never waits, and the template forks every queued
-        proc the moment it is ready. None (start Python afresh) when the template is gone.
+        The request is queued on the template's pipe at once, even before the template finished
+        importing: the supervisor thread never waits, and the template forks every queued proc
+        the moment it is ready. None (start Python afresh) when the template is gone.
         """
-        key = hashlib.sha1(repr(sorted(env.items())).encode()).hexdigest()
-        with self._lock:
-            srv = self._starters.get(key)
-            if srv is None or srv.dead:
-                if srv is not None and not srv.warned:
-                    srv.warned = True
-                    logger.warning("the start-up template died; procs start Python afresh from now on")
-                if srv is not None:
-                    return None
-                try:
-                    srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(), forkserver.STARTER_PRELOAD,
-                                                           name=f"starter{len(self._starters)}",
-                                                           on_exit=_wake_supervisor)
-                except Exception:  # noqa: BLE001 - procs still start the plain way
-                    logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
-                    return None
+        srv = self._starter(env)
+        if srv is None:
+            return None
+        plugins = [m.split(":", 1)[0].strip() for m in env.get(WORKER_PLUGINS_ENV, "").split(",") if m.strip()]
         try:
+            if any(m not in srv.preloaded for m in plugins):  # imported before the forks queued after this
+                srv.preload(plugins, now=True)
             return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd(),
                             wait_s=0.0)
         except OSError:
             srv.dead = True
             return None
+
+    def _starter(self, env: dict[str, str]) -> ForkServer | None:
+        """The start-up template for ``env``: rlmesh's own variables (the run's telemetry address, the
+        job secret) are read at run time, not import time, so they may differ from the template's."""
+        key = hashlib.sha1(repr((self.python, sorted((k, v) for k, v in env.items()
+                                                     if not k.startswith("RLMESH_")))).encode()).hexdigest()
+        with _STARTERS_LOCK:
+            srv = self._starters.get(key)
+            if srv is not None:
+                if srv.dead and not srv.warned:
+                    srv.warned = True
+                    logger.warning("the start-up template died; procs start Python afresh from now on")
+                return None if srv.dead else srv
+            try:
+                srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(), forkserver.STARTER_PRELOAD,
+                                                       name=f"starter{len(self._starters)}", on_exit=_wake_supervisor)
+            except Exception:  # noqa: BLE001 - procs still start the plain way
+                logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
+                return None
+            return srv
+
+    def prestart(self, env: dict[str, str] | None = None) -> None:
+        """Start the start-up template now (on the supervisor thread: it must outlive the call), so its
+        imports overlap the controller's own start (the telemetry service) instead of following it."""
+        if self._fork_enabled():
+            self._starter(self._env(LaunchRequest("", "", "", 0, 0, env or {})))
 
     def _prepare_capture(self, req: LaunchRequest, fork: bool) -> capture.Prepared | None:
         """FIFOs for this launch's output (the ``logs``/``stacks`` tables, the terminal echo), unless RLMESH_CAPTURE=0."""
@@ -210,8 +233,9 @@ class LocalLauncher:
         """Stop every template (the controller shuts down)."""
         for name in list(self._servers):
             self.release(name)
-        with self._lock:
-            starters, self._starters = list(self._starters.values()), {}
+        with _STARTERS_LOCK:
+            starters = list(self._starters.values())
+            self._starters.clear()
         for srv in starters:
             srv.close()
         with self._lock:
@@ -240,6 +264,8 @@ class HostMesh:
         if not dims:
             raise ValueError("per_host needs at least one dimension, e.g. per_host={'procs': 4}")
         n = next(self._names)
+        if hasattr(self.launcher, "prestart"):  # overlap the template's imports with the controller's start
+            Controller.get().submit(lambda: self.launcher.prestart(env))
         return ProcMesh.launch(name or ("procs" if n == 0 else f"procs{n}"), dims, self.launcher, restart, env,
                                timeout)
 
