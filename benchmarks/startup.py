@@ -17,6 +17,9 @@ Protocol, ``recipe``: ``rlmesh run recipe=ppo_cartpole eval.target=475`` as a su
 rl-zoo's tuned PPO until the same greedy evaluation (20 episodes every 2048 env steps) reaches
 475; both timed by the parent from process start to exit.
 
+``rlmesh-popen`` is rlmesh with ``RLMESH_FORKSERVER=0``: every proc a fresh interpreter, as
+before the start-up template (the before/after of issue 16 in one run).
+
 Run: ``python benchmarks/startup.py --runs 5`` (``--only spawn`` or ``--only recipe``).
 """
 
@@ -33,7 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import banner  # noqa: E402
 
-FRAMEWORKS = ("rlmesh", "monarch", "ray")
+FRAMEWORKS = ("rlmesh", "rlmesh-popen", "monarch", "ray")
 N = 4
 
 
@@ -53,6 +56,12 @@ def spawn_rlmesh() -> dict:
     t2 = time.perf_counter()
     procs.stop()
     return {"procs_s": t1 - t0, "first_call_s": t2 - t0, "teardown_s": time.perf_counter() - t2}
+
+
+def spawn_rlmesh_popen() -> dict:
+    """rlmesh as before the start-up template: every proc a fresh ``python -m rlmesh.worker``."""
+    os.environ["RLMESH_FORKSERVER"] = "0"
+    return spawn_rlmesh()
 
 
 def spawn_monarch() -> dict:
@@ -101,7 +110,7 @@ def sb3_whole(seed: int) -> dict:
     return run_sb3(seed, 2048, 100_000)
 
 
-SPAWNS = {"rlmesh": spawn_rlmesh, "monarch": spawn_monarch, "ray": spawn_ray}
+SPAWNS = {"rlmesh": spawn_rlmesh, "rlmesh-popen": spawn_rlmesh_popen, "monarch": spawn_monarch, "ray": spawn_ray}
 
 
 def child(args: list[str], timeout: float = 600) -> tuple[dict | None, float]:
@@ -139,16 +148,16 @@ def bench_spawn(runs: int, which: list[str]) -> None:
             for k in ("first_call_s", "teardown_s", "procs_s"):
                 res[f][k].append(r[k])
             res[f]["process_s"].append(wall)
-            print(f"  run {i}: {f:8s} first call {r['first_call_s']:.2f} s  teardown {r['teardown_s']:.2f} s  "
+            print(f"  run {i}: {f:12s} first call {r['first_call_s']:.2f} s  teardown {r['teardown_s']:.2f} s  "
                   f"process {wall:.2f} s  (load {loads[-1]:.1f})", flush=True)
     print(f"\nspawn_procs({N}) + spawn + first call, {runs} runs, median (min–max), load {min(loads):.1f}–"
           f"{max(loads):.1f}")
-    print(f"{'framework':<10}{'first call s':>24}{'teardown s':>24}{'whole process s':>24}")
+    print(f"{'framework':<14}{'first call s':>24}{'teardown s':>24}{'whole process s':>24}")
     for f in which:
         r = res[f]
-        print(f"{f:<10}{spread(r['first_call_s']):>24}{spread(r['teardown_s']):>24}{spread(r['process_s']):>24}")
+        print(f"{f:<14}{spread(r['first_call_s']):>24}{spread(r['teardown_s']):>24}{spread(r['process_s']):>24}")
     base = res.get("rlmesh", {}).get("first_call_s")
-    for other in ("monarch", "ray"):
+    for other in ("rlmesh-popen", "monarch", "ray"):
         o = res.get(other, {}).get("first_call_s")
         if base and o:
             target = "  (target <= 0.5)" if other == "monarch" else ""
