@@ -156,11 +156,15 @@ class LocalLauncher:
                                                      if not k.startswith("RLMESH_")))).encode()).hexdigest()
         with _STARTERS_LOCK:
             srv = self._starters.get(key)
-            if srv is not None:
-                if srv.dead and not srv.warned:
+            if srv is not None and not srv.dead:
+                return srv
+            if srv is not None and not srv.ready.is_set():  # it never worked: do not start it again
+                if not srv.warned:
                     srv.warned = True
-                    logger.warning("the start-up template died; procs start Python afresh from now on")
-                return None if srv.dead else srv
+                    logger.warning("the start-up template could not start; procs start Python afresh")
+                return None
+            if srv is not None:  # it served, then died (killed): a new one takes its place
+                logger.warning("the start-up template died; starting a new one")
             try:
                 srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(), forkserver.STARTER_PRELOAD,
                                                        name=f"starter{len(self._starters)}", on_exit=_wake_supervisor)
