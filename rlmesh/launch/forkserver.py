@@ -138,6 +138,7 @@ class ForkServer:
 
     def __init__(self, python: str, env: dict[str, str], cwd: str, preload: Iterable[str] = DEFAULT_PRELOAD,
                  name: str = "", on_exit: Callable[[], None] | None = None):
+        preload = tuple(preload)
         self.name = name
         self.on_exit = on_exit  # called on the reader thread when a child's exit is reported (wake a poller)
         self.ready = threading.Event()
@@ -148,7 +149,7 @@ class ForkServer:
         self._status: dict[int, tuple[int | None, int | None]] = {}  # request id -> (exit code, signal)
         self._kill_on_fork: set[int] = set()
         self._next_id = 0
-        self.preloaded: set[str] = set()  # modules asked for with preload(now=True)
+        self.preloaded: set[str] = set(preload)  # imported before any fork: at start, or with preload(now=True)
         self._lock = threading.Lock()
         req_r, self._req_w = os.pipe()
         self._st_r, st_w = os.pipe()

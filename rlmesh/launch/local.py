@@ -68,6 +68,12 @@ _STARTERS: dict[str, ForkServer] = {}
 _STARTERS_LOCK = threading.Lock()
 
 
+def _controller_heavy() -> tuple[str, ...]:
+    """Heavy modules the start-up template imports because this controller did: a controller that
+    imported torch (an RL recipe) starts procs that import it too, and ~3 s of CPU each is paid once."""
+    return ("numpy", "torch") if "torch" in sys.modules else ()
+
+
 class LocalLauncher:
     """Starts ``python -m rlmesh.worker`` children. ``python`` defaults to this interpreter.
 
@@ -140,9 +146,10 @@ class LocalLauncher:
         if srv is None:
             return None
         plugins = [m.split(":", 1)[0].strip() for m in env.get(WORKER_PLUGINS_ENV, "").split(",") if m.strip()]
+        want = [*plugins, *_controller_heavy()]
         try:
-            if any(m not in srv.preloaded for m in plugins):  # imported before the forks queued after this
-                srv.preload(plugins, now=True)
+            if any(m not in srv.preloaded for m in want):  # imported before the forks queued after this
+                srv.preload([m for m in want if m not in srv.preloaded], now=True)
             return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd(),
                             wait_s=0.0)
         except OSError:
@@ -166,7 +173,8 @@ class LocalLauncher:
             if srv is not None:  # it served, then died (killed): a new one takes its place
                 logger.warning("the start-up template died; starting a new one")
             try:
-                srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(), forkserver.STARTER_PRELOAD,
+                srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(),
+                                                       (*forkserver.STARTER_PRELOAD, *_controller_heavy()),
                                                        name=f"starter{len(self._starters)}", on_exit=_wake_supervisor)
             except Exception:  # noqa: BLE001 - procs still start the plain way
                 logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
