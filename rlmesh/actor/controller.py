@@ -521,6 +521,8 @@ class Controller:
         for rec in list(self.procs.values()):  # exits, stop deadlines, start timeouts, relaunches: cheap per proc
             st = rec.state
             if st in _POLLED and rec.handle is not None:
+                if rec.pid is None and st == ProcState.STARTING:  # forked from a template: its pid arrives later
+                    rec.pid = getattr(rec.handle, "pid", None)
                 status = rec.handle.poll()
                 if status is not None:
                     code, sig, why = (tuple(status) + ("",))[:3]
