@@ -33,14 +33,15 @@ both cases exact, and works for either gymnasium autoreset mode:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, NamedTuple
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from rlmesh.rl.actors.gym_generator import env_spaces
 from rlmesh.rl.actors.trainer import Trainer
 from rlmesh.rl.config import PPOConfig
+from rlmesh.rl.losses.output import LossOutput
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
 from rlmesh.rl.rollout import Rollout, concat_rollouts
 
@@ -135,19 +136,16 @@ def rollout_advantages(rollout: Rollout, gamma: float, gae_lambda: float,
 # -- 3. loss ---------------------------------------------------------------------------------------------------
 
 
-class PPOLossOutput(NamedTuple):
-    """The scalar loss to backpropagate and its parts (all 0-d tensors)."""
+@dataclass(frozen=True)
+class PPOLossOutput(LossOutput):
+    """The loss of an actor-critic minibatch and its parts (all 0-d tensors): PPO's, and A2C's
+    (whose ``approx_kl`` and ``clip_fraction`` are 0: it has no old policy to compare with)."""
 
-    loss: torch.Tensor
     policy_loss: torch.Tensor
     value_loss: torch.Tensor
     entropy: torch.Tensor
     approx_kl: torch.Tensor
     clip_fraction: torch.Tensor
-
-    def metrics(self) -> dict[str, float]:
-        """Namespaced floats for logging/telemetry (``losses/...``)."""
-        return {f"losses/{k}": float(v.detach()) for k, v in self._asdict().items()}
 
 
 def ppo_loss(

@@ -9,9 +9,12 @@ KL penalty to a frozen reference policy using the k3 estimator
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
+
+from rlmesh.rl.losses.output import LossOutput
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -44,18 +47,14 @@ def grpo_advantages(
     return centered.reshape(-1)
 
 
-class GRPOLossOutput(NamedTuple):
+@dataclass(frozen=True)
+class GRPOLossOutput(LossOutput):
     """The scalar loss and its diagnostics (0-d tensors)."""
 
-    loss: torch.Tensor
     policy_loss: torch.Tensor
     kl: torch.Tensor
     approx_kl: torch.Tensor
     clip_fraction: torch.Tensor
-
-    def metrics(self) -> dict[str, float]:
-        """Namespaced floats for logging/telemetry (``losses/...``)."""
-        return {f"losses/{k}": float(v.detach()) for k, v in self._asdict().items()}
 
 
 def grpo_loss(
