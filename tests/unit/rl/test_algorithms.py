@@ -13,7 +13,8 @@ from rlmesh.rl.algorithms.dapo import DAPOConfig, count_informative, informative
 from rlmesh.rl.algorithms.dqn import DQNConfig, QNetwork, dqn_update, linear_epsilon, soft_update, td_targets
 from rlmesh.rl.algorithms.ppo import discounted_returns, ppo_loss, ppo_update, scale_rewards
 from rlmesh.rl.algorithms.rloo import RLOOConfig, scaled_rloo_advantages
-from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
+from rlmesh.rl.config import GRPOConfig, GymGeneratorConfig, PPOConfig
+from rlmesh.rl.losses import grpo_advantages, grpo_loss
 from rlmesh.rl.models.mlp import ActorCritic
 from rlmesh.rl.models.normalize import RunningMeanStd
 from rlmesh.rl.replay import ReplayConfig, Transitions, TransitionReplayCore, transitions_from_rollout
@@ -176,3 +177,56 @@ def test_rloo_and_dapo_pieces():
     with pytest.raises(ConfigError, match="trainer.max_groups"):
         DAPOConfig(max_groups=None)
     assert DAPOConfig().clip_coef_high == 0.28 and DAPOConfig().aggregation == "token_mean"
+
+
+def test_rloo_loss_hand_values_and_gradient():
+    # rewards (1, 0, 0, 0), G=4: leave-one-out advantages (1, -1/3, -1/3, -1/3); on-policy the ratio is 1
+    adv = scaled_rloo_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4)
+    logp = torch.zeros(4, 2, requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])      # 5 completion tokens
+    out = grpo_loss(logp, logp.detach(), adv, mask)
+    assert out.loss.item() == pytest.approx(-(1 * 2 - 1 / 3 * 3) / 5)          # token_mean of -A * ratio
+    out.loss.backward()
+    expected = -adv.unsqueeze(1) * mask / 5                                    # d ratio / d logp = ratio = 1
+    assert torch.allclose(logp.grad, expected)
+    assert out.metrics()["losses/clip_fraction"] == 0.0
+
+
+def test_dapo_loss_clip_higher_token_mean_hand_values():
+    cfg = DAPOConfig()
+    # sequence 0: two tokens at ratio 1.4 (A=+1); sequence 1: one at 1.25 (A=+1); sequence 2: one at 0.7 (A=-1)
+    ratio = torch.tensor([[1.4, 1.4], [1.25, 1.0], [0.7, 1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    old = torch.zeros(3, 2)
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    out = grpo_loss(ratio.log(), old, adv, mask, clip_coef=cfg.clip_coef, clip_coef_high=cfg.clip_coef_high,
+                    aggregation=cfg.aggregation)
+    # per token -min(A r, A clip(r, 0.8, 1.28)): -1.28, -1.28, -1.25 (inside clip-higher), +0.8
+    assert out.loss.item() == pytest.approx((-1.28 * 2 - 1.25 + 0.8) / 4)
+    symmetric = grpo_loss(ratio.log(), old, adv, mask, clip_coef=0.2, aggregation="token_mean")
+    assert symmetric.loss.item() == pytest.approx((-1.2 * 2 - 1.2 + 0.8) / 4)
+    # clipped tokens: 1.4, 1.4 and 0.7 are outside [0.8, 1.28]; 1.25 is not (it was counted before the fix)
+    assert out.clip_fraction.item() == pytest.approx(3 / 4)
+    assert symmetric.clip_fraction.item() == pytest.approx(1.0)
+    seq = grpo_loss(ratio.log(), old, adv, mask, clip_coef=0.2, clip_coef_high=0.28, aggregation="sequence_mean")
+    assert seq.loss.item() == pytest.approx((-1.28 - 1.25 + 0.8) / 3)
+
+
+def test_dr_grpo_divides_each_sequence_sum_by_one_constant():
+    lp = torch.zeros(2, 4, requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])        # a long and a short completion
+    adv = grpo_advantages(torch.tensor([0.0, 1.0]), 2, normalize_std=False)    # (-0.5, +0.5): no std scaling
+    out = grpo_loss(lp, lp.detach(), adv, mask, aggregation="sequence_sum_norm", norm_length=8)
+    assert out.loss.item() == pytest.approx(((0.5 * 4) / 8 + (-0.5 * 1) / 8) / 2)
+    out.loss.backward()
+    assert torch.allclose(lp.grad, -adv.unsqueeze(1) * mask / (8 * 2))       # every token weighs 1/(L G)
+    # GRPO's sequence mean gives the short answer's one token 4x the weight of each long-answer token
+    lp.grad = None
+    grpo_loss(lp, lp.detach(), adv, mask, aggregation="sequence_mean").loss.backward()
+    assert lp.grad[1, 0].abs() == 4 * lp.grad[0, 0].abs()
+    # without norm_length the constant is the padded width (4 here)
+    wide = grpo_loss(lp, lp.detach(), adv, mask, aggregation="sequence_sum_norm")
+    assert wide.loss.item() == pytest.approx(((0.5 * 4) / 4 + (-0.5 * 1) / 4) / 2)
+    with pytest.raises(ConfigError, match="trainer.norm_length"):
+        GRPOConfig(aggregation="sequence_sum_norm", norm_length=0)
+    assert GRPOConfig(aggregation="sequence_sum_norm", normalize_std=False).aggregation == "sequence_sum_norm"
