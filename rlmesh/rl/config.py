@@ -185,6 +185,9 @@ class PPOConfig(GymTrainerConfig):
     travel with the weights to generators and the evaluator and land in checkpoints)."""
     normalize_reward: bool = False
     """Scale rewards by the running std of the discounted return (SB3's ``VecNormalize``)."""
+    squash_actions: bool = False
+    """Continuous actions: squash the Gaussian sample into the action bounds by tanh instead of
+    clipping it (the flag travels in the weights to generators and the evaluator); needs finite bounds."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
 

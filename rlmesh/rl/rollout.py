@@ -117,9 +117,7 @@ class RolloutCollector:
         for t in range(t_max):
             actions, logp, value = self.policy.act(self._obs)
             obs_buf[t], act_buf[t], logp_buf[t], val_buf[t] = self._obs, actions, logp, value
-            env_actions = actions.numpy()
-            if not self.policy.discrete:
-                env_actions = np.clip(env_actions, self._action_space.low, self._action_space.high)
+            env_actions = actions.numpy() if self.policy.discrete else self.policy.env_actions(actions)
             obs, reward, terminated, truncated, _ = self.envs.step(env_actions)
             valid = ~self._prev_done
             done = terminated | truncated
@@ -169,12 +167,13 @@ def evaluate_greedy(
 def greedy_actor(policy: ActorCritic, action_space: gym.Space | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """Wrap a policy as ``obs -> greedy actions`` for :func:`evaluate_greedy`.
 
-    Pass the single-env ``action_space`` for ``Box`` actions so the mean is clipped to bounds.
+    Pass the single-env ``action_space`` for ``Box`` actions so the mean is clipped (or, with
+    ``squash``, tanh-squashed) into the bounds, as in training (:meth:`ActorCritic.env_actions`).
     """
-    bounds = (action_space.low, action_space.high) if isinstance(action_space, gym.spaces.Box) else None
+    box = isinstance(action_space, gym.spaces.Box)
 
     def act(obs: np.ndarray) -> np.ndarray:
         actions, _, _ = policy.act(torch.as_tensor(obs, dtype=torch.float32), greedy=True)
-        return actions.numpy() if bounds is None else np.clip(actions.numpy(), *bounds)
+        return policy.env_actions(actions) if box else actions.numpy()
 
     return act

@@ -40,7 +40,7 @@ import torch
 
 from rlmesh.rl.actors.gym_generator import env_spaces
 from rlmesh.rl.actors.trainer import Trainer
-from rlmesh.rl.config import PPOConfig
+from rlmesh.rl.config import ConfigError, PPOConfig
 from rlmesh.rl.losses.output import LossOutput
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
 from rlmesh.rl.rollout import Rollout, concat_rollouts
@@ -264,6 +264,18 @@ def ppo_update(
     return metrics
 
 
+def build_policy(obs_space: Any, act_space: Any, model: ActorCriticConfig | None, config: PPOConfig) -> ActorCritic:
+    """The actor-critic for these spaces, squashing its actions when ``config.squash_actions`` says so."""
+    policy = ActorCritic(obs_space, act_space, model)
+    if config.squash_actions:
+        try:
+            policy.enable_squash()
+        except ValueError as exc:
+            raise ConfigError(f"trainer.squash_actions=True is invalid: {exc}; use trainer.squash_actions=false "
+                              "(actions are then clipped to the bounds)") from exc
+    return policy
+
+
 def make_optimizer(policy: torch.nn.Module, config: PPOConfig) -> torch.optim.Optimizer:
     """Adam, fused where the build supports it: on CPU that is ~20% off a small-MLP update."""
     try:
@@ -292,7 +304,7 @@ class PPOTrainer(Trainer):
 
     def build_model(self) -> torch.nn.Module:
         obs_space, act_space = env_spaces(self.env_id)
-        return ActorCritic(obs_space, act_space, self.model_config)
+        return build_policy(obs_space, act_space, self.model_config, self.config)
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)

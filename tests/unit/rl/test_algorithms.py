@@ -11,7 +11,7 @@ from rlmesh.errors import ConfigError
 from rlmesh.rl.algorithms.a2c import A2CConfig, a2c_loss
 from rlmesh.rl.algorithms.dapo import DAPOConfig, count_informative, informative_groups
 from rlmesh.rl.algorithms.dqn import DQNConfig, QNetwork, dqn_update, linear_epsilon, soft_update, td_targets
-from rlmesh.rl.algorithms.ppo import discounted_returns, ppo_loss, ppo_update, scale_rewards
+from rlmesh.rl.algorithms.ppo import build_policy, discounted_returns, ppo_loss, ppo_update, scale_rewards
 from rlmesh.rl.algorithms.rloo import RLOOConfig, scaled_rloo_advantages
 from rlmesh.rl.config import GRPOConfig, GymGeneratorConfig, PPOConfig
 from rlmesh.rl.losses import grpo_advantages, grpo_loss
@@ -230,3 +230,38 @@ def test_dr_grpo_divides_each_sequence_sum_by_one_constant():
     with pytest.raises(ConfigError, match="trainer.norm_length"):
         GRPOConfig(aggregation="sequence_sum_norm", norm_length=0)
     assert GRPOConfig(aggregation="sequence_sum_norm", normalize_std=False).aggregation == "sequence_sum_norm"
+
+
+def test_tanh_squashed_actions_stay_in_bounds_travel_with_the_weights_and_keep_the_ppo_ratio():
+    box = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
+    trainer_side = build_policy(BOX, box, None, PPOConfig(squash_actions=True))
+    u = torch.tensor([[0.0, 0.0], [10.0, -10.0], [-0.5, 0.5]])
+    a = trainer_side.env_actions(u)
+    assert np.allclose(a[0], [0.0, 0.5]) and np.allclose(a[1], [2.0, 0.0], atol=1e-6)   # centre; saturates at bounds
+    assert np.allclose(a[2], [-2 + 2 * (np.tanh(-0.5) + 1), 0.5 * (np.tanh(0.5) + 1)])
+    clipping = ActorCritic(BOX, box)                        # built with defaults, as a generator is: clips
+    assert np.allclose(clipping.env_actions(u)[1], [2.0, 0.0]) and np.allclose(clipping.env_actions(u)[2], [-0.5, 0.5])
+    clipping.load_state_dict(trainer_side.state_dict())    # the publish carries the flag
+    assert np.allclose(clipping.env_actions(u)[2], a[2])
+    # the rollout stores the pre-squash sample, whose Gaussian log-prob is what the ratio uses: on-policy it is 1
+    obs = torch.randn(64, 3)
+    sampled, logp, _ = trainer_side.act(obs)
+    new_logp, _, _ = trainer_side.evaluate(obs, sampled)
+    assert torch.allclose(new_logp, logp, atol=1e-5)
+    assert np.all(trainer_side.env_actions(sampled) >= box.low) and np.all(trainer_side.env_actions(sampled) <= box.high)
+    with pytest.raises(ConfigError, match="trainer.squash_actions"):
+        build_policy(BOX, gym.spaces.Box(-np.inf, np.inf, (1,), np.float32), None, PPOConfig(squash_actions=True))
+    with pytest.raises(ConfigError, match="trainer.squash_actions"):
+        build_policy(BOX, gym.spaces.Discrete(2), None, PPOConfig(squash_actions=True))
+
+
+def test_squashed_pendulum_rollout_stores_the_pre_squash_sample_and_updates_on_policy():
+    env = gym.make("Pendulum-v1")
+    policy = build_policy(env.observation_space, env.action_space, None, PPOConfig(squash_actions=True))
+    with torch.no_grad():
+        policy.log_std.fill_(1.5)                           # wide: many samples beyond the bounds before the tanh
+    rollout, _ = _rollout("Pendulum-v1", steps=32, policy=policy)
+    assert rollout.actions.abs().max() > 2.0                 # stored pre-squash, unclipped
+    metrics = ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), rollout,
+                         PPOConfig(squash_actions=True, update_epochs=1, num_minibatches=1))
+    assert metrics["losses/approx_kl"] < 1e-6
