@@ -51,9 +51,11 @@ from rlmesh.rl.rollout import Rollout, concat_rollouts
 def discounted_returns(rewards: torch.Tensor, dones: torch.Tensor, gamma: float) -> torch.Tensor:
     """``G_t = r_t + gamma * G_{t-1}``, reset after each episode end, over ``[T, N]``.
 
-    This is the running return whose spread SB3's ``VecNormalize`` divides rewards by. It starts
-    from 0 at the rollout's first step (the generator's carry is not shipped), which underestimates
-    the first ``1 / (1 - gamma)`` steps of each rollout: a scale estimate, not a target.
+    This is the running return whose spread SB3's ``VecNormalize`` divides rewards by. Computed here
+    it starts from 0 at the rollout's first step, which underestimates the first ``1 / (1 - gamma)``
+    steps of each rollout: badly so for short rollouts (A2C's 5 steps see at most 5 rewards of a
+    return whose horizon is 100). Generators therefore carry it across rollouts and ship it
+    (``Rollout.discounted_returns``) once the policy's ``reward_gamma`` is set; this is the fallback.
     """
     out = torch.empty_like(rewards)
     running = torch.zeros_like(rewards[0])
@@ -67,7 +69,9 @@ def discounted_returns(rewards: torch.Tensor, dones: torch.Tensor, gamma: float)
 def scale_rewards(policy: ActorCritic, rollout: Rollout, gamma: float) -> torch.Tensor:
     """Update the return statistics with this batch, then return ``clip(r / std(G))`` ([T, N])."""
     keep = rollout.valid
-    policy.return_rms.update(discounted_returns(rollout.rewards, rollout.dones, gamma)[keep])
+    carried = rollout.discounted_returns
+    policy.return_rms.update((discounted_returns(rollout.rewards, rollout.dones, gamma) if carried is None
+                              else carried)[keep])
     return policy.return_rms.scale(rollout.rewards)
 
 
@@ -265,8 +269,11 @@ def ppo_update(
 
 
 def build_policy(obs_space: Any, act_space: Any, model: ActorCriticConfig | None, config: PPOConfig) -> ActorCritic:
-    """The actor-critic for these spaces, squashing its actions when ``config.squash_actions`` says so."""
+    """The actor-critic for these spaces, with the settings of ``config`` that travel in its weights:
+    ``reward_gamma`` (``normalize_reward``) and tanh squashing (``squash_actions``)."""
     policy = ActorCritic(obs_space, act_space, model)
+    if config.normalize_reward:  # generators track the running return with the trainer's discount
+        policy.reward_gamma.fill_(config.gamma)
     if config.squash_actions:
         try:
             policy.enable_squash()

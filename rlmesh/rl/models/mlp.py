@@ -103,6 +103,9 @@ class ActorCritic(nn.Module):
         takes *raw* observations and normalises them here, so rollouts store raw observations."""
         self.return_rms = RunningMeanStd(())
         """Discounted-return statistics that scale rewards (trainer side only; checkpointed with the model)."""
+        self.register_buffer("reward_gamma", torch.tensor(0.0))
+        """The discount of the running return whose spread scales rewards; set by a trainer that scales
+        them and carried to generators by the weights, so they track that return across rollouts (0: off)."""
 
     def enable_squash(self) -> None:
         """Squash Gaussian actions into the action bounds by tanh from now on (the trainer calls it once).

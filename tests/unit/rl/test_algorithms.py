@@ -265,3 +265,26 @@ def test_squashed_pendulum_rollout_stores_the_pre_squash_sample_and_updates_on_p
     metrics = ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), rollout,
                          PPOConfig(squash_actions=True, update_epochs=1, num_minibatches=1))
     assert metrics["losses/approx_kl"] < 1e-6
+
+
+def test_generators_carry_the_discounted_return_across_rollouts_when_the_trainer_scales_rewards():
+    env = gym.make("CartPole-v1")
+    policy = build_policy(env.observation_space, env.action_space, None, PPOConfig(normalize_reward=True, gamma=0.9))
+    assert float(policy.reward_gamma) == pytest.approx(0.9)                   # travels in the state_dict
+    assert "reward_gamma" in policy.state_dict()
+    collector = RolloutCollector(GymGeneratorConfig(num_envs=2, num_steps=5), policy, seed=0)
+    try:
+        parts = [collector.collect() for _ in range(8)]                      # 40 steps: episodes span rollouts
+    finally:
+        collector.close()
+    rewards = torch.cat([p.rewards for p in parts])
+    dones = torch.cat([p.dones for p in parts])
+    valid = torch.cat([p.valid for p in parts])
+    carried = torch.cat([p.discounted_returns for p in parts])
+    whole = discounted_returns(rewards, dones, 0.9)                          # one pass over all 40 steps
+    assert torch.allclose(carried[valid], whole[valid])
+    # computed per 5-step rollout instead, the return restarts at 0 and stays below 5 (1/(1-0.9) = 10 here)
+    assert carried.max() > 5.0 and torch.cat([discounted_returns(p.rewards, p.dones, 0.9) for p in parts]).max() < 5.0
+    scale_rewards(policy, parts[-1], 0.9)                                     # uses the shipped returns
+    assert float(policy.return_rms.count) == pytest.approx(int(parts[-1].valid.sum()), abs=1e-3)
+    assert ActorCritic(env.observation_space, env.action_space).reward_gamma == 0     # off unless scaling
