@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -106,6 +107,13 @@ class ActorCritic(nn.Module):
         self.register_buffer("reward_gamma", torch.tensor(0.0))
         """The discount of the running return whose spread scales rewards; set by a trainer that scales
         them and carried to generators by the weights, so they track that return across rollouts (0: off)."""
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # Flags added after the first release: a checkpoint written before them loads with their defaults.
+        for name in ("reward_gamma", "squash"):
+            if name in self._buffers and prefix + name not in state_dict:
+                state_dict[prefix + name] = self._buffers[name].clone()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def enable_squash(self) -> None:
         """Squash Gaussian actions into the action bounds by tanh from now on (the trainer calls it once).

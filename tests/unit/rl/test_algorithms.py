@@ -288,3 +288,11 @@ def test_generators_carry_the_discounted_return_across_rollouts_when_the_trainer
     scale_rewards(policy, parts[-1], 0.9)                                     # uses the shipped returns
     assert float(policy.return_rms.count) == pytest.approx(int(parts[-1].valid.sum()), abs=1e-3)
     assert ActorCritic(env.observation_space, env.action_space).reward_gamma == 0     # off unless scaling
+
+
+def test_a_policy_checkpointed_before_the_travelling_flags_still_loads():
+    policy = ActorCritic(BOX, BOX)
+    old = {k: v for k, v in policy.state_dict().items() if k not in ("reward_gamma", "squash")}
+    fresh = ActorCritic(BOX, BOX)
+    fresh.load_state_dict(old)                                  # strict: nothing else may be missing
+    assert float(fresh.reward_gamma) == 0 and not bool(fresh.squash)
