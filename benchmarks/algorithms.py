@@ -262,7 +262,7 @@ def main() -> None:
     p.add_argument("--llm", action="store_true", help="also (or with --no-gym, only) the LLM table")
     p.add_argument("--no-gym", action="store_true")
     p.add_argument("--llm-steps", type=int, default=400)
-    p.add_argument("--llm-args", nargs="*", default=[], help="extra overrides for the three LLM recipes")
+    p.add_argument("--llm-args", nargs="*", default=[], help="extra overrides for the four LLM recipes")
     args = p.parse_args()
     banner("algorithms: rlmesh vs Stable-Baselines3 (rl-zoo hyperparameters), same env steps", "torch", "gymnasium",
            "stable-baselines3")
