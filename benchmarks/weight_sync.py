@@ -55,6 +55,15 @@ def reader_main(total: int) -> None:
     from rlmesh.weights import Subscriber
 
     target = make_sd(total, fill=False)
+    module = torch.nn.Module()  # the same tensors as a model holds them (a generator pulls into its policy)
+    for k, t in make_sd(total, fill=False).items():
+        parent = module
+        *path, leaf = k.split(".")
+        for part in path:
+            if not hasattr(parent, part):
+                parent.add_module(part, torch.nn.Module())
+            parent = getattr(parent, part)
+        parent.register_buffer(leaf, t)
     subs: dict = {}
     into_bufs: dict = {}
     for line in sys.stdin:
@@ -63,7 +72,7 @@ def reader_main(total: int) -> None:
         if cmd["op"] == "pull":
             name = cmd.get("name", "bench")
             sub = subs.setdefault((name, cmd["transport"]), Subscriber(name, cmd["transport"]))
-            v = sub.pull_into(target, min_version=cmd["version"], timeout=120)
+            v = sub.pull_into(module if cmd.get("module") else target, min_version=cmd["version"], timeout=120)
             res = {"seconds": v.stats.seconds, "verify": v.stats.verify_seconds, "copy": v.stats.copy_seconds,
                    "fetch": v.stats.fetch_seconds, "version": int(v)}
         elif cmd["op"] == "zmq":
@@ -192,8 +201,11 @@ def bench_gloo(sd: dict, readers: list, reps: int) -> float:
     return statistics.median(times)
 
 
-def bench_rlmesh(pub, sd: dict, transport: str, readers: list, reps: int, version: list) -> tuple[float, float, float]:
-    """Median wall time from 'go' until every reader holds the new version; first-round time; median publish."""
+def bench_rlmesh(pub, sd: dict, transport: str, readers: list, reps: int, version: list,
+                 module: bool = False) -> tuple[float, float, float]:
+    """Median wall time from 'go' until every reader holds the new version; first-round time; median publish.
+    ``module``: the readers pull into an ``nn.Module`` (TCP then swaps the verified bytes in) instead of a
+    state_dict (copied into)."""
     walls, pubs = [], []
     for _ in range(reps + 1):
         version[0] += 1
@@ -202,7 +214,7 @@ def bench_rlmesh(pub, sd: dict, transport: str, readers: list, reps: int, versio
         pubs.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         for r in readers:
-            r.send(op="pull", transport=transport, version=version[0], name=pub.name)
+            r.send(op="pull", transport=transport, version=version[0], name=pub.name, module=module)
         res = [r.recv() for r in readers]
         walls.append(time.perf_counter() - t0)
         assert all(x["version"] == version[0] for x in res)
@@ -241,9 +253,13 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--reader", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tcp-only", action="store_true",
+                    help="only raw pyzmq recv_into against rlmesh tcp (state_dict and module targets), 1 reader")
     args = ap.parse_args()
     if args.reader:
         return reader_main(args.reader)
+    if args.tcp_only:
+        return tcp_only(args)
     from rlmesh.transport import Authenticator
     from rlmesh.weights import Publisher
 
@@ -321,6 +337,37 @@ def main() -> None:
     print(f"\nmachine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}; "
           f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
           f"pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}); OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+
+
+def tcp_only(args: argparse.Namespace) -> None:
+    """Issue 16 item 4: rlmesh's TCP pull against raw pyzmq ``recv_into``, one reader, same run."""
+    from rlmesh.transport import Authenticator
+    from rlmesh.weights import Publisher
+
+    total = int(args.gib * GiB)
+    os.environ.update(RLMESH_WEIGHTS_DIRECTORY=tempfile.mkdtemp(prefix="rlmesh-bench-"),
+                      RLMESH_SECRET=os.environ.get("RLMESH_SECRET") or Authenticator.new_secret().hex(),
+                      RLMESH_JOB_ID=f"bench{os.getpid()}")
+    sd = make_sd(total, fill=True)
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+    reader = Reader(total, dict(os.environ))
+    version = [0]
+    into = bench_zmq(sd, [reader], args.reps, into=True)
+    with Publisher("bench") as pub:
+        for _ in range(2):
+            version[0] += 1
+            pub.publish(sd, version=version[0])
+        copy, copy_first, _ = bench_rlmesh(pub, sd, "tcp", [reader], args.reps, version)
+        swap, swap_first, _ = bench_rlmesh(pub, sd, "tcp", [reader], args.reps, version, module=True)
+    reader.send(op="quit")
+    reader.p.wait(timeout=30)
+    gb = nbytes / 1e9
+    print(f"tcp pull, {nbytes / GiB:.2f} GiB in {len(sd)} tensors, 1 reader, median of {args.reps} "
+          f"(load {os.getloadavg()[0]:.1f})")
+    for name, s, first in (("raw pyzmq recv_into one buffer", into, None), ("rlmesh tcp -> state_dict (copy)", copy,
+                           copy_first), ("rlmesh tcp -> nn.Module (swap)", swap, swap_first)):
+        print(f"  {name:34s} {s:7.3f} s {gb / s:6.2f} GB/s  ratio to recv_into {into / s:.2f}x"
+              + ("" if first is None else f"  (first round {first:.3f} s)"))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@
 #      (scripts/k8s_build.sh; ~12 min cold on a quiet 2-core machine, cached in
 #      ~/.cache/rlmesh/k8s, so later runs take a second)
 #   3. Chromium + chromedriver for the dashboard's browser test (scripts/setup_browser.sh, apt)
-#   4. pytest over tests/
+#   4. pytest over tests/, in two phases: everything but the `serial` tests on N workers
+#      (pytest-xdist, a test file per worker at a time; N = RLMESH_TEST_WORKERS, default
+#      min(CPUs, 4)), then the `serial` tests (they saturate the CPUs on purpose) alone.
+#      Integration tests spend much of their time waiting on procs, so two workers on two
+#      cores overlap one test's waiting with another's work.
 # On a fresh CPU machine the only skips are for absent hardware (CUDA GPU, RDMA device, NVML).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,4 +38,10 @@ phase "kubernetes binaries" k8s
 # Chromium + chromedriver for the dashboard's browser test; where they truly cannot be installed
 # that one test skips and says why, so a failure here does not stop the suite.
 phase "browser (chromium)" bash scripts/setup_browser.sh || echo "== test.sh: no browser; the dashboard browser test will skip"
-phase "pytest" .venv/bin/python -m pytest tests -q "$@"
+workers="${RLMESH_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+rc=0
+phase "pytest (parallel, $workers workers)" .venv/bin/python -m pytest tests -q -m "not serial" \
+  -n "$workers" --dist loadfile --durations=25 "$@" || rc=$?
+# exit 5 is "no test selected" (extra args that pick none of the serial tests): not a failure
+phase "pytest (serial)" .venv/bin/python -m pytest tests -q -m serial --durations=5 "$@" || { r=$?; [ "$r" -eq 5 ] || rc=$r; }
+exit "$rc"

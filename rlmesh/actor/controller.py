@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import itertools
 import logging
 import os
 import socket
@@ -36,12 +37,16 @@ from rlmesh.actor.context import JOB_ID_ENV
 from rlmesh.actor.payload import modules_in_payload
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.procs import Launcher, LaunchRequest, ProcHandle, ProcRecord, call_launchers  # noqa: F401
-from rlmesh.actor.supervision import FailureDetection, HostLoad, Restart, silent_death  # noqa: F401 - re-export
+from rlmesh.actor.supervision import (  # noqa: F401 - re-export
+    HB_ACK_EVERY_S, TICK_S, FailureDetection, HostLoad, Restart, heartbeat_interval, silent_death)
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
 from rlmesh.transport.sockets import bind_channel, tune, zmq_context
 
 logger = logging.getLogger(__name__)
+
+_POLLED = (ProcState.STARTING, ProcState.REJOINING, ProcState.ALIVE, ProcState.STOPPING)  # exits looked for each tick
+_HEARTBEATING = (ProcState.ALIVE, ProcState.REJOINING)  # heartbeat silence judged
 
 CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
 
@@ -76,6 +81,8 @@ class Controller:
         self.detection = FailureDetection.from_env()  # meshes whose Restart carries no detection= use this
         self._reaping: list[ProcHandle] = []  # killed procs not yet seen exit (waitpid'ed each tick: no zombies)
         self._last_tick = time.monotonic()
+        self._ups: list[ProcRecord] = []  # procs now alive, announced to the others in one message per loop turn
+        self._hb_s = heartbeat_interval(0)  # the interval workers are told to heartbeat at (grows with N)
         self._load = HostLoad()
         self.procs: dict[str, ProcRecord] = {}
         self.by_ident: dict[bytes, ProcRecord] = {}
@@ -320,13 +327,18 @@ class Controller:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self._efd, zmq.POLLIN)
+        # The tick (a scan of every proc) runs every TICK_S, not after every message: woken by
+        # each of N procs' heartbeats, a per-wake scan costs O(N^2) per heartbeat interval.
+        next_tick = 0.0
         while not self._closed:
+            wait = max(0, int((next_tick - time.monotonic()) * 1000) + 1)
             try:
-                events = dict(poller.poll(50))
+                events = dict(poller.poll(wait))
             except zmq.ZMQError:
                 if self._closed:
                     return
                 raise
+            ran = False
             if self._efd in events:
                 try:
                     os.eventfd_read(self._efd)
@@ -334,23 +346,35 @@ class Controller:
                     pass
             while self._tasks:
                 fn, fut = self._tasks.popleft()
+                ran = True
                 try:
                     fut.set_result(fn())
                 except BaseException as exc:  # noqa: BLE001 - hand it to the waiting thread
                     fut.set_exception(exc)
-            if self.sock in events:
-                self._drain()
-            try:
-                self._tick()
-            except Exception:
-                logger.exception("supervisor tick failed")
+            backlog = self._drain() if self.sock in events else False
+            now = time.monotonic()
+            if ran or now >= next_tick:  # a task may be a launcher's "an exit was seen": look now
+                next_tick = now + TICK_S
+                try:
+                    self._tick(backlog)
+                except Exception:
+                    logger.exception("supervisor tick failed")
+            if self._ups:
+                self._announce_ups()
 
-    def _drain(self) -> None:
-        while True:
+    def _drain(self) -> bool:
+        """Handle the queued control messages, for at most TICK_S: when more arrive than this thread
+        can read (thousands of procs on a saturated host), the tick still runs, so exits are still seen
+        at once; what is left is read on the next loop turn. True when messages were left unread
+        (their heartbeats too: no silence is judged until the backlog is read)."""
+        until = time.monotonic() + TICK_S
+        for n in itertools.count(1):
+            if not n % 64 and time.monotonic() > until:
+                return True
             try:
                 frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
-                return
+                return False
             ident = bytes(frames[0])
             try:
                 kind, msg, sid = P.read_control_session(self.chan, frames[1:])
@@ -377,16 +401,24 @@ class Controller:
                 rec.hb.restart(now)
             else:
                 rec.hb.beat(now)
-            self._send(rec, P.HB_ACK)  # the worker's proof that its controller is alive
+            if now - rec.last_ack >= HB_ACK_EVERY_S:  # the worker's proof that its controller lives (it
+                rec.last_ack = now  # waits 10 s for one), and the heartbeat interval it should use
+                self._send(rec, P.HB_ACK, hb_s=self._hb_s)
         elif kind == P.HELLO:
             rec.last_hb = now
             rec.hb.restart(now)
             rec.joined = True
             rec.pid, rec.host, rec.addr = msg["pid"], msg["host"], msg["addr"]
-            for other in self.procs.values():  # tell the newcomer where everyone is
-                if other is not rec and other.state == ProcState.ALIVE:
-                    self._send(rec, P.PROC_UP, proc_id=other.proc_id, addr=other.addr,
-                               incarnation=other.incarnation)
+            self._hb_s = heartbeat_interval(len(self.procs))
+            rec.last_ack = now
+            self._send(rec, P.HB_ACK, hb_s=self._hb_s)
+            # Tell the newcomer where the replaced procs are now, in one message. A first incarnation is
+            # where its actor handles say (they carry its address): listing every proc to every newcomer
+            # was O(N^2) messages for N joins.
+            ups = [(o.proc_id, o.addr, o.incarnation) for o in self.procs.values()
+                   if o is not rec and o.state == ProcState.ALIVE and o.incarnation > 0]
+            if ups:
+                self._send(rec, P.DIRECTORY, up=ups)
             self._emit("spawned", rec)
             if rec.incarnation == 0:
                 self._mark_alive(rec)
@@ -416,7 +448,17 @@ class Controller:
     def _mark_alive(self, rec: ProcRecord) -> None:
         rec.state = ProcState.ALIVE
         self.client.proc_up(rec.proc_id, rec.addr, rec.incarnation)
-        self._broadcast(rec, P.PROC_UP, proc_id=rec.proc_id, addr=rec.addr, incarnation=rec.incarnation)
+        if rec.incarnation > 0:  # a replacement: the others learn its new address at the end of this loop turn
+            self._ups.append(rec)
+
+    def _announce_ups(self) -> None:
+        """One DIRECTORY message per live proc listing the procs that came up since the last one."""
+        ups, self._ups = self._ups, []
+        for other in self.procs.values():
+            if other.state in (ProcState.ALIVE, ProcState.REJOINING, ProcState.STARTING):
+                mine = [(r.proc_id, r.addr, r.incarnation) for r in ups if r is not other and r.state == ProcState.ALIVE]
+                if mine:
+                    self._send(other, P.DIRECTORY, up=mine)
 
     def _rejoin(self, rec: ProcRecord) -> None:
         """A replacement proc joined: re-create its actors (``__init__`` then ``on_restart``)."""
@@ -470,39 +512,45 @@ class Controller:
             if other is not about and other.state in (ProcState.ALIVE, ProcState.REJOINING, ProcState.STARTING):
                 self._send(other, kind, **fields)
 
-    def _tick(self) -> None:
+    def _tick(self, backlog: bool = False) -> None:
         now = time.monotonic()
-        # This thread itself was starved (a busy host): heartbeats may still sit unread; judge next tick.
-        stalled = now - self._last_tick > 0.5
+        # This thread itself was starved (a busy host), or left messages unread: heartbeats may still sit
+        # unread; judge silences next tick.
+        stalled = backlog or now - self._last_tick > 0.5
         self._last_tick = now
-        # Procs silent past the floor right now: if several are, the cause is likely shared (this process).
-        together = sum(1 for r in self.procs.values() if r.state in ("alive", "rejoining")
-                       and now - r.last_hb > r.detect.heartbeat_timeout_s)
-        for rec in list(self.procs.values()):
-            if rec.state in (ProcState.STARTING, ProcState.REJOINING, ProcState.ALIVE, ProcState.STOPPING) and rec.handle is not None:
+        for rec in list(self.procs.values()):  # exits, stop deadlines, start timeouts, relaunches: cheap per proc
+            st = rec.state
+            if st in _POLLED and rec.handle is not None:
+                if rec.pid is None and st == ProcState.STARTING:  # forked from a template: its pid arrives later
+                    rec.pid = getattr(rec.handle, "pid", None)
                 status = rec.handle.poll()
                 if status is not None:
                     code, sig, why = (tuple(status) + ("",))[:3]
-                    self._on_exit(rec, code, sig, reason="stopped" if rec.state == ProcState.STOPPING else why)
-                    continue
-                if rec.state == ProcState.STOPPING and now > rec.stop_deadline:
+                    self._on_exit(rec, code, sig, reason="stopped" if st == ProcState.STOPPING else why)
+                elif st == ProcState.STOPPING and now > rec.stop_deadline:
                     rec.handle.kill()
-                elif rec.state in ("alive", "rejoining") and not stalled:
-                    why = silent_death(rec, now, self._load.factor(now), together)
-                    if why is not None:
-                        kill_hung = getattr(rec.handle, "kill_hung", None)  # a capturing launcher takes its stacks first
-                        if kill_hung is not None:  # it dumps the stacks, then kills (within ~1 s); we reap
-                            kill_hung()
-                            self._reaping.append(rec.handle)
-                        else:
-                            self._kill(rec)
-                        self._on_exit(rec, None, None, reason=why)
-                elif rec.state == "starting" and now - rec.started_at > rec.start_timeout and not stalled:
+                elif st == ProcState.STARTING and now - rec.started_at > rec.start_timeout and not stalled:
                     self._kill(rec)
                     self._on_exit(rec, None, None, reason=f"did not join within {float(rec.start_timeout)}s "
                                                           f"({rec.detect.key('start_timeout_s')})")
-            elif rec.state == "restarting" and now >= rec.restart_at:
+            elif st == ProcState.RESTARTING and now >= rec.restart_at:
                 self._relaunch(rec)
+        # Heartbeat silence: only procs silent past their floor are judged. If several are, the cause is
+        # likely shared (this process starved), which silent_death allows for.
+        silent = [r for r in self.procs.values() if r.state in _HEARTBEATING and r.handle is not None
+                  and now - r.last_hb > r.detect.heartbeat_timeout_s]
+        if silent and not stalled:
+            load = self._load.factor(now)
+            for rec in silent:
+                why = silent_death(rec, now, load, len(silent))
+                if why is not None:
+                    kill_hung = getattr(rec.handle, "kill_hung", None)  # a capturing launcher takes its stacks first
+                    if kill_hung is not None:  # it dumps the stacks, then kills (within ~1 s); we reap
+                        kill_hung()
+                        self._reaping.append(rec.handle)
+                    else:
+                        self._kill(rec)
+                    self._on_exit(rec, None, None, reason=why)
         if self._reaping:
             self._reaping = [h for h in self._reaping if h.poll() is None]
         if self._kv_waiters:
@@ -517,6 +565,8 @@ class Controller:
         # The event goes out first, so a caller woken by ActorDied already finds the death recorded.
         self._emit("stopped" if stopping else "died", rec, exit_code=exit_code, signal=sig, reason=why)
         self.client.proc_down(rec.proc_id, rec.incarnation, exit_code, sig, why)
+        if self._ups:
+            self._announce_ups()  # an up still queued must not arrive after this down
         self._broadcast(rec, P.PROC_DOWN, proc_id=rec.proc_id, incarnation=rec.incarnation,
                         exit_code=exit_code, signal=sig, reason=why)
         for req, (r, fut) in list(self._spawn_waits.items()):

@@ -82,6 +82,7 @@ class ProcRecord:
     host: str = ""
     addr: str = ""
     last_hb: float = 0.0
+    last_ack: float = 0.0  # when the supervisor last answered its heartbeat (acks are sent at most once a second)
     started_at: float = 0.0
     restarts_used: int = 0
     restart_at: float = 0.0

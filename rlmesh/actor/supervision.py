@@ -38,6 +38,26 @@ INIT_HB_TIMEOUT_ENV = "RLMESH_INIT_HEARTBEAT_TIMEOUT_S"
 START_TIMEOUT_ENV = "RLMESH_START_TIMEOUT_S"
 SPAWN_TIMEOUT_ENV = "RLMESH_SPAWN_TIMEOUT_S"
 
+TICK_S = 0.05
+"""How often the supervisor scans its procs (exits, timeouts, heartbeat silence)."""
+HB_ACK_EVERY_S = 2.0
+"""A worker's heartbeats are acknowledged at most this often (its controller-silence limit is 10 s)."""
+HB_BASE_S = 0.2
+"""The heartbeat interval while the controller supervises few procs."""
+HB_BUDGET_PER_S = 1000.0
+"""Heartbeats per second the controller is willing to read; past it, each worker beats less often..."""
+HB_MAX_S = 1.0
+"""...but at least once a second (past 1,000 procs on one controller, per-host agents are the way on)."""
+
+
+def heartbeat_interval(n_procs: int) -> float:
+    """The heartbeat interval the supervisor asks of each of ``n_procs`` workers: 0.2 s up to 200 procs,
+    then ``n / 1000`` s (the controller reads about 1,000 beats a second), at most 1 s (1,000 procs).
+    A hang is then judged against twice the longest recent gap (2 s at 1,000 procs, the 1.5 s floor below
+    about 750); an exit is seen at once whatever N."""
+    return min(HB_MAX_S, max(HB_BASE_S, n_procs / HB_BUDGET_PER_S))
+
+
 _ENV_KEYS = {"heartbeat_timeout_s": HB_TIMEOUT_ENV, "init_heartbeat_timeout_s": INIT_HB_TIMEOUT_ENV,
              "start_timeout_s": START_TIMEOUT_ENV, "spawn_timeout_s": SPAWN_TIMEOUT_ENV,
              "heartbeat_phi": "RLMESH_HEARTBEAT_PHI"}

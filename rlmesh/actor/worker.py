@@ -174,12 +174,18 @@ class ControlLink(threading.Thread):
     def handle(self, kind: str, msg: dict) -> None:
         w = self.w
         if kind == P.HB_ACK:
+            hb = msg.get("hb_s")
+            if hb and os.environ.get(HEARTBEAT_S_ENV) is None:  # the supervisor spaces beats out as N grows
+                self.hb_s = float(hb)
             return
         if kind == P.SPAWN:
             fut = asyncio.run_coroutine_threadsafe(w.spawn(msg), w.loop)
             fut.add_done_callback(lambda f, req=msg["req"]: self._spawned(req, f))
         elif kind == P.PROC_UP:
             w.directory_update(msg, up=True)
+        elif kind == P.DIRECTORY:
+            for proc_id, addr, incarnation in msg["up"]:
+                w.directory_update({"proc_id": proc_id, "addr": addr, "incarnation": incarnation}, up=True)
         elif kind == P.PROC_DOWN:
             w.directory_update(msg, up=False)
         elif kind == P.KV_REP:

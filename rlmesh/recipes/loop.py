@@ -193,7 +193,9 @@ async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: 
     prefix = f"{plan.id_prefix}-" if ledger.generation == 0 else f"{plan.id_prefix}-g{ledger.generation}-"
     work = AsyncWorkScheduler(per_step=replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,
                               on_event=ledger)
-    recovery = Recovery(cfg.run.recovery_timeout_s, meshes={"buffer": roles.buffer, "trainer": roles.trainer})
+    # other roles' meshes (reward, env) by name: a generator failing because one of them died waits for it
+    recovery = Recovery(cfg.run.recovery_timeout_s,
+                        meshes={**roles.others, "buffer": roles.buffer, "trainer": roles.trainer})
     stop = asyncio.Event()
     start = time.perf_counter()
     state = await roles.trainer.state.call_one()  # a resumed run's trainer starts from its checkpoint

@@ -80,7 +80,7 @@ def grpo_update(
     if advantages is None:
         advantages = grpo_advantages(batch.rewards, group_size, normalize_std=config.normalize_std)
     loss_fn = loss_fn or grpo_loss
-    mask = gen.completion_mask.float()
+    mask = gen.trained_mask.float()  # observation tokens of multi-turn trajectories are read, not trained
     ref_logprobs = None
     if config.kl_coef > 0:
         if ref_model is None:

@@ -10,6 +10,7 @@ Callers pass ``host`` explicitly to leave loopback (``RLMESH_BIND_HOST`` for wor
 from __future__ import annotations
 
 import os
+import resource
 import socket as _socket
 import threading
 
@@ -34,7 +35,21 @@ def zmq_context() -> zmq.Context:
         if _ctx is None or _ctx_pid != os.getpid():
             _ctx = zmq.Context()
             _ctx_pid = os.getpid()
+            _ctx.set(zmq.MAX_SOCKETS, max_sockets())
         return _ctx
+
+
+def max_sockets() -> int:
+    """zmq's default cap is 1,023 sockets per context; a controller holds one per proc it calls (and
+    a proc one per peer), so a mesh of 1,000 procs needs more. Each socket takes about two file
+    descriptors: allow what this process's descriptor limit can hold."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 1023
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 16
+    return max(1023, min(soft // 2, 1 << 16))
 
 
 def default_bind_host() -> str:

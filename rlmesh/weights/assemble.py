@@ -141,6 +141,59 @@ def materialize(m: Manifest, sources: Sources, dtype: Any = None, device: Any = 
     return out
 
 
+def module_tensors(module: Any) -> dict[str, Any]:
+    """The parameter and buffer objects of a module by state_dict key (not the detached copies
+    ``state_dict()`` returns: pointing those at new memory would leave the module as it was)."""
+    out = dict(module.named_parameters(remove_duplicate=False))
+    out.update(module.named_buffers(remove_duplicate=False))
+    return out
+
+
+def _contiguous_bytes(pieces: Sequence[Any]) -> Any:
+    """The pieces as one uint8 view when they lie back to back in one CPU buffer, else None."""
+    if not pieces or pieces[0].device.type != "cpu":
+        return None
+    first = pieces[0]
+    ptr = first.data_ptr() + int(first.numel())
+    for p in pieces[1:]:
+        if p.data_ptr() != ptr or p.untyped_storage().data_ptr() != first.untyped_storage().data_ptr():
+            return None
+        ptr += int(p.numel())
+    if len(pieces) == 1:
+        return first
+    start = first.storage_offset()
+    return first.new_empty(0).set_(first.untyped_storage(), start, (ptr - first.data_ptr(),), (1,))
+
+
+def swap_into(m: Manifest, sources: Sources, tensors: Mapping[str, Any]) -> bool:
+    """Point every tensor of a module at its verified bytes in the sources (no copy): all or nothing.
+
+    Only when every entry is a torch tensor whose target is a CPU tensor of the same dtype and shape
+    and whose bytes lie contiguous and aligned in one CPU buffer; otherwise False and nothing changed
+    (the caller copies). The tensor objects stay the same (``set_``), so the module, its hooks and
+    anything holding the parameters see the new values; a view taken from them before (``detach()``,
+    an earlier ``state_dict()``) keeps the old bytes.
+    """
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
+
+    plan = []
+    for e, pieces in zip(m.entries, sources):
+        dst = tensors.get(e.key)
+        if e.kind == "numpy" or dst is None or not isinstance(dst, torch.Tensor) or dst.device.type != "cpu":
+            return False
+        dt = torch_dtype(e.dtype)
+        if dst.dtype != dt or tuple(dst.shape) != tuple(e.shape):
+            return False
+        flat = _contiguous_bytes(pieces)
+        if flat is None or flat.data_ptr() % max(1, dt.itemsize):
+            return False
+        plan.append((dst, flat, dt, e.shape))
+    with torch.no_grad():
+        for dst, flat, dt, shape in plan:
+            dst.set_(flat.view(dt).reshape(shape))
+    return True
+
+
 def as_state_dict(target: Any) -> Mapping[str, Any]:
     """Accept a state_dict or a module (whose ``state_dict()`` tensors alias its parameters)."""
     if isinstance(target, Mapping):

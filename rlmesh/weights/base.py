@@ -23,6 +23,10 @@ class Fetched:
     release: Callable[[], None] = field(default=lambda: None)
     fetch_seconds: float = 0.0
     sums: list[int] | None = None  # per-entry checksums of the received bytes, when computed on arrival
+    adopt: Callable[[], None] | None = None
+    """Set by a transport whose sources live in a private staging buffer (TCP): the Subscriber may
+    point a module's tensors at the verified sources instead of copying them, then calls this so the
+    transport never writes that buffer again while anything still uses it."""
 
 
 class ReaderTransport(Protocol):

@@ -133,8 +133,19 @@ class Subscriber:
         """
         sd = assemble.as_state_dict(target)
         want_cuda = any(getattr(t, "is_cuda", False) for t in sd.values())
-        return self._pull(min_version, version, timeout, want_cuda,
-                          lambda f: assemble.copy_into(f.manifest, f.sources, sd, dtype))[1]
+        # A module pulled over TCP takes the verified staging bytes as its own (no copy of the whole
+        # model); a state_dict is copied into, since it may alias a module we cannot see.
+        owned = assemble.module_tensors(target) if hasattr(target, "named_parameters") else None
+
+        def deliver(f: Fetched) -> None:
+            if owned is not None and f.adopt is not None and dtype is None:
+                assemble.check_target(f.manifest, sd, dtype)
+                if assemble.swap_into(f.manifest, f.sources, owned):
+                    f.adopt()
+                    return
+            assemble.copy_into(f.manifest, f.sources, sd, dtype)
+
+        return self._pull(min_version, version, timeout, want_cuda, deliver)[1]
 
     def pull(self, *, min_version: int = 0, version: int | None = None, timeout: float = 30.0, dtype: Any = None,
              device: Any = None) -> tuple[dict[str, Any], Version]:

@@ -126,6 +126,11 @@ class TcpReader(Control):
     Why a staging buffer rather than keeping zmq frames: a fresh 1 GiB of frames per
     pull is fresh memory, and faulting it in cost more than the copy out of libzmq's
     buffer; the staging pages stay mapped from one version to the next.
+
+    Swap, not copy: when the Subscriber points a module's tensors at a verified staging
+    buffer (:meth:`Fetched.adopt`), that buffer is the module's now, and the next pull
+    receives into another one: the buffer the module let go of, once nothing uses it any
+    more (two buffers alternate, the memory a copy into the module's own tensors took too).
     """
 
     name = "tcp"
@@ -134,14 +139,26 @@ class TcpReader(Control):
         super().__init__(record)
         self.chunk_bytes, self.window = chunk_bytes, window
         self._staging: Any = None
+        self._handed: list[Any] = []  # staging buffers a module took over (reused once nothing else holds them)
 
     def _stage(self, nbytes: int) -> Any:
         import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
+        if self._staging is None:
+            free = [b for b in self._handed if _unshared(b)]
+            if free:  # the buffer a module let go of: take it (and drop any other unused one)
+                self._staging = free[0]
+                self._handed = [b for b in self._handed if all(b is not f for f in free)]
         if self._staging is None or self._staging.numel() < nbytes:
             self._staging = None
             self._staging = torch.empty(nbytes, dtype=torch.uint8)
         return self._staging
+
+    def _adopted(self, buf: Any) -> None:
+        """A module now uses ``buf``: never receive into it again while anything else holds it."""
+        if self._staging is buf:
+            self._staging = None
+            self._handed.append(buf)
 
     def _recv_chunk(self, pending: dict[tuple[int, int], int], chunks: list[tuple[int, int]], staging: np.ndarray,
                     deadline: float) -> tuple[tuple[int, int], dict[str, Any]]:
@@ -222,4 +239,19 @@ class TcpReader(Control):
             self.release(lease)
             raise
         return Fetched(manifest, sources, lambda: self.release(lease), time.perf_counter() - t0,
-                       [x & checksum.MASK for x in sums])
+                       [x & checksum.MASK for x in sums], adopt=lambda: self._adopted(staging))
+
+
+def _unshared(buf: Any) -> bool:
+    """True when no tensor but ``buf`` itself uses its memory (so receiving into it harms nobody).
+
+    Reads the storage's reference count (torch's ``_storage_Use_Count``): ``buf`` holds one and the
+    storage object asked for it one more. Where torch lacks it, a buffer is never reused (correct,
+    only slower: each pull then faults in fresh memory)."""
+    import torch  # deferred: torch is heavy; weights of numpy arrays never load it
+
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    if count is None:
+        return False
+    storage = buf.untyped_storage()
+    return count(storage._cdata) <= 2

@@ -36,6 +36,13 @@ class Counter(rm.Actor):
         return rm.context().rank
 
     @rm.endpoint
+    async def wait_for_file(self, path: str) -> int:
+        """Returns (its rank) once ``path`` exists: lets a test choose the order calls complete in."""
+        while not os.path.exists(path):
+            await asyncio.sleep(0.01)
+        return rm.context().rank
+
+    @rm.endpoint
     def block(self, s: float) -> int:
         time.sleep(s)
         return rm.context().rank

@@ -75,16 +75,20 @@ def test_broadcast_is_fire_and_forget(counters):
         time.sleep(0.01)
 
 
-def test_stream_yields_in_completion_order(counters):
+def test_stream_yields_in_completion_order(counters, tmp_path):
     assert sorted(counters.block.stream(0.0)) == [0, 1, 2, 3]
 
     async def collect():
         return [v async for v in counters.sleep.stream(0.0)]
 
     assert sorted(asyncio.run(collect())) == [0, 1, 2, 3]
-    # rank r sleeps (3 - r) * 0.2 s, so the highest rank answers first
-    staggered = rm.actor.mesh.Stream([counters.slice(procs=r).sleep.call_one((3 - r) * 0.2) for r in range(4)])
-    assert list(staggered) == [3, 2, 1, 0]
+    # the test releases rank 3 first, then 2, 1, 0: the stream must yield in that order, not rank order
+    gates = [tmp_path / f"go{r}" for r in range(4)]
+    staggered = iter(rm.actor.mesh.Stream([counters.slice(procs=r).wait_for_file.call_one(str(gates[r]))
+                                           for r in range(4)]))
+    for r in (3, 2, 1, 0):
+        gates[r].touch()
+        assert next(staggered) == r
 
 
 def test_await_and_gather_from_asyncio(counters):

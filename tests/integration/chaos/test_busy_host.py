@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 RLMESH = [sys.executable, "-m", "rlmesh.cli", "run"]
 HOGS = 8
+pytestmark = pytest.mark.serial  # it saturates the CPUs on purpose: scripts/test.sh runs it alone
 FULL = os.environ.get("RLMESH_CHAOS_FULL", "") not in ("", "0")
 
 PPO = ["recipe=ppo_cartpole", "run.progress=false", "telemetry.health_interval_s=0"] + (

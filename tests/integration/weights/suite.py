@@ -234,6 +234,33 @@ class TransportSuite:
         sub.pull_into(dict(dst.named_parameters()))
         assert dst.weight.requires_grad and torch.equal(dst.weight, src.weight)
 
+    def test_module_pulled_again_and_again_keeps_its_tensors_and_views_keep_their_bytes(self, env):
+        """A module may take the received bytes as its own (TCP swaps instead of copying): the same
+        parameter objects get each new version; a view taken before sees the new bytes where they are
+        copied in place, and keeps its version's bytes where they were swapped (that memory is never
+        received into while the view holds it); a corrupt version leaves the module untouched."""
+        pub, sub = env
+        dst = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.LayerNorm(512)).to(self.device)
+        params = {k: id(v) for k, v in dst.named_parameters()}
+        versions = {}
+        for v in (1, 2, 3):
+            src = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.LayerNorm(512)).to(self.device)
+            versions[v] = {k: t.detach().clone() for k, t in src.state_dict().items()}
+            pub.publish(src.state_dict(), version=v)
+            assert sub.pull_into(dst, min_version=v) == v
+            for k, t in dst.state_dict().items():
+                assert torch.equal(t, versions[v][k]), (v, k)
+            if v == 1:
+                held = dst[0].weight.detach()  # aliases whatever memory the module uses now
+        swapped = self.transport == "tcp"
+        assert torch.equal(held, versions[1 if swapped else 3]["0.weight"])
+        assert {k: id(v) for k, v in dst.named_parameters()} == params and dst[0].weight.requires_grad
+        pub.publish({k: t + 1 for k, t in versions[3].items()}, version=4)
+        self.corrupt(pub, 4, "1.bias")
+        with pytest.raises(WeightSyncError, match="checksum"):
+            sub.pull_into(dst, min_version=4, timeout=5)
+        assert all(torch.equal(t, versions[3][k]) for k, t in dst.state_dict().items())
+
     def test_follows_a_restarted_publisher(self, transport_setup):
         d = LocalKV()
         name = f"restart-{self.transport}"

@@ -111,9 +111,9 @@ def _wandb_history(path):
     return rows
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_wandb_export_offline_matches_the_sql_rows(runs_dir, monkeypatch):
-    pytest.importorskip("wandb", reason="W&B export is tested where wandb is installed (pip install wandb)")
+    pytest.importorskip("wandb", reason="wandb is in the dev extra: bash scripts/setup.sh installs it")
     from rlmesh.telemetry.api import current_run_dir
     from rlmesh.telemetry.export import start_export
 
@@ -129,7 +129,7 @@ def test_wandb_export_offline_matches_the_sql_rows(runs_dir, monkeypatch):
     tm.flush()
     exporter.stop()
     (path,) = (current_run_dir() / "wandb").glob("offline-run-*/run-*.wandb")
-    deadline = time.monotonic() + 60  # wandb's own service process writes the file; wait until it has
+    deadline = time.monotonic() + 180  # wandb's own service process writes the file (slowly on a busy host)
     while len(rows := _wandb_history(path)) < 16 and time.monotonic() < deadline:
         time.sleep(0.2)
     got = lambda tag: [(r["global_step"], r[tag]) for r in rows if tag in r]  # noqa: E731
