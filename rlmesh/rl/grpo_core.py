@@ -101,7 +101,7 @@ def grpo_update(
         out = loss_fn(logprobs, gen.completion_logprobs[rows], advantages[rows], mask[rows],
                         ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows],
                         clip_coef=config.clip_coef, clip_coef_high=config.clip_coef_high, kl_coef=config.kl_coef,
-                        aggregation=config.aggregation)
+                        aggregation=config.aggregation, norm_length=config.norm_length)
         optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         metrics["train/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
