@@ -20,7 +20,7 @@ which rlmesh does not implement (a plain diagonal Gaussian); rlmesh's DQN steps 
 transitions per train call where SB3 trains every ``train_freq`` steps of one env (the same
 update-to-data ratio, coarser grain).
 
-LLM table (``--llm``): ``grpo_addition``, ``rloo_addition`` and ``dapo_addition`` at the same budget
+LLM table (``--llm``): ``grpo_addition``, ``rloo_addition``, ``dapo_addition`` and ``drgrpo_addition`` at the same budget
 (``--llm-steps`` train steps of ``prompts_per_step`` prompts after the same SFT warm start), the
 held-out reward of each evaluation.
 
@@ -231,7 +231,7 @@ def llm_table(args: argparse.Namespace) -> None:
     print(f"\n| recipe | seed | held-out reward by train step (steps={args.llm_steps}) | wall s |")
     print("|---|---|---|---|")
     for seed in args.seeds:
-        for recipe in ("grpo_addition", "rloo_addition", "dapo_addition"):
+        for recipe in ("grpo_addition", "rloo_addition", "dapo_addition", "drgrpo_addition"):
             with tempfile.TemporaryDirectory(prefix="algos-llm-") as tmp:
                 t0 = time.perf_counter()
                 out = subprocess.run([sys.executable, "-m", "rlmesh.cli", "run", f"recipe={recipe}",
@@ -262,7 +262,7 @@ def main() -> None:
     p.add_argument("--llm", action="store_true", help="also (or with --no-gym, only) the LLM table")
     p.add_argument("--no-gym", action="store_true")
     p.add_argument("--llm-steps", type=int, default=400)
-    p.add_argument("--llm-args", nargs="*", default=[], help="extra overrides for the three LLM recipes")
+    p.add_argument("--llm-args", nargs="*", default=[], help="extra overrides for the four LLM recipes")
     args = p.parse_args()
     banner("algorithms: rlmesh vs Stable-Baselines3 (rl-zoo hyperparameters), same env steps", "torch", "gymnasium",
            "stable-baselines3")

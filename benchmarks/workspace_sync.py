@@ -1,10 +1,11 @@
 """Workspace sync: rlmesh chain vs rsync to each receiver in turn vs a raw socket stream.
 
-    PYTHONPATH=. python benchmarks/workspace_sync.py --big-mib 256 --files 10000 --n 1 4 8
+    PYTHONPATH=. python benchmarks/workspace_sync.py --big-mib 256 --files 10000 --n 1 4 8 --repeat 3
 
 N hosts are simulated as N receiver processes (``python -m rlmesh.workspace.node``), each
-with its own chunk store and destination, on loopback. "rlmesh" times from the first
-receiver's start to the last one's tree materialised (process start-up included).
+with its own chunk store and destination, on loopback. "rlmesh" times from handing the
+already started receivers their upstream addresses to the last one's tree materialised (the
+manifest walk included, Python start-up not: a mesh's procs are running before a sync).
 "rsync" is ``rsync -a`` (local mode) to each destination in turn. "raw" streams the
 bytes over one TCP socket per receiver, in turn, into a file (a floor for one copy).
 Last: a re-sync after a one-line edit in the small-file tree (warm store, N=1).
@@ -42,16 +43,18 @@ def make_trees(base: str, big_mib: int, files: int) -> tuple[str, str]:
 
 
 def rlmesh_sync(src: str, work: str, n: int) -> tuple[float, list[dict]]:
+    """N receivers started and idle first (as the procs of a mesh are), then timed from handing out the
+    chain's upstream addresses to the last tree materialised (the manifest walk included)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "rlmesh.workspace.node", "--upstream", "-", "--store",
+                               os.path.join(work, f"store{i}"), "--dest", os.path.join(work, f"dest{i}")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)]
+    addrs = [p.stdout.readline().strip() for p in procs]
+    t0 = time.perf_counter()
     m = build_manifest(src)
     server = ChunkServer(m.to_json(), source_lookup(src, m))
-    t0 = time.perf_counter()
-    procs, up = [], server.addr
-    for i in range(n):
-        p = subprocess.Popen([sys.executable, "-m", "rlmesh.workspace.node", "--upstream", up, "--store",
-                              os.path.join(work, f"store{i}"), "--dest", os.path.join(work, f"dest{i}")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        up = p.stdout.readline().strip()
-        procs.append(p)
+    for p, up in zip(procs, [server.addr, *addrs[:-1]]):
+        p.stdin.write(up + "\n")
+        p.stdin.flush()
     stats = [json.loads(p.stdout.readline()) for p in procs]
     wall = time.perf_counter() - t0
     for p in procs:
@@ -68,7 +71,17 @@ def rsync_seq(src: str, work: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def raw_seq(path: str, work: str, n: int) -> float:
+def raw_seq(path: str, work: str, n: int, tries: int = 3) -> float:
+    """Each receiver in turn; a sample whose socket broke (seen once on a host at load 20) is taken again."""
+    for _ in range(tries - 1):
+        try:
+            return _raw_seq(path, work, n)
+        except OSError as exc:
+            print(f"raw baseline sample failed ({exc}); again", file=sys.stderr)
+    return _raw_seq(path, work, n)
+
+
+def _raw_seq(path: str, work: str, n: int) -> float:
     t0 = time.perf_counter()
     for i in range(n):
         srv = socket.create_server(("127.0.0.1", 0))
@@ -85,37 +98,54 @@ def raw_seq(path: str, work: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def spread(xs: list[float]) -> str:
+    """median [min-max] of repeated samples."""
+    if not xs or xs[0] != xs[0]:
+        return "-"
+    xs = sorted(xs)
+    return f"{xs[len(xs) // 2]:.2f} [{xs[0]:.2f}-{xs[-1]:.2f}]"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--big-mib", type=int, default=1024)
     ap.add_argument("--files", type=int, default=10000)
     ap.add_argument("--n", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--repeat", type=int, default=3, help="samples per cell (median [min-max] printed)")
+    ap.add_argument("--trees", nargs="*", default=["big", "small"], choices=["big", "small"])
     a = ap.parse_args()
     os.environ.setdefault("RLMESH_SECRET", Authenticator.new_secret().hex())
     base = tempfile.mkdtemp(prefix="rlmesh-wsbench-")
     try:
         big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files)
-        print(f"load {os.getloadavg()[0]:.1f}; big file {a.big_mib} MiB; {a.files} small files")
-        print(f"{'tree':>6} {'N':>3} {'rlmesh s':>9} {'max host s':>10} {'rsync seq s':>11} {'raw seq s':>9}")
-        for name, src in (("big", big), ("small", small)):
+        print(f"big file {a.big_mib} MiB; {a.files} small files; {a.repeat} samples per cell, seconds median [min-max]")
+        print(f"{'tree':>6} {'N':>3} {'rlmesh':>20} {'max host':>20} {'rsync seq':>20} {'raw seq':>20} {'load':>5}")
+        for name, src in [(t, big if t == "big" else small) for t in a.trees]:
             for n in a.n:
-                work = tempfile.mkdtemp(dir=base)
-                wall, stats = rlmesh_sync(src, work, n)
-                rs = rsync_seq(src, work, n)
-                raw = raw_seq(os.path.join(big, "blob.bin"), work, n) if name == "big" else float("nan")
-                print(f"{name:>6} {n:>3} {wall:9.2f} {max(s['duration_s'] for s in stats):10.2f} {rs:11.2f} {raw:9.2f}",
-                      flush=True)
-                shutil.rmtree(work)
+                walls, hosts, rss, raws = [], [], [], []
+                for _ in range(a.repeat):
+                    work = tempfile.mkdtemp(dir=base)
+                    wall, stats = rlmesh_sync(src, work, n)
+                    walls.append(wall)
+                    hosts.append(max(s["duration_s"] for s in stats))
+                    rss.append(rsync_seq(src, work, n))
+                    raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n) if name == "big" else float("nan"))
+                    shutil.rmtree(work)
+                print(f"{name:>6} {n:>3} {spread(walls):>20} {spread(hosts):>20} {spread(rss):>20} {spread(raws):>20} "
+                      f"{os.getloadavg()[0]:5.1f}", flush=True)
         work = tempfile.mkdtemp(dir=base)
         rlmesh_sync(small, work, 1)
         path = os.path.join(small, "d0", "f7.py")
-        with open(path, "a") as f:
-            f.write("y = 2\n")
-        t0 = time.perf_counter()
-        wall, stats = rlmesh_sync(small, work, 1)
-        print(f"re-sync after a one-line edit: {time.perf_counter() - t0:.2f}s wall (incl. manifest walk and receiver "
-              f"start), host {stats[0]['duration_s']:.3f}s, {stats[0]['bytes_received']} bytes in "
-              f"{stats[0]['chunks_received']} chunk(s), file size {os.path.getsize(path)}; load {os.getloadavg()[0]:.1f}")
+        walls, hosts = [], []
+        for i in range(a.repeat):
+            with open(path, "a") as f:
+                f.write(f"y = {i}\n")
+            wall, stats = rlmesh_sync(small, work, 1)
+            walls.append(wall)
+            hosts.append(stats[0]["duration_s"])
+        print(f"re-sync after a one-line edit: {spread(walls)} s wall (manifest walk included, receiver's Python start-up not), "
+              f"host {spread(hosts)} s, {stats[0]['bytes_received']} bytes in {stats[0]['chunks_received']} chunk(s), "
+              f"file size {os.path.getsize(path)}; load {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -312,6 +312,21 @@ class Controller:
 
         return self.submit(do).result()
 
+    def restart_proc(self, proc_id: str, reason: str) -> bool:
+        """Kill an alive proc on purpose so its mesh's restart policy replaces it (actors re-created,
+        ``on_restart`` run): new code after a workspace sync. Event ``restart_requested`` (reason) first;
+        it counts against the restart budget like any death. False when the proc was not alive."""
+        def do() -> bool:
+            rec = self.procs.get(proc_id)
+            if rec is None or rec.state != ProcState.ALIVE or rec.handle is None or not rec.policy.restartable:
+                return False
+            self._emit("restart_requested", rec, reason=reason)
+            rec.down_at = time.time()
+            rec.handle.kill()
+            return True
+
+        return self.submit(do).result()
+
     # ------------------------------------------------------------------ supervisor loop
     def _send(self, rec: ProcRecord, kind: str, **fields: Any) -> None:
         out = self._reply_out.get(rec.ident)
@@ -521,6 +536,8 @@ class Controller:
         for rec in list(self.procs.values()):  # exits, stop deadlines, start timeouts, relaunches: cheap per proc
             st = rec.state
             if st in _POLLED and rec.handle is not None:
+                if rec.pid is None and st == ProcState.STARTING:  # forked from a template: its pid arrives later
+                    rec.pid = getattr(rec.handle, "pid", None)
                 status = rec.handle.poll()
                 if status is not None:
                     code, sig, why = (tuple(status) + ("",))[:3]

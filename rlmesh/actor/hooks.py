@@ -42,7 +42,8 @@ class ProcEvent:
     ``kind``: ``spawned`` (first start, or a restart's new process joined),
     ``died`` (exit code or signal, or ``reason="heartbeat timeout"``),
     ``restarted`` (its actors were re-created), ``stopped`` (clean shutdown),
-    ``gave_up`` (``max_restarts`` exhausted), ``fault_injected`` (built-in fault injection).
+    ``gave_up`` (``max_restarts`` exhausted), ``fault_injected`` (built-in fault injection),
+    ``restart_requested`` (killed on purpose to run new code: ``sync_workspace(reload="auto")``).
     ``recovery_s`` (``restarted`` only): seconds from the injected fault, or else from the
     death, until the replacement's actors were re-created and serving.
     """

@@ -23,7 +23,8 @@ controller's side) reads it on a thread, and :class:`ForkedProcHandle` answers
 ``poll()`` from that table without blocking.
 
 Protocol (one JSON object per line): requests ``{"op": "fork", "id", "argv",
-"env", "cwd"}`` and ``{"op": "preload", "modules"}``; replies ``{"ready": true}``,
+"env", "cwd"}`` and ``{"op": "preload", "modules", "now"}`` (``now``: import before serving the
+next request, else between requests); replies ``{"ready": true}``,
 ``{"id", "pid"}`` or ``{"id", "error"}``, and ``{"exit": pid, "code", "signal"}``.
 """
 
@@ -52,6 +53,13 @@ logger = logging.getLogger(__name__)
 
 FORKSERVER_ENV = "RLMESH_FORKSERVER"
 DEFAULT_PRELOAD = ("numpy", "torch")
+FRESH_IMPORTS_ENV = "RLMESH_FRESH_IMPORTS"
+"""Folders (os.pathsep-separated) whose modules a forked child must import afresh, not inherit
+from the template: a synced workspace (rlmesh.workspace sets it on the procs it activated)."""
+# The start-up template (first launches) imports only what every worker imports anyway: the
+# worker itself and the worker plugins named in its environment. Not torch: its ~3 s import
+# would hold back every first launch, and many procs (buffers, reward) never use it.
+STARTER_PRELOAD: tuple[str, ...] = ()
 
 
 def enabled_by_env() -> bool:
@@ -133,6 +141,7 @@ class ForkServer:
 
     def __init__(self, python: str, env: dict[str, str], cwd: str, preload: Iterable[str] = DEFAULT_PRELOAD,
                  name: str = "", on_exit: Callable[[], None] | None = None):
+        preload = tuple(preload)
         self.name = name
         self.on_exit = on_exit  # called on the reader thread when a child's exit is reported (wake a poller)
         self.ready = threading.Event()
@@ -143,6 +152,7 @@ class ForkServer:
         self._status: dict[int, tuple[int | None, int | None]] = {}  # request id -> (exit code, signal)
         self._kill_on_fork: set[int] = set()
         self._next_id = 0
+        self.preloaded: set[str] = set(preload)  # imported before any fork: at start, or with preload(now=True)
         self._lock = threading.Lock()
         req_r, self._req_w = os.pipe()
         self._st_r, st_w = os.pipe()
@@ -185,11 +195,14 @@ class ForkServer:
             time.sleep(0.0005)
         return handle
 
-    def preload(self, modules: list[str]) -> None:
-        """Have the server import ``modules`` between requests (failures are logged there and ignored)."""
+    def preload(self, modules: list[str], now: bool = False) -> None:
+        """Have the server import ``modules`` between requests (failures are logged there and ignored);
+        ``now``: before it serves the requests that follow this one (forks then find them imported)."""
         if modules and not self.dead:
+            if now:
+                self.preloaded.update(modules)
             try:
-                self._write({"op": "preload", "modules": list(modules)})
+                self._write({"op": "preload", "modules": list(modules), "now": now})
             except OSError:
                 pass
 
@@ -301,6 +314,18 @@ def _import(mod: str) -> None:
                        mod, type(exc).__name__, exc)
 
 
+def _warm_pyarrow() -> None:
+    """pyarrow imports pandas (1.5-2 s) at its first conversion of Python objects: do it here, once,
+    rather than in every worker's first telemetry flush (which holds the GIL while it imports)."""
+    pa = sys.modules.get("pyarrow")
+    if pa is None:
+        return
+    try:
+        pa.array([0])
+    except Exception:  # noqa: BLE001 - only a warm-up
+        logger.debug("fork server: warming pyarrow failed", exc_info=True)
+
+
 def _child(msg: dict, close_fds: list[int]) -> None:
     """In the forked child: become the worker a fresh ``python -m rlmesh.worker`` would have been."""
     signal.set_wakeup_fd(-1)
@@ -318,6 +343,7 @@ def _child(msg: dict, close_fds: list[int]) -> None:
     for p in reversed([p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]):
         if p not in sys.path:
             sys.path.insert(1, p)
+    _forget_modules_under([p for p in env.get(FRESH_IMPORTS_ENV, "").split(os.pathsep) if p])
     sys.argv = ["rlmesh.worker", *msg["argv"]]
     np = sys.modules.get("numpy")
     if np is not None:  # a fresh process would not share the template's global RNG state
@@ -326,6 +352,20 @@ def _child(msg: dict, close_fds: list[int]) -> None:
         except Exception:  # noqa: BLE001
             pass
     actor_worker.main(msg["argv"])  # ends with os._exit
+
+
+def _forget_modules_under(folders: list[str]) -> None:
+    """Drop the template's modules imported from ``folders`` (a synced workspace that changed since
+    the template imported them), so the child imports today's files, as a fresh Python would."""
+    if not folders:
+        return
+    roots = tuple(os.path.realpath(f) + os.sep for f in folders)
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if name.split(".")[0] == "rlmesh":  # the worker runs on these: a checkout synced as the tree keeps them
+            continue
+        if isinstance(f, str) and os.path.realpath(f).startswith(roots):
+            del sys.modules[name]
 
 
 def _fork(msg: dict, close_fds: list[int]) -> None:
@@ -375,6 +415,7 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     plugins = [s.split(":", 1)[0].strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if s.strip()]
     for mod in [*preload, *plugins]:  # worker plugins' modules are imported, never run, here
         _import(mod)
+    _warm_pyarrow()
     pending: list[str] = []
     buf = b""
     try:
@@ -397,6 +438,10 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
                     msg = json.loads(line)
                     if msg["op"] == "fork":
                         _fork(msg, close_fds)
+                    elif msg["op"] == "preload" and msg.get("now"):
+                        for mod in msg["modules"]:
+                            _import(mod)
+                        _warm_pyarrow()
                     elif msg["op"] == "preload":
                         pending.extend(m for m in msg["modules"] if m not in pending)
                 continue  # serve every request before the next (slow) import

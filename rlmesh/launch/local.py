@@ -13,6 +13,7 @@ Relaunches of procs whose mesh may restart are forked from a warm template
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import os
@@ -23,6 +24,7 @@ import threading
 from typing import Any, Iterable
 
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
+from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.launch import capture, forkserver
 from rlmesh.launch.forkserver import ForkedProcHandle, ForkServer
@@ -60,6 +62,18 @@ def _wake_supervisor() -> None:
         c.submit(lambda: None)
 
 
+# Start-up templates are shared by all LocalLaunchers (every ``this_host()``) of the process, keyed by
+# interpreter and environment; the controller's shutdown (which closes every launcher) stops them.
+_STARTERS: dict[str, ForkServer] = {}
+_STARTERS_LOCK = threading.Lock()
+
+
+def _controller_heavy() -> tuple[str, ...]:
+    """Heavy modules the start-up template imports because this controller did: a controller that
+    imported torch (an RL recipe) starts procs that import it too, and ~3 s of CPU each is paid once."""
+    return ("numpy", "torch") if "torch" in sys.modules else ()
+
+
 class LocalLauncher:
     """Starts ``python -m rlmesh.worker`` children. ``python`` defaults to this interpreter.
 
@@ -75,7 +89,8 @@ class LocalLauncher:
         self.extra_env = extra_env or {}
         self.fork_server = fork_server
         self.fork_preload = tuple(fork_preload)
-        self._servers: dict[str, ForkServer] = {}
+        self._servers: dict[str, ForkServer] = {}  # proc mesh -> its restart template (actor modules, torch)
+        self._starters = _STARTERS  # environment -> start-up template, shared by every launcher of this controller
         self._lock = threading.Lock()
         self._capture: capture.OutputCapture | None = None
 
@@ -96,9 +111,13 @@ class LocalLauncher:
         env = self._env(req)
         argv = ["--controller", req.controller_addr, "--proc-id", req.proc_id, "--proc-mesh", req.proc_mesh,
                 "--rank", str(req.rank), "--incarnation", str(req.incarnation)]
-        if getattr(req, "restartable", False) and self._fork_enabled():
-            prep = self._prepare_capture(req, fork=True) if req.incarnation > 0 else None
-            handle = self._via_fork_server(req, env, argv, prep.env if prep else None)
+        if self._fork_enabled():
+            handle = None
+            prep = self._prepare_capture(req, fork=True)
+            if getattr(req, "restartable", False):
+                handle = self._via_fork_server(req, env, argv, prep.env if prep else None)
+            if handle is None:
+                handle = self._via_starter(env, argv, prep.env if prep else None)
             if handle is not None:
                 return capture.captured(handle, prep)
             if prep is not None:
@@ -114,6 +133,59 @@ class LocalLauncher:
             prep.abort()
             raise
         return capture.captured(LocalProcHandle(popen), prep)
+
+    def _via_starter(self, env: dict[str, str], argv: list[str],
+                     child_env: dict[str, str] | None) -> ForkedProcHandle | None:
+        """Fork a proc from the launcher's shared start-up template (one per environment, started on first use).
+
+        The request is queued on the template's pipe at once, even before the template finished
+        importing: the supervisor thread never waits, and the template forks every queued proc
+        the moment it is ready. None (start Python afresh) when the template is gone.
+        """
+        srv = self._starter(env)
+        if srv is None:
+            return None
+        plugins = [m.split(":", 1)[0].strip() for m in env.get(WORKER_PLUGINS_ENV, "").split(",") if m.strip()]
+        want = [*plugins, *_controller_heavy()]
+        try:
+            if any(m not in srv.preloaded for m in want):  # imported before the forks queued after this
+                srv.preload([m for m in want if m not in srv.preloaded], now=True)
+            return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd(),
+                            wait_s=0.0)
+        except OSError:
+            srv.dead = True
+            return None
+
+    def _starter(self, env: dict[str, str]) -> ForkServer | None:
+        """The start-up template for ``env``: rlmesh's own variables (the run's telemetry address, the
+        job secret) are read at run time, not import time, so they may differ from the template's."""
+        key = hashlib.sha1(repr((self.python, sorted((k, v) for k, v in env.items()
+                                                     if not k.startswith("RLMESH_")))).encode()).hexdigest()
+        with _STARTERS_LOCK:
+            srv = self._starters.get(key)
+            if srv is not None and not srv.dead:
+                return srv
+            if srv is not None and not srv.ready.is_set():  # it never worked: do not start it again
+                if not srv.warned:
+                    srv.warned = True
+                    logger.warning("the start-up template could not start; procs start Python afresh")
+                return None
+            if srv is not None:  # it served, then died (killed): a new one takes its place
+                logger.warning("the start-up template died; starting a new one")
+            try:
+                srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(),
+                                                       (*forkserver.STARTER_PRELOAD, *_controller_heavy()),
+                                                       name=f"starter{len(self._starters)}", on_exit=_wake_supervisor)
+            except Exception:  # noqa: BLE001 - procs still start the plain way
+                logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
+                return None
+            return srv
+
+    def prestart(self, env: dict[str, str] | None = None) -> None:
+        """Start the start-up template now (on the supervisor thread: it must outlive the call), so its
+        imports overlap the controller's own start (the telemetry service) instead of following it."""
+        if self._fork_enabled():
+            self._starter(self._env(LaunchRequest("", "", "", 0, 0, env or {})))
 
     def _prepare_capture(self, req: LaunchRequest, fork: bool) -> capture.Prepared | None:
         """FIFOs for this launch's output (the ``logs``/``stacks`` tables, the terminal echo), unless RLMESH_CAPTURE=0."""
@@ -146,7 +218,8 @@ class LocalLauncher:
                 srv.dead = True
         if not srv.warned:
             srv.warned = True
-            logger.warning("fork server of %s is %s: restarting %s with a fresh Python", req.proc_mesh,
+            logger.warning("fork server of %s is %s: restarting %s from the start-up template (or a fresh Python)",
+                           req.proc_mesh,
                            "gone" if srv.dead else "not ready yet", req.proc_id)
         return None
 
@@ -172,6 +245,11 @@ class LocalLauncher:
         """Stop every template (the controller shuts down)."""
         for name in list(self._servers):
             self.release(name)
+        with _STARTERS_LOCK:
+            starters = list(self._starters.values())
+            self._starters.clear()
+        for srv in starters:
+            srv.close()
         with self._lock:
             cap, self._capture = self._capture, None
         if cap is not None:
@@ -198,6 +276,8 @@ class HostMesh:
         if not dims:
             raise ValueError("per_host needs at least one dimension, e.g. per_host={'procs': 4}")
         n = next(self._names)
+        if hasattr(self.launcher, "prestart"):  # overlap the template's imports with the controller's start
+            Controller.get().submit(lambda: self.launcher.prestart(env))
         return ProcMesh.launch(name or ("procs" if n == 0 else f"procs{n}"), dims, self.launcher, restart, env,
                                timeout)
 

@@ -34,6 +34,7 @@ from omegaconf.errors import MissingMandatoryValue, ValidationError
 from rlmesh.dashboard.attach import watching
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.config_store import SCHEMAS, register
+from rlmesh.recipes.workspace_option import activate_on_controller
 from rlmesh.telemetry.api import current_run_dir
 
 logger = logging.getLogger(__name__)
@@ -202,6 +203,7 @@ def run_config(cfg: Any, launcher: str = "local") -> Any:
     """Run an already validated recipe config with its program and return what it returns (a
     :class:`rlmesh.recipes.loop.RunResult` for the shipped programs); its closing numbers are also
     written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
+    activate_on_controller(cfg, launcher)  # workspace.sync: the recipe's _target_ classes import from workspace.path
     with watching(cfg):  # telemetry.dashboard / telemetry.export: started with the run, stopped with it
         result = load_program(cfg.program).main(cfg, launcher)
     run_dir = current_run_dir()

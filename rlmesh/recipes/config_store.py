@@ -33,19 +33,21 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from rlmesh.errors import ConfigError
+from rlmesh.recipes.agentic_config import AgenticRecipeConfig
 from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
+from rlmesh.rl.agentic.config import AgenticGeneratorConfig
 from rlmesh.rl.algorithms.configs import A2CConfig, DAPOConfig, DQNConfig, ReplayConfig, RLOOConfig
 from rlmesh.rl.config import BufferConfig, GRPOConfig, GymGeneratorConfig, LLMGeneratorConfig, PPOConfig, RewardConfig
 
 logger = logging.getLogger(__name__)
 
-SCHEMAS: dict[str, type] = {"ppo": PPORecipeConfig, "grpo": GRPORecipeConfig}
+SCHEMAS: dict[str, type] = {"ppo": PPORecipeConfig, "grpo": GRPORecipeConfig, "agentic": AgenticRecipeConfig}
 """Recipe schemas by program name (``schema/<name>``)."""
 
 ROLE_CONFIGS: dict[str, dict[str, type]] = {
     "trainer": {"ppo": PPOConfig, "grpo": GRPOConfig, "a2c": A2CConfig, "dqn": DQNConfig, "rloo": RLOOConfig,
                 "dapo": DAPOConfig},
-    "generator": {"gym": GymGeneratorConfig, "llm": LLMGeneratorConfig},
+    "generator": {"gym": GymGeneratorConfig, "llm": LLMGeneratorConfig, "agentic": AgenticGeneratorConfig},
     "reward": {"base": RewardConfig},
     "buffer": {"replay": BufferConfig, "transitions": ReplayConfig},
 }

@@ -6,7 +6,8 @@ unit, the generator endpoint that does one work item, how to evaluate). Everythi
 once:
 
 1. **Start** (:func:`run_recipe`): the run's identity (a new run, or ``run.resume``), the work
-   ledger, procs with the restart policy, the roles, fault injection.
+   ledger, procs with the restart policy, the workspace sync (``workspace.sync``), the roles,
+   fault injection.
 2. **Loop** (:func:`drive`): each generator replica serves work items from the scheduler, whose
    credit bounds generation ahead of training by ``buffer.max_policy_lag`` versions; the trainer
    trains on what the buffer holds (:meth:`Recovery.train` settles the work ledger and survives
@@ -32,6 +33,7 @@ from typing import Any, Callable
 import rlmesh as rm
 from rlmesh.actor.faults import FaultInjector
 from rlmesh.recipes.run_state import begin
+from rlmesh.recipes.workspace_option import sync_recipe_procs
 from rlmesh.rl.placement import place
 from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
 from rlmesh.rl.warmup import WarmupDisplay
@@ -170,6 +172,7 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, name="rl",
                                                      restart=cfg.run.restart_policy())  # N restarts in T s, run.*_s
     try:
+        sync_recipe_procs(cfg, launcher, procs, run.run_id)  # workspace.sync: the project folder, before any actor
         with WarmupDisplay(rm.telemetry.query, cfg.run.progress and run.run_id is not None):  # SFT, engine start
             roles = spawn(procs)
         with FaultInjector.from_config(cfg.faults, roles.by_role()) as faults:
@@ -195,7 +198,9 @@ async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: 
     prefix = f"{plan.id_prefix}-" if ledger.generation == 0 else f"{plan.id_prefix}-g{ledger.generation}-"
     work = AsyncWorkScheduler(per_step=replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,
                               on_event=ledger)
-    recovery = Recovery(cfg.run.recovery_timeout_s, meshes={"buffer": roles.buffer, "trainer": roles.trainer})
+    # other roles' meshes (reward, env) by name: a generator failing because one of them died waits for it
+    recovery = Recovery(cfg.run.recovery_timeout_s,
+                        meshes={**roles.others, "buffer": roles.buffer, "trainer": roles.trainer})
     stop = asyncio.Event()
     start = time.perf_counter()
     state = await roles.trainer.state.call_one()  # a resumed run's trainer starts from its checkpoint

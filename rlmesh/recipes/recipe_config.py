@@ -25,6 +25,7 @@ from rlmesh.rl.config import (
     RewardConfig,
     check,
 )
+from rlmesh.recipes.workspace_option import WorkspaceConfig
 from rlmesh.rl.names import check_model_path
 from rlmesh.telemetry.config import TelemetryConfig
 
@@ -128,6 +129,8 @@ class PPORecipeConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     """Built-in fault injection (``faults=generator_kill``, ``faults.kill=trainer``); off by default."""
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    """The controller's project folder to every proc (``workspace.sync=true``; on for Kubernetes by default)."""
 
     def proc_meshes(self) -> dict[str, int]:
         """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer, one per generator
@@ -224,6 +227,8 @@ class GRPORecipeConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     """Built-in fault injection (``faults=generator_kill``, ``faults.kill=reward``); off by default."""
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    """The controller's project folder to every proc (``workspace.sync=true``; on for Kubernetes by default)."""
 
     def proc_meshes(self) -> dict[str, int]:
         """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer, reward actors, generators."""

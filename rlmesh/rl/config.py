@@ -185,6 +185,9 @@ class PPOConfig(GymTrainerConfig):
     travel with the weights to generators and the evaluator and land in checkpoints)."""
     normalize_reward: bool = False
     """Scale rewards by the running std of the discounted return (SB3's ``VecNormalize``)."""
+    squash_actions: bool = False
+    """Continuous actions: squash the Gaussian sample into the action bounds by tanh instead of
+    clipping it (the flag travels in the weights to generators and the evaluator); needs finite bounds."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
 
@@ -225,7 +228,12 @@ class GRPOConfig(TrainerConfig):
     normalize_std: bool = True
     """Divide group-centred rewards by the group's std (``False``: Dr. GRPO)."""
     aggregation: str = "token_mean"
-    """How token losses are averaged."""
+    """How token losses are averaged: ``token_mean`` (every token of the batch weighs the same, DAPO),
+    ``sequence_mean`` (each sequence's mean, the GRPO paper) or ``sequence_sum_norm`` (each sequence's
+    sum over ``norm_length``, Dr. GRPO: no length bias)."""
+    norm_length: int | None = None
+    """The constant ``sequence_sum_norm`` divides by: the generation budget (``generator.max_new_tokens``);
+    ``None`` = the batch's padded completion width."""
     update_epochs: int = 1
     """Passes over each batch of completions (1 = on-policy, ratio is 1 at the first step)."""
     max_grad_norm: float = 1.0
@@ -249,8 +257,10 @@ class GRPOConfig(TrainerConfig):
         check(self.clip_coef_high is None or self.clip_coef_high >= self.clip_coef, "trainer.clip_coef_high",
                self.clip_coef_high, f"use null or a value >= trainer.clip_coef ({self.clip_coef})")
         check(self.kl_coef >= 0, "trainer.kl_coef", self.kl_coef, "use 0 (no reference model) or a positive weight")
-        check(self.aggregation in ("token_mean", "sequence_mean"), "trainer.aggregation", self.aggregation,
-               "use 'token_mean' or 'sequence_mean'")
+        check(self.aggregation in ("token_mean", "sequence_mean", "sequence_sum_norm"), "trainer.aggregation",
+              self.aggregation, "use 'token_mean', 'sequence_mean' or 'sequence_sum_norm' (Dr. GRPO)")
+        check(self.norm_length is None or self.norm_length >= 1, "trainer.norm_length", self.norm_length,
+              "use null (the padded completion width) or the generation budget, e.g. generator.max_new_tokens")
         check(self.update_epochs >= 1, "trainer.update_epochs", self.update_epochs, "set 1 or more epochs")
         check(self.max_grad_norm > 0, "trainer.max_grad_norm", self.max_grad_norm, "use a positive norm")
 

@@ -80,7 +80,7 @@ def grpo_update(
     if advantages is None:
         advantages = grpo_advantages(batch.rewards, group_size, normalize_std=config.normalize_std)
     loss_fn = loss_fn or grpo_loss
-    mask = gen.completion_mask.float()
+    mask = gen.trained_mask.float()  # observation tokens of multi-turn trajectories are read, not trained
     ref_logprobs = None
     if config.kl_coef > 0:
         if ref_model is None:
@@ -101,7 +101,7 @@ def grpo_update(
         out = loss_fn(logprobs, gen.completion_logprobs[rows], advantages[rows], mask[rows],
                         ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows],
                         clip_coef=config.clip_coef, clip_coef_high=config.clip_coef_high, kl_coef=config.kl_coef,
-                        aggregation=config.aggregation)
+                        aggregation=config.aggregation, norm_length=config.norm_length)
         optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         metrics["train/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
-from rlmesh.rl.algorithms.ppo import make_optimizer, ppo_update, rollout_advantages
+from rlmesh.rl.algorithms.ppo import build_policy, make_optimizer, ppo_update, rollout_advantages
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
 from rlmesh.rl.rollout import RolloutCollector, evaluate_greedy, greedy_actor
 
@@ -62,7 +62,7 @@ def train_ppo(
     """
     torch.manual_seed(seed)
     collector_envs = gym.make_vec(generator.env_id, num_envs=1)
-    policy = ActorCritic(collector_envs.single_observation_space, collector_envs.single_action_space, model)
+    policy = build_policy(collector_envs.single_observation_space, collector_envs.single_action_space, model, ppo)
     collector_envs.close()
     collector = RolloutCollector(generator, policy, seed=seed)
     optimizer = make_optimizer(policy, ppo)

@@ -58,6 +58,10 @@ class Rollout:
     last_obs: torch.Tensor | None = None
     """The raw observation after the last step, [N, ...]: the next state of step ``T - 1``
     (off-policy algorithms build ``(s, a, r, s')`` transitions from ``obs`` and this)."""
+    discounted_returns: torch.Tensor | None = None
+    """The running discounted return ``G_t = r_t + gamma * G_{t-1}`` at each step ([T, N]), carried
+    across rollouts and reset at episode ends, with the ``reward_gamma`` the trainer's weights hold;
+    ``None`` while the trainer does not scale rewards. Its spread is what rewards are divided by."""
 
     @property
     def num_steps(self) -> int:
@@ -85,6 +89,7 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
         episode_returns=[x for r in rollouts for x in r.episode_returns],
         episode_lengths=[x for r in rollouts for x in r.episode_lengths],
         last_obs=None if any(r.last_obs is None for r in rollouts) else torch.cat([r.last_obs for r in rollouts]),
+        discounted_returns=None if any(r.discounted_returns is None for r in rollouts) else cat("discounted_returns"),
     )
 
 
@@ -100,6 +105,8 @@ class RolloutCollector:
         self._prev_done = np.zeros(config.num_envs, dtype=bool)
         self._ep_return = np.zeros(config.num_envs)
         self._ep_length = np.zeros(config.num_envs, dtype=np.int64)
+        self._disc_return = np.zeros(config.num_envs)
+        """Running discounted return per env, carried across ``collect`` calls (for reward scaling)."""
         self._action_space = self.envs.single_action_space
         self.total_steps = 0
         """Real env transitions collected so far (what "env steps" means in benchmarks)."""
@@ -114,12 +121,12 @@ class RolloutCollector:
         done_buf = torch.empty(t_max, n)
         valid_buf = torch.empty(t_max, n, dtype=torch.bool)
         returns, lengths = [], []
+        gamma = float(getattr(self.policy, "reward_gamma", 0.0))
+        disc_buf = torch.empty(t_max, n) if gamma > 0 else None
         for t in range(t_max):
             actions, logp, value = self.policy.act(self._obs)
             obs_buf[t], act_buf[t], logp_buf[t], val_buf[t] = self._obs, actions, logp, value
-            env_actions = actions.numpy()
-            if not self.policy.discrete:
-                env_actions = np.clip(env_actions, self._action_space.low, self._action_space.high)
+            env_actions = actions.numpy() if self.policy.discrete else self.policy.env_actions(actions)
             obs, reward, terminated, truncated, _ = self.envs.step(env_actions)
             valid = ~self._prev_done
             done = terminated | truncated
@@ -128,6 +135,10 @@ class RolloutCollector:
             done_buf[t] = torch.from_numpy(done.astype(np.float32))
             valid_buf[t] = torch.from_numpy(valid)
             self._ep_return += np.where(valid, reward, 0.0)
+            if disc_buf is not None:  # as SB3's VecNormalize: G = gamma * G + r, reset after an episode ends
+                self._disc_return = np.where(valid, gamma * self._disc_return + reward, 0.0)
+                disc_buf[t] = torch.from_numpy(self._disc_return.astype(np.float32))
+                self._disc_return[done] = 0.0
             self._ep_length += valid
             for i in np.flatnonzero(done & valid):
                 returns.append(float(self._ep_return[i]))
@@ -138,7 +149,7 @@ class RolloutCollector:
             self._obs = torch.as_tensor(obs, dtype=torch.float32)
         last_value = self.policy.value(self._obs).detach() if t_max else torch.zeros(n)
         rollout = Rollout(obs_buf, act_buf, logp_buf, val_buf, rew_buf, term_buf, done_buf, valid_buf,
-                          last_value, policy_version, returns, lengths, self._obs.clone())
+                          last_value, policy_version, returns, lengths, self._obs.clone(), disc_buf)
         self.total_steps += rollout.num_steps
         return rollout
 
@@ -169,12 +180,13 @@ def evaluate_greedy(
 def greedy_actor(policy: ActorCritic, action_space: gym.Space | None = None) -> Callable[[np.ndarray], np.ndarray]:
     """Wrap a policy as ``obs -> greedy actions`` for :func:`evaluate_greedy`.
 
-    Pass the single-env ``action_space`` for ``Box`` actions so the mean is clipped to bounds.
+    Pass the single-env ``action_space`` for ``Box`` actions so the mean is clipped (or, with
+    ``squash``, tanh-squashed) into the bounds, as in training (:meth:`ActorCritic.env_actions`).
     """
-    bounds = (action_space.low, action_space.high) if isinstance(action_space, gym.spaces.Box) else None
+    box = isinstance(action_space, gym.spaces.Box)
 
     def act(obs: np.ndarray) -> np.ndarray:
         actions, _, _ = policy.act(torch.as_tensor(obs, dtype=torch.float32), greedy=True)
-        return actions.numpy() if bounds is None else np.clip(actions.numpy(), *bounds)
+        return policy.env_actions(actions) if box else actions.numpy()
 
     return act

@@ -99,7 +99,7 @@ PROCS_SQL = """
 SELECT proc, mesh, rank,
        arg_max(host, ts) AS host, arg_max(pid, ts) FILTER (WHERE pid IS NOT NULL) AS pid,
        arg_max(incarnation, ts) AS incarnation,
-       arg_max(event, ts) FILTER (WHERE event <> 'fault_injected') AS event,
+       arg_max(event, ts) FILTER (WHERE event NOT IN ('fault_injected', 'restart_requested')) AS event,
        count(*) FILTER (WHERE event = 'restarted') AS restarts
 FROM actors GROUP BY proc, mesh, rank ORDER BY mesh, rank
 """

@@ -50,9 +50,34 @@ class SlotPool:
             self._leases.pop(lease, None)
         return bool(s.leases)
 
+    @staticmethod
+    def manifest_room(plan: Manifest) -> int:
+        """Bytes a slot needs for ``plan``'s manifest (checksums and transport extras included)."""
+        return len(plan.to_bytes()) + 64 * len(plan.entries) + 1024
+
+    def reserve(self, plan: Manifest, n: int) -> int:
+        """Create empty slots until ``n`` fit ``plan`` (reserving their pages takes seconds at 1 GiB:
+        done ahead, the first publishes only copy). Returns how many it created."""
+        need_manifest = self.manifest_room(plan)
+        made = 0
+        while True:
+            with self.lock:
+                fitting = [s for s in self.slots if s.state == EMPTY and s.data_cap >= plan.total
+                           and s.manifest_cap >= need_manifest]
+                if self.closed or len(fitting) >= n:
+                    return made
+                idx, self._next_idx = self._next_idx, self._next_idx + 1
+            s = SlotFile(f"{self.base_path}-s{idx}", idx, plan.total, 2 * need_manifest)  # outside the lock
+            with self.lock:
+                if self.closed:
+                    s.close(unlink=True)
+                    return made
+                self.slots.append(s)
+            made += 1
+
     def acquire(self, plan: Manifest) -> SlotFile:
         """An exclusively locked slot big enough for ``plan``, in state WRITING and out of the index."""
-        need_manifest = len(plan.to_bytes()) + 64 * len(plan.entries) + 1024
+        need_manifest = self.manifest_room(plan)
         now = time.monotonic()
         with self.lock:
             protected = {id(s) for s in self.advertised()[: self.keep - 1]}

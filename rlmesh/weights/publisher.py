@@ -102,6 +102,7 @@ class Publisher:
         self._publish_lock = threading.Lock()  # one publish at a time: versions stay monotonic
         self._closed = False
         self._cuda_live = False
+        self._reserving: threading.Thread | None = None
         self._rdma: Any = None
         self._server: Any = None
         _ensure_secret()
@@ -133,6 +134,33 @@ class Publisher:
     def latest_version(self) -> int | None:
         return self._latest if self._latest >= 0 else None
 
+    def reserve(self, state_dict: Mapping[str, Any], *, wait: bool = False) -> None:
+        """Create the shared-memory slots versions of ``state_dict``'s layout will be written to, on a
+        background thread, so the first publishes only copy.
+
+        Why: reserving the pages of a 1 GiB slot takes seconds, and the first two versions each
+        need a new slot (``keep`` >= 2 keeps the newest readable while the next is written).
+        When: right after the model is built; the reservation then overlaps the rest of
+        start-up (optimiser, setup). :meth:`publish` waits for it if it is still running. A
+        failure (a full ``/dev/shm``) is logged here and raised, with its fix, by ``publish``.
+        """
+        plan = plan_layout(self.name, 0, state_dict)
+        n = min(self.keep, 2)  # what the pool keeps in steady state: the newest, and one spare (keep >= 2)
+
+        def run() -> None:
+            t0 = time.perf_counter()
+            try:
+                made = self.pool.reserve(plan, n)
+                logger.info("weights %r: reserved %d slot(s) of %d bytes in %.2fs", self.name, made, plan.total,
+                            time.perf_counter() - t0)
+            except Exception:  # noqa: BLE001 - publish() allocates (and reports) itself
+                logger.warning("weights %r: reserving slots ahead failed", self.name, exc_info=True)
+
+        self._reserving = threading.Thread(target=run, name=f"rlmesh-weights-reserve-{self.name}", daemon=True)
+        self._reserving.start()
+        if wait:
+            self._reserving.join()
+
     def publish(self, state_dict: Mapping[str, Any], version: int) -> PublishStats:
         """Write ``state_dict`` as ``version`` (must exceed the last one) and make it visible to readers."""
         if self._closed:
@@ -145,6 +173,9 @@ class Publisher:
         if version <= self._latest:
             raise ValueError(f"versions are monotonic: {version} after {self._latest} for {self.name!r}")
         plan = plan_layout(self.name, version, state_dict)
+        if self._reserving is not None:  # slots being reserved ahead: use them rather than make more
+            self._reserving.join()
+            self._reserving = None
         slot = self.pool.acquire(plan)
         try:
             data = slot.data_view()

@@ -10,6 +10,7 @@ host receives nothing: its procs use ``path`` itself (same filesystem, no copy).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import logging
 import os
@@ -20,8 +21,12 @@ from typing import Any
 
 from rlmesh import telemetry
 from rlmesh.actor import Actor, endpoint
+from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.shape import Shape
-from rlmesh.workspace.manifest import build_manifest
+from rlmesh.launch.forkserver import FRESH_IMPORTS_ENV
+from rlmesh.workspace.editable import EditableRoot, editable_roots
+from rlmesh.workspace.manifest import Kind, Manifest, build_manifest, with_extras
+from rlmesh.workspace.reload import ProcReload, ReloadMode, reload_changed
 from rlmesh.workspace.store import DEFAULT_STORE, ChunkStore
 from rlmesh.workspace.transfer import ChunkServer, Receiver, SyncStats, source_lookup
 
@@ -66,41 +71,85 @@ class WorkspaceAgent(Actor):
             self._rx = None
 
     @endpoint
-    def activate(self, dest: str, chdir: bool) -> str:
-        """Make ``dest`` importable here (first on ``sys.path``) and, optionally, the working directory."""
-        if dest in sys.path:
-            sys.path.remove(dest)
-        sys.path.insert(0, dest)
+    def activate(self, dirs: list[str], cwd: str, chdir: bool) -> str:
+        """Put ``dirs`` first on ``sys.path`` (in order) and, optionally, make ``cwd`` the working directory."""
+        for d in reversed(dirs):
+            if d in sys.path:
+                sys.path.remove(d)
+            sys.path.insert(0, d)
         importlib.invalidate_caches()
         if chdir:
-            os.chdir(dest)
-        return dest
+            os.chdir(cwd)
+        return cwd
+
+    @endpoint
+    def reload(self, roots: list[str], files: list[str]) -> ProcReload:
+        """Reload this proc's changed modules where safe (:func:`rlmesh.workspace.reload.reload_changed`)."""
+        return reload_changed(roots, files)
 
 
 @dataclasses.dataclass
 class HostSync:
-    """One host's outcome (one ``file_syncs`` row)."""
+    """One host's outcome (one ``file_syncs`` row), and what its procs did with the changes."""
 
     host: str
     dest: str
     stats: SyncStats
+    reloads: list[ProcReload] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class _MeshState:
+    """Per ProcMesh (by its procs): the agents, spawned once, and the last manifest synced per root."""
+
+    agents: Any
+    recs: list[Any]
+    last: dict[str, Manifest] = dataclasses.field(default_factory=dict)
+
+
+_meshes: dict[tuple[int, tuple[str, ...]], _MeshState] = {}
+
+
+def _mesh_state(procs: Any) -> _MeshState:
+    """The mesh's agents; new ones when these procs are not the ones they were spawned on (a mesh
+    stopped and another started under the same proc ids)."""
+    recs = procs._records()
+    key = (id(procs._controller), tuple(r.proc_id for r in recs))
+    st = _meshes.get(key)
+    if st is None or any(a is not b for a, b in zip(st.recs, recs)):
+        agents = procs.spawn(f"_workspace_{os.getpid()}_{next(_seq)}", WorkspaceAgent)
+        st = _meshes[key] = _MeshState(agents, list(recs))
+    return st
+
+
+def _changed(old: Manifest | None, new: Manifest) -> list[str]:
+    """Files added or different since ``old`` (all files when there was none)."""
+    before = {e.path: e for e in old.entries} if old else {}
+    return [e.path for e in new.entries if e.kind == Kind.FILE and before.get(e.path) != e]
 
 
 def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[str] = (), *,
                    store_dir: str = DEFAULT_STORE, dest_root: str | None = None, run_id: str = "",
-                   simulate_hosts: bool = False, chdir: bool = False, timeout: float = 120.0) -> list[HostSync]:
+                   simulate_hosts: bool = False, chdir: bool = False, editable: bool = True,
+                   reload: bool | str | ReloadMode = ReloadMode.OFF, timeout: float = 120.0) -> list[HostSync]:
     """Land ``path`` on every host of ``procs`` (a ProcMesh) and make it importable by all its procs.
 
     ``simulate_hosts=True`` treats every proc as its own host (own store ``store_dir/host-i``
     and destination): how tests and benchmarks exercise the chain on one machine.
     Hosts are fed along a chain (source -> host0 -> host1 ...), each forwarding chunks as they arrive.
-    Raises ``RuntimeError`` naming the host when a host's sync failed.
+    ``editable``: also sync the folders of the controller's editable installs (:mod:`.editable`).
+    ``reload`` (``True`` = ``"auto"``): what running procs do with changed modules (:mod:`.reload`).
+    The same ``path`` synced again to the same procs lands in the same destination (``run_id``
+    defaults to one per controller process and root). Raises ``RuntimeError`` naming the host when
+    a host's sync failed.
     """
+    mode = ReloadMode.AUTO if reload is True else ReloadMode.OFF if reload is False else ReloadMode(reload)
     root = os.path.abspath(path)
-    run_id = run_id or f"ws-{os.getpid()}-{next(_seq)}"
+    run_id = run_id or f"ws-{os.getpid()}-{hashlib.blake2b(root.encode(), digest_size=4).hexdigest()}"
     dest_root = dest_root or os.path.join(os.path.expanduser("~"), ".cache", "rlmesh", "workspaces")
     shape = Shape(procs.shape)
-    agents = procs.spawn(f"_workspace_{run_id}", WorkspaceAgent)
+    state = _mesh_state(procs)
+    agents = state.agents
     recs = procs._records()
     me = os.uname().nodename
     hosts: dict[str, list[int]] = {}
@@ -111,8 +160,17 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
     def one(rank: int) -> Any:
         return agents.slice(**shape.coords(rank))
 
-    manifest = build_manifest(root, exclude)
-    server = ChunkServer(manifest.to_json(), source_lookup(root, manifest))
+    inside, extras = [], []
+    for er in (editable_roots() if editable else []):
+        rel = os.path.relpath(er.root, root)
+        if rel == "." or not (rel == ".." or rel.startswith(".." + os.sep)):
+            inside.append(rel.replace(os.sep, "/"))  # already in the tree: only its sys.path entry
+        else:
+            extras.append(er)
+    main = build_manifest(root, exclude)
+    manifest = with_extras(main, [(er.prefix, build_manifest(er.root, chunk_bytes=main.chunk_bytes))
+                                  for er in extras]) if extras else main
+    server = ChunkServer(manifest.to_json(), source_lookup(root, manifest, {er.prefix: er.root for er in extras}))
     out: list[HostSync] = []
     try:
         chain, up = [], server.addr
@@ -128,17 +186,81 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
             st = one(ranks[0]).wait.call_one().get()
             out.append(HostSync(host, dest, SyncStats(**st)))
             if st["error"]:
+                _record(out, run_id)  # the failed host's row (with its error) lands in file_syncs too
                 raise RuntimeError(f"workspace sync to host {host} failed: {st['error']} (stored chunks are kept; "
                                    "call sync_workspace again to resume)")
         for host, ranks, dest in chain:
             one(ranks[0]).finish.call_one().get()
-        dests = {r: hs.dest for hs in out for r in hosts[hs.host]}
-        for rank, dest in dests.items():
-            one(rank).activate.call_one(dest, chdir).get()
     finally:
         server.close()
+    before = {rec.proc_id: rec.incarnation for rec in recs}  # a restart below is complete once this grew
+    changed = _changed(state.last.get(root), manifest)
+    state.last[root] = manifest
+    for hs in out:
+        same = hs.dest == root
+        dirs = [root, *(os.path.join(root, r) for r in inside)] if same else \
+            [hs.dest, *(os.path.join(hs.dest, r) for r in inside), *(os.path.join(hs.dest, er.prefix) for er in extras)]
+        for rank in hosts[hs.host]:
+            one(rank).activate.call_one(dirs, hs.dest, chdir).get()
+            _remember(procs._controller, recs[rank].proc_id, dirs)
+        if mode != ReloadMode.OFF and changed:
+            files = [_source_of(p, hs.dest, root, extras) if same else os.path.join(hs.dest, *p.split("/"))
+                     for p in changed]
+            roots = dirs + ([er.root for er in extras] if same else [])
+            hs.reloads = [_reload_one(procs, one(r), recs[r].proc_id, r, roots, files, mode) for r in hosts[hs.host]]
+    restarted = [recs[r.rank] for hs in out for r in hs.reloads if r.restarted]
+    _wait_replaced(restarted, before, timeout)
     _record(out, run_id)
     return out
+
+
+def _wait_replaced(recs: list[Any], before: dict[str, int], timeout: float) -> None:
+    """Until each restarted proc's replacement is alive with its actors re-created (the next call runs new code)."""
+    deadline = time.monotonic() + timeout
+    while recs:
+        recs = [r for r in recs if not (r.incarnation > before[r.proc_id] and r.state == ProcState.ALIVE)]
+        if any(r.state in (ProcState.FAILED, ProcState.STOPPED) for r in recs):
+            raise RuntimeError(f"procs restarted for new code will not come back: {[r.proc_id for r in recs]}")
+        if recs and time.monotonic() > deadline:
+            raise TimeoutError(f"procs restarted for new code not back after {timeout:.0f}s: {[r.proc_id for r in recs]}")
+        time.sleep(0.02)
+
+
+def _source_of(rel: str, dest: str, root: str, extras: list[EditableRoot]) -> str:
+    """A manifest path's file on the controller's own host (an editable tree's lives in its project)."""
+    for er in extras:
+        if rel.startswith(er.prefix + "/"):
+            return os.path.join(er.root, *rel[len(er.prefix) + 1:].split("/"))
+    return os.path.join(root, *rel.split("/"))
+
+
+def _remember(controller: Any, proc_id: str, dirs: list[str]) -> None:
+    """A replacement of this proc imports the tree too: first on its ``PYTHONPATH``, and (forked from
+    a warm template) with the template's copies of the tree's modules dropped."""
+    def do() -> None:
+        rec = controller.procs[proc_id]
+        env = rec.env = dict(rec.env)  # its own: the procs of a mesh start out sharing one dict
+        old = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in dirs]
+        env["PYTHONPATH"] = os.pathsep.join([*dirs, *old])
+        fresh = [*dirs, *(p for p in env.get(FRESH_IMPORTS_ENV, "").split(os.pathsep) if p)]
+        env[FRESH_IMPORTS_ENV] = os.pathsep.join(dict.fromkeys(fresh))
+
+    controller.submit(do).result()
+
+
+def _reload_one(procs: Any, agent: Any, proc_id: str, rank: int, roots: list[str], files: list[str],
+                mode: ReloadMode) -> ProcReload:
+    res: ProcReload = agent.reload.call_one(roots, files).get()
+    res.rank = rank
+    if res.unsafe and mode == ReloadMode.AUTO:
+        res.restarted = procs._controller.restart_proc(proc_id, "workspace reload: " + ", ".join(res.unsafe))
+        if not res.restarted:
+            logger.warning("proc %s imported changed actor modules %s but could not be restarted (not alive, or its "
+                           "mesh has no restart policy): it runs the old code", proc_id, res.unsafe)
+    elif res.unsafe:
+        logger.warning("proc %s runs old code of %s (actor classes are not reloaded in place; use reload='auto' "
+                       "to restart it)", proc_id, res.unsafe)
+    return res
 
 
 def _record(rows: list[HostSync], sync_id: str) -> None:

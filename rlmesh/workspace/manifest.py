@@ -183,3 +183,22 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     for e in entries:
         check_relpath(e.path)
     return Manifest(entries, chunk_bytes)
+
+
+def with_extras(main: Manifest, extras: list[tuple[str, Manifest]]) -> Manifest:
+    """``main`` plus each extra tree under its prefix (``.rlmesh-editable/<dist>``), one manifest.
+
+    The prefix's folders become directory entries, so a receiver creates them like any other."""
+    entries = list(main.entries)
+    made = {e.path for e in main.entries if e.kind == Kind.DIR}
+    for prefix, m in extras:
+        if m.chunk_bytes != main.chunk_bytes:
+            raise ValueError("extra trees must be chunked like the main tree")
+        parts = check_relpath(prefix).split("/")
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d not in made:
+                made.add(d)
+                entries.append(Entry(d, Kind.DIR, 0o755))
+        entries += [Entry(f"{prefix}/{e.path}", e.kind, e.mode, e.size, e.chunks, e.target) for e in m.entries]
+    return Manifest(entries, main.chunk_bytes)

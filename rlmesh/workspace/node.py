@@ -19,15 +19,17 @@ from rlmesh.workspace.transfer import Receiver
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--upstream", required=True)
+    ap.add_argument("--upstream", required=True, help="address to pull from; '-': read it from stdin after "
+                    "printing ours (all receivers of a chain start first, as a mesh's procs already run)")
     ap.add_argument("--store", required=True)
     ap.add_argument("--dest", required=True)
     ap.add_argument("--timeout", type=float, default=60.0)
     a = ap.parse_args(argv)
     rx = Receiver(ChunkStore(a.store), a.dest)
     print(rx.addr, flush=True)
+    upstream = sys.stdin.readline().strip() if a.upstream == "-" else a.upstream
     try:
-        st = rx.pull(a.upstream, a.timeout)
+        st = rx.pull(upstream, a.timeout)
         print(json.dumps(dataclasses.asdict(st)), flush=True)
     except Exception as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)

@@ -11,6 +11,7 @@ the destination share a filesystem.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import tempfile
@@ -66,6 +67,21 @@ class ChunkStore:
         with open(self.path(h), "rb") as f:
             return f.read()
 
+    def read_verified(self, h: str) -> bytes:
+        """The chunk, re-hashed; a chunk whose bytes changed on disk is removed (so the next sync fetches
+        it again) and :class:`CorruptChunkError` raised."""
+        data = self.read(h)
+        if chunk_hash(data) != h:
+            self.drop(h)
+            raise CorruptChunkError(f"store chunk {h[:12]}... is corrupt on disk (removed: sync again to fetch it)")
+        return data
+
+    def drop(self, h: str) -> None:
+        try:
+            os.unlink(self.path(h))
+        except OSError:
+            pass
+
 
 @dataclass
 class MaterialiseResult:
@@ -117,6 +133,9 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
             os.symlink(e.target, tmp)
         elif len(e.chunks) == 1 and e.mode & 0o222 == 0 and _try_link(store, e.chunks[0], tmp):
             res.linked += 1  # read-only one-chunk file: shares the store's inode (verified when stored)
+        elif len(e.chunks) == 1 and e.chunks[0] in verified and _claim(store, e.chunks[0], tmp):
+            os.chmod(tmp, e.mode)  # written once: this file *is* the chunk that arrived (see _claim)
+            res.linked += 1
         else:
             size = 0
             with open(tmp, "wb") as f:
@@ -125,9 +144,10 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
                         f.flush()
                         size += _copy_into(store.path(h), f.fileno())
                         continue
-                    data = store.read(h)
-                    if chunk_hash(data) != h:
-                        raise CorruptChunkError(f"store chunk {h[:12]}... for {e.path!r} is corrupt on disk")
+                    try:
+                        data = store.read_verified(h)
+                    except CorruptChunkError as exc:
+                        raise CorruptChunkError(f"{e.path!r}: {exc}") from None
                     f.write(data)
                     size += len(data)
             if size != e.size:
@@ -135,6 +155,8 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
                 raise CorruptChunkError(f"{e.path!r}: {size} bytes from the store, manifest says {e.size}")
             os.chmod(tmp, e.mode)
         os.replace(tmp, full)
+        if e.kind == Kind.FILE and e.path.endswith(".py") and e.path in old:
+            _drop_bytecode(full)  # same size, same second: the old .pyc would otherwise pass as fresh
         res.files_written += 1
     keep = {e.path for e in manifest.entries}
     for path in sorted(set(old) - keep, reverse=True):
@@ -154,8 +176,34 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
     return res
 
 
+def _drop_bytecode(path: str) -> None:
+    try:
+        os.unlink(importlib.util.cache_from_source(path))
+    except (OSError, ValueError, NotImplementedError):
+        pass
+
+
+def _claim(store: ChunkStore, h: str, tmp: str) -> bool:
+    """Link a chunk that arrived in this sync and no other file uses yet (one link: the store's) to ``tmp``.
+
+    Why: the bytes were written once, into the store, and verified; the destination file takes the
+    same inode instead of a second copy (write once, verify, rename). Only one destination file ever
+    shares a chunk's inode with the store (a chunk already linked is copied for any other file), so
+    an in-place edit of that file can only corrupt the store's chunk, which every read re-hashes
+    (:meth:`ChunkStore.read_verified` drops it, and the next sync fetches it again)."""
+    try:
+        if os.stat(store.path(h)).st_nlink != 1:
+            return False
+        os.link(store.path(h), tmp)
+        return True
+    except OSError:
+        return False
+
+
 def _try_link(store: ChunkStore, h: str, tmp: str) -> bool:
     try:
+        if os.stat(store.path(h)).st_mode & 0o222:  # claimed by a writable file: its inode is not read-only
+            return False
         os.link(store.path(h), tmp)
         return True
     except OSError:

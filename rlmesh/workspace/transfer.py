@@ -16,7 +16,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -68,7 +67,7 @@ class ChunkServer:
         self._wake_lock = threading.Lock()
         self._wake_push = zmq_context().socket(zmq.PUSH)
         self._wake_push.connect(self._wake_addr)
-        self._parked: deque[tuple[bytes, object, object, str]] = deque()
+        self._parked: dict[str, list[tuple[bytes, object, object]]] = {}  # hash ("" = manifest) -> who waits
         self._stop = threading.Event()
         self.bytes_sent = 0
         self._thread = threading.Thread(target=self._run, name="rlmesh-workspace-server", daemon=True)
@@ -95,14 +94,10 @@ class ChunkServer:
             while not self._stop.is_set():
                 ready = dict(poller.poll(200))
                 if self._wake_pull in ready:
+                    woke = set()
                     while self._wake_pull.poll(0):
-                        self._wake_pull.recv()
-                    for _ in range(len(self._parked)):
-                        item = self._parked.popleft()
-                        if item[3] == "" and self.manifest_json is not None:
-                            self._sock.send_multipart([item[0], *item[1].sign([self.manifest_json])])
-                        elif item[3] == "" or not self._send_chunk(*item):
-                            self._parked.append(item)
+                        woke.add(self._wake_pull.recv().decode())
+                    self._unpark(woke)
                 if self._sock not in ready:
                     continue
                 frames = self._sock.recv_multipart(copy=False)
@@ -114,16 +109,33 @@ class ChunkServer:
                 ident, out = frames[0].bytes, self._in.reply_outbound(sid)
                 if req.get("op") == "manifest":
                     if self.manifest_json is None:
-                        self._parked.append((ident, out, None, ""))
+                        self._parked.setdefault("", []).append((ident, out, None))
                     else:
                         self._sock.send_multipart([ident, *out.sign([self.manifest_json])])
                 elif req.get("op") == "get":
                     for h in req.get("hashes", []):
                         if not self._send_chunk(ident, out, req.get("rid"), str(h)):
-                            self._parked.append((ident, out, req.get("rid"), str(h)))
+                            self._parked.setdefault(str(h), []).append((ident, out, req.get("rid")))
         finally:
             self._sock.close(0)
             self._wake_pull.close(0)
+
+    def _unpark(self, woke: set[str]) -> None:
+        """Answer the requests waiting for what just arrived: only those hashes are looked up (a
+        downstream host asks for everything at once, so thousands may wait; retrying them all on
+        every arrival made a chain of small files quadratic)."""
+        for h in woke:
+            waiting = self._parked.pop(h, [])
+            if h == "":
+                if self.manifest_json is None:
+                    self._parked[""] = waiting
+                    continue
+                for ident, out, _ in waiting:
+                    self._sock.send_multipart([ident, *out.sign([self.manifest_json])])
+                continue
+            left = [w for w in waiting if not self._send_chunk(w[0], w[1], w[2], h)]
+            if left:
+                self._parked[h] = left
 
     def close(self) -> None:
         self._stop.set()
@@ -132,13 +144,24 @@ class ChunkServer:
             self._wake_push.close(0)
 
 
-def source_lookup(root: str, manifest: Manifest) -> Callable[[str], bytes | None]:
-    """Chunks of the controller's tree, read from the files themselves (no copy into a store)."""
+def source_lookup(root: str, manifest: Manifest,
+                  extra_roots: dict[str, str] | None = None) -> Callable[[str], bytes | None]:
+    """Chunks of the controller's tree, read from the files themselves (no copy into a store).
+
+    ``extra_roots``: manifest prefix -> the folder its entries come from (editable installs)."""
     where: dict[str, tuple[str, int, int]] = {}
+    extras = sorted((extra_roots or {}).items(), key=lambda kv: -len(kv[0]))
+
+    def source(path: str) -> str:
+        for prefix, folder in extras:
+            if path.startswith(prefix + "/"):
+                return os.path.join(folder, *path[len(prefix) + 1:].split("/"))
+        return os.path.join(root, *path.split("/"))
+
     for e in manifest.entries:
         if e.kind == Kind.FILE:
             for i, h in enumerate(e.chunks):
-                where.setdefault(h, (os.path.join(root, *e.path.split("/")), i * manifest.chunk_bytes,
+                where.setdefault(h, (source(e.path), i * manifest.chunk_bytes,
                                      min(manifest.chunk_bytes, e.size - i * manifest.chunk_bytes)))
 
     def lookup(h: str) -> bytes | None:
@@ -152,10 +175,14 @@ def source_lookup(root: str, manifest: Manifest) -> Callable[[str], bytes | None
     return lookup
 
 
-def store_lookup(store: ChunkStore) -> Callable[[str], bytes | None]:
+def store_lookup(store: ChunkStore, fresh: set[str] | None = None) -> Callable[[str], bytes | None]:
+    """Chunks from a host's store, re-hashed before they are forwarded (a chunk edited in place through
+    a destination link is never passed on), except those in ``fresh``: hashed on arrival in this sync."""
+    fresh = fresh if fresh is not None else set()
+
     def lookup(h: str) -> bytes | None:
         try:
-            return store.read(h)
+            return store.read(h) if h in fresh else store.read_verified(h)
         except (OSError, CorruptChunkError):
             return None
 
@@ -168,7 +195,8 @@ class Receiver:
     def __init__(self, store: ChunkStore, dest: str, auth: Authenticator | None = None, host: str | None = None):
         self.store, self.dest = store, dest
         self._auth = auth or Authenticator.from_env()
-        self.server = ChunkServer(None, store_lookup(store), self._auth, host)
+        self._fresh: set[str] = set()  # verified on arrival in the current pull: forwarded without re-hashing
+        self.server = ChunkServer(None, store_lookup(store, self._fresh), self._auth, host)
         self.addr = self.server.addr
 
     def pull(self, upstream: str, timeout: float = 60.0) -> SyncStats:
@@ -212,6 +240,7 @@ class Receiver:
                 if h not in pending:
                     continue
                 self.store.put(h, data)  # verified: a corrupt chunk raises CorruptChunkError
+                self._fresh.add(h)
                 self.server.arrived(h)
                 pending.discard(h)
                 verified.add(h)

@@ -46,13 +46,16 @@ class GRPOTrainer(Trainer):
         return build_policy_model(self.model_config, self.model_path)[0].train()
 
     def setup(self) -> None:
-        """SFT warm start (``trainer.sft_steps``), then freeze a reference copy if ``kl_coef > 0``."""
+        """SFT warm start (``trainer.sft_steps``; the task's own ``warm_start`` if it has one), then freeze a reference copy if ``kl_coef > 0``."""
         if self.config.sft_steps:
             if self.task is None:
                 raise ValueError("trainer.sft_steps > 0 needs the task (GRPOTrainer(task=...))")
             with WarmupPhase("SFT warm start", total=self.config.sft_steps) as phase:  # its own progress bar
-                sft_warmstart(self.model, self.task, self.config.sft_steps, lr=self.config.sft_lr, seed=self.seed,
-                              on_step=phase.update)
+                if hasattr(self.task, "warm_start"):  # a task with its own demonstrations (multi-turn tool episodes)
+                    self.task.warm_start(self.model, self.config.sft_steps, lr=self.config.sft_lr, seed=self.seed)
+                else:
+                    sft_warmstart(self.model, self.task, self.config.sft_steps, lr=self.config.sft_lr, seed=self.seed,
+                                  on_step=phase.update)
         if self.config.kl_coef > 0:
             self.ref_model = frozen_copy(self.model)
         self.optimizer = self.build_optimizer()  # fresh Adam moments after the warm start

@@ -9,29 +9,22 @@ written to the ``buffer_drops`` telemetry table with its reason.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import rlmesh as rm
+from rlmesh.rl.actors.buffer_actor import BufferActor
 from rlmesh.rl.buffer import BufferedRollout, Dropped, ReplayBufferCore, SampleResult
 from rlmesh.rl.config import BufferConfig
 
 
-class ReplayBuffer(rm.Actor):
+class ReplayBuffer(BufferActor):
     """Rollouts with their policy version; ``sample`` enforces the staleness bound."""
 
     def __init__(self, config: BufferConfig | None = None) -> None:
+        super().__init__()
         self.core = ReplayBufferCore(config or BufferConfig())
         self.version = 0
         """The trainer's version as of its last ``sample`` call (for drops at ``add`` time)."""
-        self._event: asyncio.Event | None = None
-        self._interrupts = 0
-
-    def _wake(self) -> asyncio.Event:
-        if self._event is None:
-            self._event = asyncio.Event()
-        return self._event
 
     @rm.endpoint
     async def add(self, rollout_id: str, policy_version: int, data: Any, num_samples: int = 1) -> str:
@@ -39,7 +32,7 @@ class ReplayBuffer(rm.Actor):
         ``"duplicate"`` (the id was seen before) or ``"stale"`` (already beyond the lag bound)."""
         dropped = self.core.add(BufferedRollout(rollout_id, policy_version, data, num_samples), self.version)
         self._report(dropped)
-        self._wake().set()
+        self.notify()
         return next((d.reason for d in dropped if d.rollout_id == rollout_id), "")
 
     @rm.endpoint
@@ -57,43 +50,20 @@ class ReplayBuffer(rm.Actor):
         requeued: list[str] = []
         if cursor is not None:
             requeued = [r.rollout_id for r in self.core.settle(cursor, cursor if durable is None else durable)]
-        deadline = time.monotonic() + timeout
         dropped: list[Dropped] = []
-        interrupts = self._interrupts
-        while True:
-            res = self.core.sample(batch_size, current_version, lease=cursor is not None)
-            dropped += res.dropped
-            self._report(res.dropped)
-            left = deadline - time.monotonic()
-            if res.rollouts or left <= 0 or self._interrupts != interrupts:
-                res.dropped, res.requeued = dropped, requeued
-                return res
-            event = self._wake()
-            event.clear()
-            try:
-                await asyncio.wait_for(event.wait(), timeout=min(left, 1.0))
-            except asyncio.TimeoutError:
-                pass
+        last = SampleResult([])
 
-    @rm.endpoint
-    async def interrupt(self) -> None:
-        """Make every ``sample`` call waiting now return at once (empty unless enough arrived): a
-        run that is stopping must not wait out a trainer blocked on rollouts that will never come."""
-        self._interrupts += 1
-        self._wake().set()
+        def ready() -> bool:  # each try may drop stale rollouts on the way: report them as they go
+            nonlocal last
+            last = self.core.sample(batch_size, current_version, lease=cursor is not None)
+            dropped.extend(last.dropped)
+            self._report(last.dropped)
+            return bool(last.rollouts)
 
-    @rm.endpoint
-    async def holding(self) -> list[str]:
-        """Ids of the rollouts held now (queued or leased): after a restart, what this buffer has."""
-        return self.core.holding()
-
-    @rm.endpoint
-    async def stats(self) -> dict[str, float]:
-        """``buffer/*`` counters since creation (added, sampled, dropped by reason, size)."""
-        return self.core.stats()
+        await self.wait_until(ready, timeout)
+        last.dropped, last.requeued = dropped, requeued
+        return last
 
     def _report(self, dropped: list[Dropped]) -> None:
-        if dropped:
-            rm.telemetry.record_batch("buffer_drops", {
-                "rollout_id": [d.rollout_id for d in dropped], "policy_version": [d.policy_version for d in dropped],
-                "reason": [d.reason for d in dropped], "lag": [d.lag for d in dropped]})
+        self.report_drops([d.rollout_id for d in dropped], [d.policy_version for d in dropped],
+                          [d.reason for d in dropped], [d.lag for d in dropped])

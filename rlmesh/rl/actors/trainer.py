@@ -70,8 +70,9 @@ class Trainer(rm.Actor):
         """The cursor the newest checkpoint holds: the buffer may forget leases up to it."""
         self.weights = weights
         self.model = self.build_model()
-        self.optimizer = self.build_optimizer()
         self.publisher = Publisher(weights)
+        self.publisher.reserve(self.model.state_dict())  # shm slots reserved while the optimiser and setup build
+        self.optimizer = self.build_optimizer()
         newest = self.newest_checkpoint()
         if newest is None:
             self.setup()

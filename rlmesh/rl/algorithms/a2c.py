@@ -18,26 +18,12 @@ annealing, checkpoints) is PPO's.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 from rlmesh.rl.algorithms.configs import A2CConfig
-from rlmesh.rl.algorithms.ppo import PPOTrainer
-
-
-class A2CLossOutput(NamedTuple):
-    """The scalar loss and its parts (0-d tensors); ``approx_kl`` is 0: there is no old policy."""
-
-    loss: torch.Tensor
-    policy_loss: torch.Tensor
-    value_loss: torch.Tensor
-    entropy: torch.Tensor
-    approx_kl: torch.Tensor
-
-    def metrics(self) -> dict[str, float]:
-        """Namespaced floats for logging/telemetry (``losses/...``)."""
-        return {f"losses/{k}": float(v.detach()) for k, v in self._asdict().items()}
+from rlmesh.rl.algorithms.ppo import PPOLossOutput, PPOTrainer
 
 
 def a2c_loss(
@@ -48,24 +34,28 @@ def a2c_loss(
     old_values: torch.Tensor,
     returns: torch.Tensor,
     entropy: torch.Tensor,
+    clip_coef: float = 0.2,
+    value_clip_coef: float | None = None,
     value_coef: float = 0.5,
     entropy_coef: float = 0.0,
     normalize_advantages: bool = False,
-    **_unused: Any,
-) -> A2CLossOutput:
+) -> PPOLossOutput:
     """Advantage actor-critic loss over a flat batch (every argument ``[B]``).
 
-    Takes :func:`~rlmesh.rl.algorithms.ppo.ppo_loss`'s arguments so it drops into the same update;
-    ``old_logprobs``/``old_values`` and the clip coefficients are unused (A2C never reuses data).
+    The signature and result of :func:`~rlmesh.rl.algorithms.ppo.ppo_loss`, so it drops into the same
+    update; ``old_logprobs``, ``old_values``, ``clip_coef`` and ``value_clip_coef`` are unused (A2C never
+    reuses data, so there is no ratio to clip), and ``approx_kl`` / ``clip_fraction`` are 0.
     The value loss is the plain mean squared error, as in SB3's A2C.
     """
+    del old_logprobs, old_values, clip_coef, value_clip_coef
     if normalize_advantages and advantages.numel() > 1:
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
     policy_loss = -(advantages.detach() * new_logprobs).mean()
     value_loss = (returns - new_values).pow(2).mean()
     entropy_mean = entropy.mean()
     loss = policy_loss + value_coef * value_loss - entropy_coef * entropy_mean
-    return A2CLossOutput(loss, policy_loss, value_loss, entropy_mean, torch.zeros(()))
+    zero = torch.zeros(())
+    return PPOLossOutput(loss, policy_loss, value_loss, entropy_mean, zero, zero)
 
 
 class A2CTrainer(PPOTrainer):
@@ -79,5 +69,5 @@ class A2CTrainer(PPOTrainer):
         return torch.optim.RMSprop(self.model.parameters(), lr=self.config.lr, alpha=self.config.rmsprop_alpha,
                                    eps=self.config.adam_eps)
 
-    def compute_loss(self, *args: Any, **kwargs: Any) -> A2CLossOutput:
+    def compute_loss(self, *args: Any, **kwargs: Any) -> PPOLossOutput:
         return a2c_loss(*args, **kwargs)

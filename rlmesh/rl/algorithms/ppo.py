@@ -33,14 +33,15 @@ both cases exact, and works for either gymnasium autoreset mode:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, NamedTuple
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from rlmesh.rl.actors.gym_generator import env_spaces
 from rlmesh.rl.actors.trainer import Trainer
-from rlmesh.rl.config import PPOConfig
+from rlmesh.rl.config import ConfigError, PPOConfig
+from rlmesh.rl.losses.output import LossOutput
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
 from rlmesh.rl.rollout import Rollout, concat_rollouts
 
@@ -50,9 +51,11 @@ from rlmesh.rl.rollout import Rollout, concat_rollouts
 def discounted_returns(rewards: torch.Tensor, dones: torch.Tensor, gamma: float) -> torch.Tensor:
     """``G_t = r_t + gamma * G_{t-1}``, reset after each episode end, over ``[T, N]``.
 
-    This is the running return whose spread SB3's ``VecNormalize`` divides rewards by. It starts
-    from 0 at the rollout's first step (the generator's carry is not shipped), which underestimates
-    the first ``1 / (1 - gamma)`` steps of each rollout: a scale estimate, not a target.
+    This is the running return whose spread SB3's ``VecNormalize`` divides rewards by. Computed here
+    it starts from 0 at the rollout's first step, which underestimates the first ``1 / (1 - gamma)``
+    steps of each rollout: badly so for short rollouts (A2C's 5 steps see at most 5 rewards of a
+    return whose horizon is 100). Generators therefore carry it across rollouts and ship it
+    (``Rollout.discounted_returns``) once the policy's ``reward_gamma`` is set; this is the fallback.
     """
     out = torch.empty_like(rewards)
     running = torch.zeros_like(rewards[0])
@@ -66,7 +69,9 @@ def discounted_returns(rewards: torch.Tensor, dones: torch.Tensor, gamma: float)
 def scale_rewards(policy: ActorCritic, rollout: Rollout, gamma: float) -> torch.Tensor:
     """Update the return statistics with this batch, then return ``clip(r / std(G))`` ([T, N])."""
     keep = rollout.valid
-    policy.return_rms.update(discounted_returns(rollout.rewards, rollout.dones, gamma)[keep])
+    carried = rollout.discounted_returns
+    policy.return_rms.update((discounted_returns(rollout.rewards, rollout.dones, gamma) if carried is None
+                              else carried)[keep])
     return policy.return_rms.scale(rollout.rewards)
 
 
@@ -135,19 +140,16 @@ def rollout_advantages(rollout: Rollout, gamma: float, gae_lambda: float,
 # -- 3. loss ---------------------------------------------------------------------------------------------------
 
 
-class PPOLossOutput(NamedTuple):
-    """The scalar loss to backpropagate and its parts (all 0-d tensors)."""
+@dataclass(frozen=True)
+class PPOLossOutput(LossOutput):
+    """The loss of an actor-critic minibatch and its parts (all 0-d tensors): PPO's, and A2C's
+    (whose ``approx_kl`` and ``clip_fraction`` are 0: it has no old policy to compare with)."""
 
-    loss: torch.Tensor
     policy_loss: torch.Tensor
     value_loss: torch.Tensor
     entropy: torch.Tensor
     approx_kl: torch.Tensor
     clip_fraction: torch.Tensor
-
-    def metrics(self) -> dict[str, float]:
-        """Namespaced floats for logging/telemetry (``losses/...``)."""
-        return {f"losses/{k}": float(v.detach()) for k, v in self._asdict().items()}
 
 
 def ppo_loss(
@@ -266,6 +268,21 @@ def ppo_update(
     return metrics
 
 
+def build_policy(obs_space: Any, act_space: Any, model: ActorCriticConfig | None, config: PPOConfig) -> ActorCritic:
+    """The actor-critic for these spaces, with the settings of ``config`` that travel in its weights:
+    ``reward_gamma`` (``normalize_reward``) and tanh squashing (``squash_actions``)."""
+    policy = ActorCritic(obs_space, act_space, model)
+    if config.normalize_reward:  # generators track the running return with the trainer's discount
+        policy.reward_gamma.fill_(config.gamma)
+    if config.squash_actions:
+        try:
+            policy.enable_squash()
+        except ValueError as exc:
+            raise ConfigError(f"trainer.squash_actions=True is invalid: {exc}; use trainer.squash_actions=false "
+                              "(actions are then clipped to the bounds)") from exc
+    return policy
+
+
 def make_optimizer(policy: torch.nn.Module, config: PPOConfig) -> torch.optim.Optimizer:
     """Adam, fused where the build supports it: on CPU that is ~20% off a small-MLP update."""
     try:
@@ -294,7 +311,7 @@ class PPOTrainer(Trainer):
 
     def build_model(self) -> torch.nn.Module:
         obs_space, act_space = env_spaces(self.env_id)
-        return ActorCritic(obs_space, act_space, self.model_config)
+        return build_policy(obs_space, act_space, self.model_config, self.config)
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)

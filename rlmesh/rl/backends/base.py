@@ -31,6 +31,9 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    """Tokens besides EOS that end a completion (kept as its last token): a tool call's closing
+    token in multi-turn episodes (:mod:`rlmesh.rl.agentic`)."""
 
 
 @dataclass
@@ -41,8 +44,11 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]
     text: str = ""
-    finish_reason: str = "length"  # "stop" (hit EOS) | "length"
+    finish_reason: str = "length"  # "stop" (hit EOS or a stop token) | "length"
     extra: dict[str, Any] = field(default_factory=dict)
+    loss_mask: list[int] | None = None
+    """Per token of ``token_ids``: 1 if the policy sampled it, 0 if it was appended (a tool's
+    observation in a multi-turn trajectory). ``None``: all sampled. The trainer's loss skips the 0s."""
 
 
 @runtime_checkable

@@ -68,7 +68,7 @@ class TorchBackend:
         rng = torch.Generator().manual_seed(params.seed) if params.seed is not None else self._rng
         gen = generate(self.model, prompts, n=params.n, max_new_tokens=params.max_tokens,
                        temperature=params.temperature, top_p=params.top_p, eos_id=self.eos_id, pad_id=self.pad_id,
-                       generator=rng)
+                       generator=rng, stop_ids=tuple(params.stop_token_ids))
         lengths = gen.completion_mask.sum(1).tolist()
         ids, logps = gen.completion_ids.tolist(), gen.completion_logprobs.tolist()
         out: list[list[Completion]] = []
@@ -77,7 +77,7 @@ class TorchBackend:
             for j in range(params.n):
                 r = i * params.n + j
                 toks = ids[r][:lengths[r]]
-                stop = self.eos_id is not None and bool(toks) and toks[-1] == self.eos_id
+                stop = bool(toks) and (toks[-1] == self.eos_id or toks[-1] in params.stop_token_ids)
                 text = self._decode(toks)
                 group.append(Completion(list(prompt), toks, logps[r][:lengths[r]], text, "stop" if stop else "length"))
             out.append(group)

@@ -9,9 +9,12 @@ KL penalty to a frozen reference policy using the k3 estimator
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
+
+from rlmesh.rl.losses.output import LossOutput
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -44,18 +47,14 @@ def grpo_advantages(
     return centered.reshape(-1)
 
 
-class GRPOLossOutput(NamedTuple):
+@dataclass(frozen=True)
+class GRPOLossOutput(LossOutput):
     """The scalar loss and its diagnostics (0-d tensors)."""
 
-    loss: torch.Tensor
     policy_loss: torch.Tensor
     kl: torch.Tensor
     approx_kl: torch.Tensor
     clip_fraction: torch.Tensor
-
-    def metrics(self) -> dict[str, float]:
-        """Namespaced floats for logging/telemetry (``losses/...``)."""
-        return {f"losses/{k}": float(v.detach()) for k, v in self._asdict().items()}
 
 
 def grpo_loss(
@@ -67,7 +66,8 @@ def grpo_loss(
     clip_coef: float = 0.2,
     clip_coef_high: float | None = None,
     kl_coef: float = 0.0,
-    aggregation: Literal["token_mean", "sequence_mean"] = "token_mean",
+    aggregation: Literal["token_mean", "sequence_mean", "sequence_sum_norm"] = "token_mean",
+    norm_length: int | None = None,
 ) -> GRPOLossOutput:
     """Clipped-ratio loss over completion tokens.
 
@@ -82,7 +82,12 @@ def grpo_loss(
         kl_coef: weight of the k3 KL(pi || ref) penalty.
         aggregation: ``"token_mean"`` averages over all valid tokens of the batch (every
             token weighs the same, as in DAPO); ``"sequence_mean"`` averages within each
-            sequence, then over sequences (the original GRPO paper).
+            sequence, then over sequences (the original GRPO paper); ``"sequence_sum_norm"`` sums
+            each sequence's tokens and divides by one constant, ``norm_length``, then averages over
+            sequences (Dr. GRPO, Liu et al. 2025): no per-sequence ``1/|o_i|``, so a long wrong answer
+            is not penalised less per token than a short one.
+        norm_length: the constant of ``"sequence_sum_norm"``, the generation budget in tokens
+            (``generator.max_new_tokens``); ``None`` uses the batch's padded completion width ``L``.
     """
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(
@@ -109,10 +114,13 @@ def grpo_loss(
             return masked_mean(x, mask)
         if aggregation == "sequence_mean":
             return masked_mean(x, mask, dim=1).mean()
-        raise ValueError(f"grpo_loss: aggregation must be 'token_mean' or 'sequence_mean', got {aggregation!r}")
+        if aggregation == "sequence_sum_norm":
+            return ((x * mask).sum(1) / (norm_length or mask.shape[1])).mean()
+        raise ValueError("grpo_loss: aggregation must be 'token_mean', 'sequence_mean' or 'sequence_sum_norm', "
+                         f"got {aggregation!r}")
 
     loss = reduce(total)
     with torch.no_grad():
         approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
-        clip_fraction = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask)
+        clip_fraction = masked_mean(((ratio < 1.0 - clip_coef) | (ratio > 1.0 + high)).float(), mask)
     return GRPOLossOutput(loss, reduce(per_token).detach(), reduce(kl_tokens).detach(), approx_kl, clip_fraction)

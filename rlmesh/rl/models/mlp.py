@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -88,6 +89,11 @@ class ActorCritic(nn.Module):
         elif isinstance(action_space, spaces.Box):
             out_dim = int(np.prod(action_space.shape))
             self.log_std = nn.Parameter(torch.full((out_dim,), float(config.init_log_std)))
+            self.action_low = np.asarray(action_space.low, dtype=np.float32)
+            self.action_high = np.asarray(action_space.high, dtype=np.float32)
+            self.register_buffer("squash", torch.tensor(False))
+            """Squash actions into the bounds with tanh instead of clipping them (:meth:`env_actions`);
+            a buffer, so a generator's policy squashes exactly when the trainer's weights say so."""
         else:
             raise TypeError(f"ActorCritic supports Discrete and Box action spaces, got {action_space}")
         self.action_shape = () if self.discrete else tuple(action_space.shape)
@@ -98,6 +104,42 @@ class ActorCritic(nn.Module):
         takes *raw* observations and normalises them here, so rollouts store raw observations."""
         self.return_rms = RunningMeanStd(())
         """Discounted-return statistics that scale rewards (trainer side only; checkpointed with the model)."""
+        self.register_buffer("reward_gamma", torch.tensor(0.0))
+        """The discount of the running return whose spread scales rewards; set by a trainer that scales
+        them and carried to generators by the weights, so they track that return across rollouts (0: off)."""
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # Flags added after the first release: a checkpoint written before them loads with their defaults.
+        for name in ("reward_gamma", "squash"):
+            if name in self._buffers and prefix + name not in state_dict:
+                state_dict[prefix + name] = self._buffers[name].clone()
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def enable_squash(self) -> None:
+        """Squash Gaussian actions into the action bounds by tanh from now on (the trainer calls it once).
+
+        The policy stays a Gaussian over the pre-squash value ``u`` (what rollouts store and log-probs
+        are of); the env gets ``low + (tanh(u) + 1) / 2 * (high - low)``. The tanh Jacobian depends on
+        ``u`` alone, so it cancels in PPO's ratio ``pi_new(u) / pi_old(u)`` and in the policy gradient:
+        the update needs no change. The entropy bonus stays the Gaussian's (the squashed one has no
+        closed form). Needs finite bounds; raises ``ValueError`` otherwise.
+        """
+        if self.discrete:
+            raise ValueError("tanh squashing is for Box (continuous) actions; this policy is Categorical")
+        if not (np.isfinite(self.action_low).all() and np.isfinite(self.action_high).all()):
+            raise ValueError(f"tanh squashing needs finite action bounds, got low={self.action_low} "
+                             f"high={self.action_high}")
+        self.squash.fill_(True)
+
+    def env_actions(self, actions: torch.Tensor) -> np.ndarray:
+        """What the env is stepped with for a batch of sampled (or greedy) ``actions``: discrete ones as
+        they are; Gaussian ones squashed into the bounds by tanh (after :meth:`enable_squash`) or clipped."""
+        a = actions.detach().numpy()
+        if self.discrete:
+            return a
+        if bool(self.squash):
+            return self.action_low + 0.5 * (np.tanh(a) + 1.0) * (self.action_high - self.action_low)
+        return np.clip(a, self.action_low, self.action_high)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(s), shape [B]."""
@@ -121,8 +163,8 @@ class ActorCritic(nn.Module):
     def act(self, obs: torch.Tensor, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample (or take the mode of) the policy: ``(actions, log_probs, values)``.
 
-        Continuous actions are returned unclipped (their log-prob is of the sampled
-        value); clip them to the space's bounds when stepping the env.
+        Continuous actions are returned unclipped and unsquashed (their log-prob is of the sampled
+        value); :meth:`env_actions` turns them into what the env is stepped with.
         """
         head = self.actor(self.obs_rms.normalize(obs))
         if self.discrete:

@@ -45,6 +45,14 @@ class Generation:
     """[R, L] 1 up to and including the first EOS."""
     prompt_len: int
     """P, the padded prompt width; completions start at this column."""
+    loss_mask: torch.Tensor | None = None
+    """[R, L] 1 on tokens the policy sampled, 0 on tokens it only read (tool observations of a
+    multi-turn episode); ``None``: every completion token is the policy's (``completion_mask``)."""
+
+    @property
+    def trained_mask(self) -> torch.Tensor:
+        """The tokens a loss counts: ``loss_mask`` where given, else ``completion_mask``."""
+        return self.completion_mask if self.loss_mask is None else self.loss_mask
 
     @property
     def num_tokens(self) -> int:
@@ -63,10 +71,12 @@ def generate(
     eos_id: int | None = None,
     pad_id: int = 0,
     generator: torch.Generator | None = None,
+    stop_ids: tuple[int, ...] = (),
 ) -> Generation:
     """Sample ``n`` completions for each prompt (token-id lists) with incremental decoding.
 
-    Stops early once every row has emitted ``eos_id``. ``model`` follows the
+    A row finishes at ``eos_id`` or at any of ``stop_ids`` (a tool-call stop token), which it keeps;
+    the call returns early once every row has finished. ``model`` follows the
     ``new_cache`` / ``forward(input_ids, attention_mask, cache)`` convention of
     :class:`~rlmesh.rl.models.transformer.Transformer`.
     """
@@ -85,6 +95,7 @@ def generate(
         attention_mask[sl, width - len(prompt):width] = 1
     logprobs = torch.zeros(rows, max_new_tokens, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    stops = torch.tensor(sorted({*stop_ids, *(() if eos_id is None else (eos_id,))}), dtype=torch.long, device=device)
     cache = model.new_cache(rows, width + max_new_tokens)
     logits = model(input_ids[:, :width], attention_mask[:, :width], cache)[:, -1]
     steps = 0
@@ -99,8 +110,8 @@ def generate(
         attention_mask[:, col] = live.long()
         logprobs[:, t] = torch.where(live, token_logp, 0.0)
         steps = t + 1
-        if eos_id is not None:
-            finished |= token == eos_id
+        if stops.numel():
+            finished |= torch.isin(token, stops)
         if bool(finished.all()) or t == max_new_tokens - 1:
             break
         # Finished rows still run (batch shape stays fixed) but are masked everywhere.

@@ -143,9 +143,10 @@ def test_a_dead_fork_server_takes_its_children_and_restarts_fall_back(probe, eve
         assert forked["ppid"] == server_pid
         os.kill(server_pid, signal.SIGKILL)  # its children die with it (PR_SET_PDEATHSIG) ...
         wait_event(events, "died", 1, 0)
-        wait_event(events, "restarted", 2, 0, timeout=30)  # ... and the next replacement is a plain Popen
-        info = p.info.call().get(timeout=30).values()[0]
-        assert info["incarnation"] == 2 and info["ppid"] == os.getpid()
+        wait_event(events, "restarted", 2, 0, timeout=30)  # ... and the next replacement comes from the
+        info = p.info.call().get(timeout=30).values()[0]   # start-up template (no torch preloaded there)
+        starters = [s.pid for s in launcher._starters.values()]
+        assert info["incarnation"] == 2 and info["ppid"] in starters and info["ppid"] != server_pid
         assert gone(forked["pid"])
     assert any("fork server" in r.getMessage() and "gone" in r.getMessage() for r in caplog.records)
 
@@ -171,6 +172,43 @@ def test_no_restart_policy_no_fork_server(probe):
         assert launcher_of(procs)._servers == {}
 
 
+class Where(rm.Actor):
+    """The probe's identity fields without its torch import (first launches need no preload)."""
+
+    @rm.endpoint
+    def info(self):
+        c = rm.context()
+        return {"pid": os.getpid(), "ppid": os.getppid(), "rank": c.rank, "proc_rank": c.proc.rank,
+                "mark": os.environ.get("FS_MARK"), "cwd": os.getcwd()}
+
+
+def test_first_launches_are_forked_from_the_start_up_template():
+    """Every first launch forks one shared template (the worker and its plugins imported once);
+    each proc still gets its own mesh's env, identity and pid, and a mesh with another env gets
+    its own template."""
+    host = rm.this_host()
+    with host.spawn_procs(per_host={"procs": 2}, env={"FS_MARK": "a"}) as a, \
+            host.spawn_procs(per_host={"procs": 1}, env={"FS_MARK": "b"}) as b:
+        ia = a.spawn("where_a", Where).info.call().get(timeout=30).values()
+        ib = b.spawn("where_b", Where).info.call().get(timeout=30).values()
+        launcher = host.launcher
+        starters = {s.pid for s in launcher._starters.values()}  # shared by every launcher of the controller
+        assert ia[0]["ppid"] == ia[1]["ppid"] != ib[0]["ppid"]  # the two meshes' environments differ
+        assert {ia[0]["ppid"], ib[0]["ppid"]} <= starters
+        assert [i["mark"] for i in ia] == ["a", "a"] and ib[0]["mark"] == "b"
+        assert [(i["rank"], i["proc_rank"]) for i in ia] == [(0, 0), (1, 1)]
+        assert len({i["pid"] for i in [*ia, *ib]}) == 3 and all(i["cwd"] == os.getcwd() for i in ia)
+    wait_gone([i["pid"] for i in [*ia, *ib]], 10)  # stop() ends them; the templates stay for the next mesh
+    assert psutil.pid_exists(ia[0]["ppid"]) and psutil.pid_exists(ib[0]["ppid"])  # (shutdown stops them: see below)
+
+
+def test_opt_out_starts_first_procs_with_a_fresh_python(monkeypatch):
+    monkeypatch.setenv("RLMESH_FORKSERVER", "0")
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        info = procs.spawn("where_plain", Where).info.call().get(timeout=30).values()[0]
+        assert info["ppid"] == os.getpid()
+
+
 CONTROLLER = textwrap.dedent("""
     import os, signal, sys, time
     import rlmesh as rm
@@ -193,7 +231,10 @@ CONTROLLER = textwrap.dedent("""
         while not [e for e in ev if e.kind == "restarted"]:
             time.sleep(0.01)
         forked = p.pid.call().get(timeout=30).values()[0]
-        print(launcher._servers[procs._name].pid, forked, flush=True)
+        plain = rm.this_host().spawn_procs(per_host={"procs": 1})  # a first launch: forked from the starter
+        other = plain.spawn("p2", Pinger).pid.call().get(timeout=30).values()[0]
+        starter = [s.pid for s in plain._controller.procs[plain._proc_ids[0]].launcher._starters.values()][0]
+        print(launcher._servers[procs._name].pid, forked, starter, other, flush=True)
         time.sleep(600)
 """)
 
@@ -206,10 +247,10 @@ def test_no_orphans_after_controller_sigkill(tmp_path):
         env.pop(k, None)
     ctl = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
     try:
-        server_pid, forked = (int(x) for x in ctl.stdout.readline().split())
-        assert psutil.Process(forked).ppid() == server_pid
+        server_pid, forked, starter, other = (int(x) for x in ctl.stdout.readline().split())
+        assert psutil.Process(forked).ppid() == server_pid and psutil.Process(other).ppid() == starter
         ctl.send_signal(signal.SIGKILL)
         ctl.wait(10)
-        wait_gone([server_pid, forked], 10)
+        wait_gone([server_pid, forked, starter, other], 10)
     finally:
         ctl.kill()

@@ -72,8 +72,9 @@ def test_a_proc_killed_inside_actor_init_is_replaced_and_the_spawn_succeeds(tmp_
         assert any(e.kind == "died" and e.pid == victim and e.signal == signal.SIGKILL for e in events)
 
 
-def test_a_proc_killed_before_it_joined_is_replaced_and_the_launch_succeeds(events):
+def test_a_proc_killed_before_it_joined_is_replaced_and_the_launch_succeeds(events, monkeypatch):
     """A SIGKILL while the interpreter still starts (imports) is a death like any other."""
+    monkeypatch.setenv("RLMESH_FORKSERVER", "0")  # a fresh interpreter: procs forked warm skip the imports
     name = "early"
     hit: list[int] = []
 

@@ -28,7 +28,7 @@ def test_help_lists_groups_and_options(tmp_path):
         line.removeprefix("trainer: ").split(", ")), line
     recipes = next(ln for ln in out.stdout.splitlines() if ln.startswith("recipe: "))
     assert {"grpo_addition", "ppo_cartpole", "ppo_pendulum", "a2c_cartpole", "dqn_cartpole", "rloo_addition",
-            "dapo_addition"} <= set(recipes.removeprefix("recipe: ").split(", ")), recipes
+            "dapo_addition", "drgrpo_addition"} <= set(recipes.removeprefix("recipe: ").split(", ")), recipes
     assert "rlmesh run resume=latest" in out.stdout
 
 

@@ -48,3 +48,28 @@ def test_keep_one_still_never_overwrites_a_held_version():
 def test_missing_publisher_times_out_with_the_fix():
     with pytest.raises(WeightSyncError, match=r"create rm.weights.Publisher\('nobody'\)"):
         Subscriber("nobody", directory=LocalKV(), timeout=0.2).pull(timeout=0.2)
+
+
+def test_reserve_makes_the_slots_the_first_publishes_write():
+    """reserve() creates the slots ahead (on a thread); the first two versions are written into them
+    (no slot is created during publish) and read back exactly; a bigger model still gets a slot."""
+    d = LocalKV()
+    sd = {"w": torch.arange(4096, dtype=torch.float32), "b": torch.ones(3)}
+    with Publisher("opt-reserve", directory=d) as pub:
+        pub.reserve(sd, wait=True)
+        reserved = [s.path for s in pub.pool.slots]
+        assert len(reserved) == 2 and all(s.version == -1 for s in pub.pool.slots)
+        pub.reserve(sd, wait=True)  # idempotent: enough empty slots exist already
+        assert [s.path for s in pub.pool.slots] == reserved
+        sub = Subscriber("opt-reserve", "shm", directory=d)
+        for v in (1, 2):
+            pub.publish({k: t + v for k, t in sd.items()}, version=v)
+            assert [s.path for s in pub.pool.slots] == reserved
+            got, ver = sub.pull(min_version=v)
+            assert int(ver) == v and torch.equal(got["w"], sd["w"] + v)
+        pub.publish({"w": torch.zeros(10_000)}, version=3)  # outgrows them: a fresh, bigger slot
+        assert sub.pull(min_version=3)[0]["w"].shape == (10_000,)
+    with Publisher("opt-reserve-keep1", keep=1, directory=d) as pub:
+        pub.reserve(sd)  # in the background; publish waits for it instead of making its own slot
+        pub.publish(sd, version=1)
+        assert len(pub.pool.slots) == 1

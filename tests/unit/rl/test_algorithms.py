@@ -11,9 +11,10 @@ from rlmesh.errors import ConfigError
 from rlmesh.rl.algorithms.a2c import A2CConfig, a2c_loss
 from rlmesh.rl.algorithms.dapo import DAPOConfig, count_informative, informative_groups
 from rlmesh.rl.algorithms.dqn import DQNConfig, QNetwork, dqn_update, linear_epsilon, soft_update, td_targets
-from rlmesh.rl.algorithms.ppo import discounted_returns, ppo_loss, ppo_update, scale_rewards
+from rlmesh.rl.algorithms.ppo import build_policy, discounted_returns, ppo_loss, ppo_update, scale_rewards
 from rlmesh.rl.algorithms.rloo import RLOOConfig, scaled_rloo_advantages
-from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
+from rlmesh.rl.config import GRPOConfig, GymGeneratorConfig, PPOConfig
+from rlmesh.rl.losses import grpo_advantages, grpo_loss
 from rlmesh.rl.models.mlp import ActorCritic
 from rlmesh.rl.models.normalize import RunningMeanStd
 from rlmesh.rl.replay import ReplayConfig, Transitions, TransitionReplayCore, transitions_from_rollout
@@ -176,3 +177,122 @@ def test_rloo_and_dapo_pieces():
     with pytest.raises(ConfigError, match="trainer.max_groups"):
         DAPOConfig(max_groups=None)
     assert DAPOConfig().clip_coef_high == 0.28 and DAPOConfig().aggregation == "token_mean"
+
+
+def test_rloo_loss_hand_values_and_gradient():
+    # rewards (1, 0, 0, 0), G=4: leave-one-out advantages (1, -1/3, -1/3, -1/3); on-policy the ratio is 1
+    adv = scaled_rloo_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4)
+    logp = torch.zeros(4, 2, requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])      # 5 completion tokens
+    out = grpo_loss(logp, logp.detach(), adv, mask)
+    assert out.loss.item() == pytest.approx(-(1 * 2 - 1 / 3 * 3) / 5)          # token_mean of -A * ratio
+    out.loss.backward()
+    expected = -adv.unsqueeze(1) * mask / 5                                    # d ratio / d logp = ratio = 1
+    assert torch.allclose(logp.grad, expected)
+    assert out.metrics()["losses/clip_fraction"] == 0.0
+
+
+def test_dapo_loss_clip_higher_token_mean_hand_values():
+    cfg = DAPOConfig()
+    # sequence 0: two tokens at ratio 1.4 (A=+1); sequence 1: one at 1.25 (A=+1); sequence 2: one at 0.7 (A=-1)
+    ratio = torch.tensor([[1.4, 1.4], [1.25, 1.0], [0.7, 1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    old = torch.zeros(3, 2)
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    out = grpo_loss(ratio.log(), old, adv, mask, clip_coef=cfg.clip_coef, clip_coef_high=cfg.clip_coef_high,
+                    aggregation=cfg.aggregation)
+    # per token -min(A r, A clip(r, 0.8, 1.28)): -1.28, -1.28, -1.25 (inside clip-higher), +0.8
+    assert out.loss.item() == pytest.approx((-1.28 * 2 - 1.25 + 0.8) / 4)
+    symmetric = grpo_loss(ratio.log(), old, adv, mask, clip_coef=0.2, aggregation="token_mean")
+    assert symmetric.loss.item() == pytest.approx((-1.2 * 2 - 1.2 + 0.8) / 4)
+    # clipped tokens: 1.4, 1.4 and 0.7 are outside [0.8, 1.28]; 1.25 is not (it was counted before the fix)
+    assert out.clip_fraction.item() == pytest.approx(3 / 4)
+    assert symmetric.clip_fraction.item() == pytest.approx(1.0)
+    seq = grpo_loss(ratio.log(), old, adv, mask, clip_coef=0.2, clip_coef_high=0.28, aggregation="sequence_mean")
+    assert seq.loss.item() == pytest.approx((-1.28 - 1.25 + 0.8) / 3)
+
+
+def test_dr_grpo_divides_each_sequence_sum_by_one_constant():
+    lp = torch.zeros(2, 4, requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])        # a long and a short completion
+    adv = grpo_advantages(torch.tensor([0.0, 1.0]), 2, normalize_std=False)    # (-0.5, +0.5): no std scaling
+    out = grpo_loss(lp, lp.detach(), adv, mask, aggregation="sequence_sum_norm", norm_length=8)
+    assert out.loss.item() == pytest.approx(((0.5 * 4) / 8 + (-0.5 * 1) / 8) / 2)
+    out.loss.backward()
+    assert torch.allclose(lp.grad, -adv.unsqueeze(1) * mask / (8 * 2))       # every token weighs 1/(L G)
+    # GRPO's sequence mean gives the short answer's one token 4x the weight of each long-answer token
+    lp.grad = None
+    grpo_loss(lp, lp.detach(), adv, mask, aggregation="sequence_mean").loss.backward()
+    assert lp.grad[1, 0].abs() == 4 * lp.grad[0, 0].abs()
+    # without norm_length the constant is the padded width (4 here)
+    wide = grpo_loss(lp, lp.detach(), adv, mask, aggregation="sequence_sum_norm")
+    assert wide.loss.item() == pytest.approx(((0.5 * 4) / 4 + (-0.5 * 1) / 4) / 2)
+    with pytest.raises(ConfigError, match="trainer.norm_length"):
+        GRPOConfig(aggregation="sequence_sum_norm", norm_length=0)
+    assert GRPOConfig(aggregation="sequence_sum_norm", normalize_std=False).aggregation == "sequence_sum_norm"
+
+
+def test_tanh_squashed_actions_stay_in_bounds_travel_with_the_weights_and_keep_the_ppo_ratio():
+    box = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
+    trainer_side = build_policy(BOX, box, None, PPOConfig(squash_actions=True))
+    u = torch.tensor([[0.0, 0.0], [10.0, -10.0], [-0.5, 0.5]])
+    a = trainer_side.env_actions(u)
+    assert np.allclose(a[0], [0.0, 0.5]) and np.allclose(a[1], [2.0, 0.0], atol=1e-6)   # centre; saturates at bounds
+    assert np.allclose(a[2], [-2 + 2 * (np.tanh(-0.5) + 1), 0.5 * (np.tanh(0.5) + 1)])
+    clipping = ActorCritic(BOX, box)                        # built with defaults, as a generator is: clips
+    assert np.allclose(clipping.env_actions(u)[1], [2.0, 0.0]) and np.allclose(clipping.env_actions(u)[2], [-0.5, 0.5])
+    clipping.load_state_dict(trainer_side.state_dict())    # the publish carries the flag
+    assert np.allclose(clipping.env_actions(u)[2], a[2])
+    # the rollout stores the pre-squash sample, whose Gaussian log-prob is what the ratio uses: on-policy it is 1
+    obs = torch.randn(64, 3)
+    sampled, logp, _ = trainer_side.act(obs)
+    new_logp, _, _ = trainer_side.evaluate(obs, sampled)
+    assert torch.allclose(new_logp, logp, atol=1e-5)
+    assert np.all(trainer_side.env_actions(sampled) >= box.low) and np.all(trainer_side.env_actions(sampled) <= box.high)
+    with pytest.raises(ConfigError, match="trainer.squash_actions"):
+        build_policy(BOX, gym.spaces.Box(-np.inf, np.inf, (1,), np.float32), None, PPOConfig(squash_actions=True))
+    with pytest.raises(ConfigError, match="trainer.squash_actions"):
+        build_policy(BOX, gym.spaces.Discrete(2), None, PPOConfig(squash_actions=True))
+
+
+def test_squashed_pendulum_rollout_stores_the_pre_squash_sample_and_updates_on_policy():
+    env = gym.make("Pendulum-v1")
+    policy = build_policy(env.observation_space, env.action_space, None, PPOConfig(squash_actions=True))
+    with torch.no_grad():
+        policy.log_std.fill_(1.5)                           # wide: many samples beyond the bounds before the tanh
+    rollout, _ = _rollout("Pendulum-v1", steps=32, policy=policy)
+    assert rollout.actions.abs().max() > 2.0                 # stored pre-squash, unclipped
+    metrics = ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), rollout,
+                         PPOConfig(squash_actions=True, update_epochs=1, num_minibatches=1))
+    assert metrics["losses/approx_kl"] < 1e-6
+
+
+def test_generators_carry_the_discounted_return_across_rollouts_when_the_trainer_scales_rewards():
+    env = gym.make("CartPole-v1")
+    policy = build_policy(env.observation_space, env.action_space, None, PPOConfig(normalize_reward=True, gamma=0.9))
+    assert float(policy.reward_gamma) == pytest.approx(0.9)                   # travels in the state_dict
+    assert "reward_gamma" in policy.state_dict()
+    collector = RolloutCollector(GymGeneratorConfig(num_envs=2, num_steps=5), policy, seed=0)
+    try:
+        parts = [collector.collect() for _ in range(8)]                      # 40 steps: episodes span rollouts
+    finally:
+        collector.close()
+    rewards = torch.cat([p.rewards for p in parts])
+    dones = torch.cat([p.dones for p in parts])
+    valid = torch.cat([p.valid for p in parts])
+    carried = torch.cat([p.discounted_returns for p in parts])
+    whole = discounted_returns(rewards, dones, 0.9)                          # one pass over all 40 steps
+    assert torch.allclose(carried[valid], whole[valid])
+    # computed per 5-step rollout instead, the return restarts at 0 and stays below 5 (1/(1-0.9) = 10 here)
+    assert carried.max() > 5.0 and torch.cat([discounted_returns(p.rewards, p.dones, 0.9) for p in parts]).max() < 5.0
+    scale_rewards(policy, parts[-1], 0.9)                                     # uses the shipped returns
+    assert float(policy.return_rms.count) == pytest.approx(int(parts[-1].valid.sum()), abs=1e-3)
+    assert ActorCritic(env.observation_space, env.action_space).reward_gamma == 0     # off unless scaling
+
+
+def test_a_policy_checkpointed_before_the_travelling_flags_still_loads():
+    policy = ActorCritic(BOX, BOX)
+    old = {k: v for k, v in policy.state_dict().items() if k not in ("reward_gamma", "squash")}
+    fresh = ActorCritic(BOX, BOX)
+    fresh.load_state_dict(old)                                  # strict: nothing else may be missing
+    assert float(fresh.reward_gamma) == 0 and not bool(fresh.squash)

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from rlmesh.workspace import ChunkStore, Manifest, UnsafePathError, build_manifest, materialise
+from rlmesh.workspace import ChunkStore, CorruptChunkError, Manifest, UnsafePathError, build_manifest, materialise
 from rlmesh.workspace.manifest import Entry, Kind
 
 
@@ -85,3 +85,23 @@ def test_corrupt_chunk_rejected(tmp_path):
     with pytest.raises(CorruptChunkError):
         store.put(chunk_hash(b"good"), b"evil")
     assert not store.has(chunk_hash(b"good"))
+
+
+def test_arrived_chunk_written_once_and_an_in_place_edit_is_caught(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    (src / "a.py").write_text("same\n")
+    (src / "b.py").write_text("same\n")  # same bytes: one chunk, two files
+    m = build_manifest(str(src))
+    store = ChunkStore(str(tmp_path / "store"))
+    (h,) = {e.chunks[0] for e in m.entries}
+    store.put(h, b"same\n")
+    res = materialise(m, store, str(dest), verified={h})
+    a, b, chunk = os.stat(dest / "a.py"), os.stat(dest / "b.py"), os.stat(store.path(h))
+    assert res.linked == 1 and a.st_ino == chunk.st_ino and a.st_nlink == 2  # a.py is the stored chunk itself
+    assert b.st_ino != chunk.st_ino and oct(a.st_mode & 0o777) == oct(b.st_mode & 0o777) == oct(0o644)
+    with open(dest / "a.py", "r+") as f:  # edited in place: the store's copy changes with it
+        f.write("edit")
+    with pytest.raises(CorruptChunkError, match="corrupt on disk"):
+        store.read_verified(h)
+    assert not store.has(h)  # dropped: the next sync fetches it again

@@ -1,0 +1,185 @@
+"""Agentic rollouts: throughput with slow tools, generation saved by partial rollouts, and the
+calculator's held-out accuracy with and without the tool on the same budget.
+
+Claims it reproduces (docs/agentic.md, "Results"):
+
+1. **Throughput.** Model tokens/s of multi-turn episodes whose tool takes 0, 10 and 100 ms,
+   against single-turn generation of the same number of model tokens per episode, in the same
+   run on the same model (target: >= 0.8x at 10 ms). Episodes run in flight together
+   (:func:`rlmesh.rl.agentic.episodes.run_episodes`), environments in this process on a thread
+   pool; every turn is ``--turn-tokens`` tokens (no EOS), then a tool call.
+2. **Partial rollouts.** With a weight update every ``--update-every`` generation calls, the share
+   of model tokens that discarding interrupted episodes would throw away (what continuing them
+   with the new weights saves).
+3. **Tools vs no tools.** The same warm start and GRPO budget on 2-digit multiplication, with the
+   calculator and without it: greedy held-out accuracy.
+
+Run: ``python benchmarks/agentic.py`` (``--episodes 64 --turns 3 --turn-tokens 8 --reps 3
+--grpo-steps 20``). Prints the spread over reps and the host load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("RLMESH_TELEMETRY", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from benchmarks._common import banner  # noqa: E402
+from rlmesh.rl.agentic.calculator import CalculatorEnv, MultiplicationTask  # noqa: E402
+from rlmesh.rl.agentic.env_actor import LocalEnvClient  # noqa: E402
+from rlmesh.rl.agentic.episodes import EpisodeLimits, run_episodes  # noqa: E402
+from rlmesh.rl.agentic.protocol import StepResult, TextEnv  # noqa: E402
+from rlmesh.rl.agentic.training import collect, grpo_step, heldout_accuracy, sft_on_demonstrations  # noqa: E402
+from rlmesh.rl.backends.base import SamplingParams  # noqa: E402
+from rlmesh.rl.backends.torch_backend import TorchBackend  # noqa: E402
+from rlmesh.rl.config import GRPOConfig  # noqa: E402
+from rlmesh.rl.models.transformer import Transformer, TransformerConfig  # noqa: E402
+
+
+class SleepToolEnv(TextEnv):
+    """Every turn is a tool call that sleeps ``latency_s`` and answers ``(42)``; ``turns`` turns an episode."""
+
+    def __init__(self, latency_s: float, turns: int) -> None:
+        self.latency_s, self.turns, self.n = latency_s, turns, 0
+
+    def reset(self, task: object) -> str:
+        return "12*34="
+
+    def step(self, model_text: str) -> StepResult:
+        self.n += 1
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        return StepResult("(42)", 0.0, self.n >= self.turns)
+
+
+def throughput(args: argparse.Namespace) -> None:
+    task = MultiplicationTask(2, 2)
+    tok = task.tokenizer
+    cfg = TransformerConfig(vocab_size=tok.vocab_size, max_seq_len=8 + args.turns * (args.turn_tokens + 4) + 4,
+                            d_model=args.d_model, n_layers=2, n_heads=4)
+    torch.manual_seed(0)
+    backend = TorchBackend(Transformer(cfg), eos_id=None, pad_id=tok.pad_id, seed=0)  # no EOS: fixed-length turns
+    prompt = [tok.BOS] + tok.encode("12*34=")
+    limits = EpisodeLimits(max_turns=args.turns, max_tokens=args.turns * (args.turn_tokens + 4), turn_tokens=args.turn_tokens)
+    tokens = args.turns * args.turn_tokens
+    print(f"\n## throughput: {args.episodes} episodes x {args.turns} turns x {args.turn_tokens} tokens "
+          f"(d_model {args.d_model}, max_batch {args.max_batch or 'all'}), model tokens/s, median [min-max] of {args.reps}")
+    single = []
+    for _ in range(args.reps):
+        t0 = time.perf_counter()
+        backend.generate([prompt] * args.episodes, SamplingParams(max_tokens=tokens))
+        single.append(args.episodes * tokens / (time.perf_counter() - t0))
+    base = statistics.median(single)
+    print(f"single-turn ({tokens} tokens)  {base:8.0f}  [{min(single):.0f}-{max(single):.0f}]")
+    for ms in args.latencies_ms:
+        rates = []
+        for _ in range(args.reps):
+            env = LocalEnvClient(lambda: SleepToolEnv(ms / 1000, args.turns), max_workers=args.episodes)
+            t0 = time.perf_counter()
+            trajs = run_episodes(backend, env, [(f"e{i}", None) for i in range(args.episodes)], tok.encode, limits,
+                                 SamplingParams(), prompt_prefix=[tok.BOS], decode=tok.decode,
+                                 max_batch=args.max_batch or None)
+            rates.append(sum(t.model_tokens for t in trajs) / (time.perf_counter() - t0))
+            env.shutdown()
+        med = statistics.median(rates)
+        print(f"multi-turn, tool {ms:4.0f} ms   {med:8.0f}  [{min(rates):.0f}-{max(rates):.0f}]  "
+              f"ratio {med / base:.2f}x")
+
+
+def partial_rollouts(args: argparse.Namespace) -> None:
+    task = MultiplicationTask(2, 2)
+    tok = task.tokenizer
+    cfg = TransformerConfig(vocab_size=tok.vocab_size, max_seq_len=8 + args.turns * (args.turn_tokens + 4) + 4,
+                            d_model=args.d_model, n_layers=2, n_heads=4)
+    backend = TorchBackend(Transformer(cfg), eos_id=None, pad_id=tok.pad_id, seed=0)
+    limits = EpisodeLimits(max_turns=args.turns, max_tokens=args.turns * (args.turn_tokens + 4), turn_tokens=args.turn_tokens)
+    calls = [0]
+
+    def version() -> int:  # a weight update lands every `update_every` generation calls
+        calls[0] += 1
+        return calls[0] // args.update_every
+
+    env = LocalEnvClient(lambda: SleepToolEnv(0.0, args.turns))
+    # episodes start in waves, as a generator refills its slots: a wave of 8 every generation call
+    trajs = []
+    for w in range(args.episodes // 8):
+        trajs += run_episodes(backend, env, [(f"w{w}e{i}", None) for i in range(8)], tok.encode, limits,
+                              SamplingParams(), version=version, prompt_prefix=[tok.BOS], decode=tok.decode)
+        calls[0] += w % 2  # stagger so updates fall inside episodes, not only between waves
+    total = sum(t.model_tokens for t in trajs)
+    spanning = [t for t in trajs if len({s.policy_version for s in t.segments}) > 1]
+    lost = sum(t.model_tokens for t in spanning)
+    print(f"\n## partial rollouts: a weight update every {args.update_every} generation calls, {len(trajs)} episodes")
+    print(f"episodes spanning an update: {len(spanning)}/{len(trajs)}; model tokens discarding would throw away and "
+          f"regenerate: {lost}/{total} ({lost / max(total, 1):.0%}); continuing with new weights saves them")
+
+
+def tools_vs_none(args: argparse.Namespace) -> None:
+    task = MultiplicationTask(2, 2)
+    limits = EpisodeLimits(max_turns=3, max_tokens=task.max_episode_tokens(), turn_tokens=10)
+    heldout = task.sample(300, random.Random(1), "heldout")
+    print(f"\n## calculator: {args.sft_steps} SFT steps, {args.grpo_steps} GRPO steps of 16 tasks x 8 episodes; "
+          "greedy held-out accuracy on 300 tasks")
+    for tools in (True, False):
+        torch.manual_seed(0)
+        model = Transformer(TransformerConfig(vocab_size=task.tokenizer.vocab_size,
+                                              max_seq_len=task.max_prompt_len() + limits.max_tokens,
+                                              d_model=64, n_layers=2, n_heads=4))
+        t0 = time.perf_counter()
+        sft_on_demonstrations(model, task, args.sft_steps, tool_fraction=0.35 if tools else 0.0, batch_size=32, lr=3e-3)
+        backend = TorchBackend(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id, seed=0)
+        for p in model.parameters():
+            p.requires_grad_(True)
+        env = LocalEnvClient(CalculatorEnv, {"tools": tools})
+        model.eval()
+        start, _ = heldout_accuracy(backend, env, task, heldout, limits)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        rng = random.Random(5)
+        for step in range(args.grpo_steps):
+            model.eval()
+            batch = collect(backend, env, task, task.sample(16, rng), 8, limits, prefix=f"s{step}")
+            model.train()
+            grpo_step(model, opt, batch, GRPOConfig(lr=1e-3), 8, task.tokenizer.pad_id)
+        model.eval()
+        acc, use = heldout_accuracy(backend, env, task, heldout, limits)
+        print(f"{'with the calculator   ' if tools else 'without (no tool)     '} after SFT {start:.2f} -> after GRPO "
+              f"{acc:.2f} (tool used in {use:.0%} of episodes), {time.perf_counter() - t0:.0f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--turn-tokens", type=int, default=8)
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--latencies-ms", type=float, nargs="+", default=[0, 10, 100])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--max-batch", type=int, default=0, help="episodes per generation call (0: all ready ones)")
+    ap.add_argument("--update-every", type=int, default=4)
+    ap.add_argument("--sft-steps", type=int, default=150)
+    ap.add_argument("--grpo-steps", type=int, default=20)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "partial", "tools"])
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    banner("agentic rollouts", "torch")
+    print(f"# load average at start: {os.getloadavg()[0]:.1f}")
+    if "throughput" not in args.skip:
+        throughput(args)
+    if "partial" not in args.skip:
+        partial_rollouts(args)
+    if "tools" not in args.skip:
+        tools_vs_none(args)
+    print(f"# load average at end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
