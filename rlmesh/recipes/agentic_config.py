@@ -8,6 +8,7 @@ from typing import Any, Dict
 
 from rlmesh.actor.faults import FaultConfig
 from rlmesh.recipes.recipe_config import EvalConfig, PolicyModelConfig, RunConfig, check_faults
+from rlmesh.recipes.workspace_option import WorkspaceConfig
 from rlmesh.rl.agentic.config import AgenticGeneratorConfig, EnvConfig
 from rlmesh.rl.config import BufferConfig, GRPOConfig, check
 from rlmesh.rl.names import check_model_path
@@ -55,6 +56,9 @@ class AgenticRecipeConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     """Built-in fault injection (``faults.kill=env`` kills an env proc); off by default."""
+    workspace: WorkspaceConfig = field(default_factory=WorkspaceConfig)
+    """The controller's project folder to every proc (``workspace.sync=true``; on for Kubernetes by default):
+    a tool environment edited here reaches the env procs without an image rebuild."""
 
     def proc_meshes(self) -> dict[str, int]:
         """Proc meshes by name: buffer+evaluator, trainer, env actors, generators."""
