@@ -297,6 +297,19 @@ def controller_gone(why: str) -> None:
         os._exit(3)
 
 
+def _name_process(name: str) -> None:
+    """Linux: name this process ``<proc id>/<incarnation>`` (what ``ps -o comm``, ``top`` and
+    ``psutil.Process.name()`` show; 15 bytes at most). A proc forked from a warm template keeps the
+    template's command line, so without this nothing outside rlmesh could tell its procs apart."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Linux: be SIGKILLed the moment the process that launched us dies (no orphans, nothing written).
 
@@ -327,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parent-pid", type=int, default=0, help="exit when this pid dies (local launcher)")
     args = ap.parse_args(argv)
     _die_with_parent(args.parent_pid)
+    _name_process(f"{args.proc_id}/{args.incarnation}")
     proc = ProcInfo(proc_id=args.proc_id, proc_mesh=args.proc_mesh, rank=args.rank, pid=os.getpid(),
                     host=socket.gethostname(), incarnation=args.incarnation,
                     job_id=os.environ.get("RLMESH_JOB_ID", ""))

@@ -192,8 +192,18 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
     return result
 
 
+def _quiet_on_interrupt(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` raised by the signal handler inside one of the
+    loop's tasks) ends the run cleanly upstream; asyncio would also print that task's traceback as
+    "exception was never retrieved". Everything else goes to asyncio's default handler."""
+    if isinstance(context.get("exception"), (KeyboardInterrupt, SystemExit)):
+        return
+    loop.default_exception_handler(context)
+
+
 async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: RunResult) -> None:
     """The loop itself (see the module docstring); fills ``result``'s counters and evaluations."""
+    asyncio.get_running_loop().set_exception_handler(_quiet_on_interrupt)
     replicas = cfg.generator.replicas
     prefix = f"{plan.id_prefix}-" if ledger.generation == 0 else f"{plan.id_prefix}-g{ledger.generation}-"
     work = AsyncWorkScheduler(per_step=replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,

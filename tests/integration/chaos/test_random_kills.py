@@ -53,6 +53,7 @@ class ProcWatch(threading.Thread):
 
     def run(self) -> None:
         marker = f"--proc-id rl.{self.rank} "
+        name = f"rl.{self.rank}/0"  # a proc forked from the start-up template keeps the template's cmdline
         found_at = None
         while not self.stop.is_set():
             try:
@@ -65,7 +66,11 @@ class ProcWatch(threading.Thread):
                     cmd = " ".join(p.cmdline()) + " "
                 except psutil.NoSuchProcess:
                     continue
-                if self.killed is None and marker in cmd and "--incarnation 0 " in cmd:
+                try:
+                    named = p.name() == name
+                except psutil.NoSuchProcess:
+                    continue
+                if self.killed is None and (named or (marker in cmd and "--incarnation 0 " in cmd)):
                     found_at = found_at or time.monotonic()
                     if time.monotonic() - found_at >= self.delay:
                         os.kill(p.pid, signal.SIGKILL)
