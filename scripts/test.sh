@@ -9,7 +9,8 @@
 #   3. Chromium + chromedriver for the dashboard's browser test (scripts/setup_browser.sh, apt)
 #   4. pytest over tests/, in two phases: everything but the `serial` tests on N workers
 #      (pytest-xdist, a test file per worker at a time; N = RLMESH_TEST_WORKERS, default
-#      min(CPUs, 4)), then the `serial` tests (they saturate the CPUs on purpose) alone.
+#      min(CPUs, 4)), then the `serial` tests alone (they saturate the CPUs on purpose, or
+#      need a fresh controller process).
 #      Integration tests spend much of their time waiting on procs, so two workers on two
 #      cores overlap one test's waiting with another's work.
 # On a fresh CPU machine the only skips are for absent hardware (CUDA GPU, RDMA device, NVML).

@@ -28,14 +28,14 @@ class _SeenRunning(io.StringIO):
         return super().write(text)
 
 
+# serial: a fresh controller process. In a pytest-xdist worker whose earlier files ended a run, procs
+# spawned later still reported to the ended run's service ("Limits, honestly" in docs/telemetry.md)
+@pytest.mark.serial
 def test_warm_up_phases_in_actors_show_their_progress_while_spawn_waits(monkeypatch, tmp_path):
     """Real procs record `phases` rows; the controller's display, piped, prints them as JSON lines."""
     monkeypatch.setenv("RLMESH_PROGRESS", "json")
     monkeypatch.setenv("RLMESH_PROGRESS_EVERY_S", "0")  # a line at every poll that finds the phase running
-    # a run of its own, started here: a test before it in this process (pytest-xdist runs many files in
-    # one) may have ended the session's run, and the procs must report to a service that is up
-    rm.telemetry.end_run()
-    rm.telemetry.start_run(runs_dir=tmp_path / "runs")
+    rm.telemetry.start_run(runs_dir=tmp_path / "runs")  # this process's first run (the test runs serial)
     flag = tmp_path / "seen-running"
     out = _SeenRunning(flag)
     with rm.this_host().spawn_procs(per_host={"procs": 2}, name="warm") as procs:
