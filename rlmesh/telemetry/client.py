@@ -15,7 +15,6 @@ import itertools
 import logging
 import os
 import secrets
-import threading
 import time
 from typing import Any
 
@@ -34,8 +33,6 @@ MAX_ROWS_PER_MESSAGE = 131_072  # big batches go as several messages: bounded me
 
 _ctx: zmq.Context | None = None
 _ctx_pid = -1
-_open_sinks: dict[int, int] = {}  # pid -> RemoteSinks opened there and not yet closed (a fork inherits none)
-_sinks_lock = threading.Lock()
 
 
 def telemetry_context() -> zmq.Context:
@@ -81,9 +78,6 @@ class RemoteSink:
         self._failing_since: float | None = None
         self._warned = False
         self.dropped_rows = 0
-        with _sinks_lock:
-            _open_sinks[os.getpid()] = _open_sinks.get(os.getpid(), 0) + 1
-        self._pid, self._closed = os.getpid(), False
         self._socket()  # connect now, so the link is up by the first flush
 
     def _socket(self) -> zmq.Socket:
@@ -146,16 +140,7 @@ class RemoteSink:
         if self._sock is not None:
             self._sock.close(linger=int(max(0.1, deadline - time.monotonic()) * 1000))
             self._sock = None
-        with _sinks_lock:
-            if self._closed:
-                return
-            self._closed = True
-            pid = os.getpid()
-            if self._pid == pid:
-                _open_sinks[pid] = _open_sinks.get(pid, 1) - 1
-            last = _open_sinks.get(pid, 0) <= 0
-        if last:  # term() blocks while any socket of the context is open: another sink's would hang it
-            close_context()  # waits (up to the linger) until queued batches are on the wire
+        close_context()  # waits (up to the linger) until queued batches are on the wire
 
 
 def close_context() -> None:
