@@ -301,13 +301,18 @@ def _name_process(name: str) -> None:
     """Linux: name this process ``<proc id>/<incarnation>`` (what ``ps -o comm``, ``top`` and
     ``psutil.Process.name()`` show; 15 bytes at most). A proc forked from a warm template keeps the
     template's command line, so without this nothing outside rlmesh could tell its procs apart."""
+    prctl(15, name.encode()[:15])  # PR_SET_NAME
+
+
+def prctl(option: int, arg: object) -> bool:
+    """Linux ``prctl(option, arg)``; False where there is no such call (another OS, no glibc)."""
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg, 0, 0, 0)
     except (OSError, AttributeError):
-        pass
+        return False
+    return True
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -319,12 +324,7 @@ def _die_with_parent(parent_pid: int) -> None:
     the chain reaches every worker. SIGKILL rather than SIGTERM: a trainer must not run
     ``on_stop`` (a checkpoint save) for a controller that is gone. Elsewhere, the control
     thread's parent-pid check and the controller-silence timeout do the same, more slowly."""
-    if parent_pid <= 0 or not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
+    if parent_pid <= 0 or not prctl(1, signal.SIGKILL):  # PR_SET_PDEATHSIG
         return
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(3)

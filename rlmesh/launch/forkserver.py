@@ -31,7 +31,6 @@ next request, else between requests); replies ``{"ready": true}``,
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import logging
 import os
@@ -294,10 +293,7 @@ def _reap(*_: Any) -> None:
 def _die_with_parent(parent_pid: int) -> None:
     if not sys.platform.startswith("linux"):
         return
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    actor_worker.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != parent_pid:
         os._exit(3)
 
