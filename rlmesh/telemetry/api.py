@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rlmesh.actor import hooks
 from rlmesh.actor.context import current_proc
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.client import RemoteSink
@@ -179,7 +180,9 @@ def exit_status(exc: BaseException | None) -> tuple[str, str | None]:
 
 def end_run(status: str | None = None, error: str | None = None) -> None:
     """Flush, mark the run ``ok``/``failed``/``interrupted`` (``error``: why, kept in ``runs.error``)
-    and close its file. A later ``record()`` starts a new run."""
+    and close its file. A later ``record()`` starts a new run, and so does the next proc launch:
+    procs launched after this point ship their rows to that new run (procs still running keep
+    the ended run's address; their late rows are dropped with a warning)."""
     global _rec, _svc, _health
     if status is None:
         status, error = _failed or ("ok", None)
@@ -196,8 +199,11 @@ def end_run(status: str | None = None, error: str | None = None) -> None:
             sink = _rec._sink
             if hasattr(sink, "close"):
                 sink.close()
+        ended_controller_run = _svc is not None
         _rec = _svc = _health = None
         sys.modules["rlmesh.telemetry"]._rec = None  # type: ignore[attr-defined]  # record()'s cache
+    if ended_controller_run:  # procs launched from now on belong to the next run, not this ended one
+        hooks.invalidate_controller_plugins()
 
 
 def _at_exit() -> None:

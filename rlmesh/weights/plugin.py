@@ -63,10 +63,9 @@ def on_controller_start(info: Any) -> dict[str, str]:
     job = this_job()
     host = getattr(info, "host", None) or socket.gethostname()
     reclaim_dead_segments()  # what runs killed outright (controller and all) left in /dev/shm
-    sink = make_sink(job, host)
-    add_event_sink(sink)
-    if not _state.get(job):
+    if not _state.get(job):  # once per job: the plugins run again for each telemetry run
         _state[job] = True
+        add_event_sink(make_sink(job, host))
         atexit.register(cleanup_segments, job)
     logger.debug("weights cleanup plugin installed for job %s on %s", job, host)
     return {}

@@ -64,8 +64,16 @@ def test_browser_watches_a_live_run_with_a_killed_generator(tmp_path):
         died, back = wait_for(death_and_restart, 300, "the meshes page to show a generator's SIGKILL and restart")
         assert any("fault_injected" in r for r in _js(
             driver, "return [...document.querySelectorAll('#events-table tr')].map(r => r.innerText);"))
-        procs = _js(driver, "return document.getElementById('procs-table').innerText;")
-        assert "rl" in procs and "restarted" in procs
+
+        def restarted_proc():  # the procs table refreshes on its own timer: wait for its next poll
+            text = _js(driver, "return document.getElementById('procs-table').innerText;") or ""
+            rows = [r.split("\t") for r in text.splitlines()]
+            if not rows or "restarts" not in rows[0]:
+                return None
+            col = rows[0].index("restarts")
+            return [r for r in rows[1:] if len(r) > col and r[0] == "rl" and r[col].strip() not in ("", "0")]
+
+        assert wait_for(restarted_proc, 120, "the procs table to count the generator's restart")
         work = _js(driver, "return document.getElementById('work-table').innerText;")
         assert "issued" in work and "re-issued" in work
         driver.save_screenshot(str(shots / "meshes.png"))

@@ -71,3 +71,48 @@ def test_forked_child_of_the_controller_records_into_the_same_run(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['child', 'parent']", out.stdout + out.stderr
+
+
+ACTOR_MODULE = '''
+import rlmesh as rm
+
+
+class Rec(rm.Actor):
+    @rm.endpoint
+    def note(self, who: str) -> str:
+        rm.telemetry.record("notes", who=who)
+        rm.telemetry.flush()
+        return rm.telemetry.current_run()
+'''
+
+
+@pytest.mark.timeout(240)
+def test_procs_launched_after_end_run_record_into_the_next_run(tmp_path):
+    """One controller, two runs: procs spawned after end_run() ship to the new run, not the ended one."""
+    (tmp_path / "recmod.py").write_text(ACTOR_MODULE)
+    code = (
+        "import time, rlmesh as rm\n"
+        "from recmod import Rec\n"
+        "def note(tag):\n"
+        "    with rm.this_host().spawn_procs(per_host={'procs': 1}, name=f'p{tag}') as procs:\n"
+        "        run = procs.spawn(f'rec{tag}', Rec).note.call_one(tag).get(timeout=120)\n"
+        "        assert run == rm.telemetry.current_run(), (run, rm.telemetry.current_run())\n"
+        "        for _ in range(600):\n"
+        "            rows = rm.telemetry.query('SELECT who FROM notes').to_pylist()\n"
+        "            if rows: return run, [r['who'] for r in rows]\n"
+        "            time.sleep(0.1)\n"
+        "        return run, []\n"
+        "first = note('a')\n"
+        "rm.telemetry.end_run()\n"
+        "second = note('b')\n"
+        "print(first, second)\n"
+    )
+    env = {"RLMESH_RUNS_DIR": str(tmp_path / "runs"), "PATH": "/usr/bin:/bin", "RLMESH_HEALTH_INTERVAL": "0",
+           "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=220, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (run_a, rows_a), (run_b, rows_b) = eval(out.stdout.strip().replace(") (", "), ("))  # two printed tuples
+    assert run_a != run_b
+    assert rows_a == ["a"] and rows_b == ["b"], out.stdout + out.stderr
+    assert "unreachable" not in out.stderr, out.stderr
