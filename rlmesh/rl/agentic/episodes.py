@@ -157,15 +157,21 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
     for eid, task in episodes:
         watch(eid, "reset", env.reset(eid, task))
     waiting = len(episodes)
+    last_call_s = 0.0  # how long the last generation call took: sizes the wait for stragglers
     try:
         while waiting or ready:
-            block = not ready
-            while True:
+            # Wait for the first answer; then, while other episodes are still with their environments,
+            # keep collecting answers for up to a quarter of a generation call's time: answers to one
+            # batch arrive together, and a call for the first few alone would cost a whole call again.
+            deadline = None
+            while waiting and (max_batch is None or len(ready) < max_batch):
+                if ready and deadline is None:
+                    deadline = time.perf_counter() + last_call_s / 4
+                left = None if deadline is None else deadline - time.perf_counter()
                 try:
-                    eid, kind, fut = done_q.get(block=block, timeout=None)
+                    eid, kind, fut = done_q.get(timeout=left) if left is None or left > 0 else done_q.get_nowait()
                 except queue.Empty:
                     break
-                block = False
                 waiting -= 1
                 result = fut.result()  # an environment proc's death surfaces here
                 if kind == "reset":
@@ -188,7 +194,9 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
             for cap, group in by_cap.items():
                 p = SamplingParams(n=1, max_tokens=cap, temperature=params.temperature, top_p=params.top_p,
                                    seed=params.seed, stop_token_ids=params.stop_token_ids)
+                t0 = time.perf_counter()
                 comps = backend.generate([ep.context for ep in group], p)
+                last_call_s = time.perf_counter() - t0
                 for ep, (c,) in zip(group, comps):
                     t = ep.traj
                     start = len(t.token_ids)

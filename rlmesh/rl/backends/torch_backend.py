@@ -6,6 +6,10 @@ It runs anywhere torch runs (CPU here). Its log-probs are exact in the sense of
 them as the behaviour log-probs directly. Weights are updated in place:
 :meth:`weight_target` is the live ``state_dict``, which ``Subscriber.pull_into``
 overwrites tensor by tensor, with no reallocation and no engine restart.
+
+Prefix caching (the built-in transformer only): the keys and values of every context it sampled
+from are kept (:mod:`rlmesh.rl.models.prefix_cache`), so a multi-turn episode's next turn reads
+only its new tokens, not its whole context again. Any weight change empties the cache.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 from torch import nn
 
 from rlmesh.rl.backends.base import Completion, SamplingParams
+from rlmesh.rl.models import prefix_cache
 from rlmesh.rl.models.hf import load_hf
 from rlmesh.rl.models.sampling import generate
 from rlmesh.rl.models.transformer import Transformer, TransformerConfig
@@ -45,6 +50,7 @@ class TorchBackend:
             ``model_config`` / ``model_path`` by :func:`build_policy_model`.
         eos_id: stop token; ``pad_id`` fills finished rows.
         seed: seeds the sampler's own ``torch.Generator`` (``SamplingParams.seed`` overrides it per call).
+        prefix_cache_mb: memory for the keys and values of contexts already read (0: no prefix cache).
     """
 
     name = "torch"
@@ -52,7 +58,7 @@ class TorchBackend:
 
     def __init__(self, model: nn.Module | None = None, *, model_config: TransformerConfig | dict[str, Any] | None = None,
                  model_path: str | None = None, eos_id: int | None = None, pad_id: int = 0, seed: int = 0,
-                 tokenizer: Any = None) -> None:
+                 tokenizer: Any = None, prefix_cache_mb: int = 256) -> None:
         if model is None:
             model, hf_tok = build_policy_model(model_config, model_path)
             tokenizer = tokenizer or hf_tok
@@ -62,13 +68,27 @@ class TorchBackend:
         self.tokenizer = tokenizer
         self.eos_id, self.pad_id = eos_id, pad_id
         self._rng = torch.Generator().manual_seed(seed)
+        self.prefixes = (prefix_cache.PrefixCache(self.model, prefix_cache_mb << 20)
+                         if prefix_cache_mb > 0 and isinstance(self.model, Transformer) else None)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         """``params.n`` completions per prompt; tokens up to and including EOS, log-probs alongside."""
         rng = torch.Generator().manual_seed(params.seed) if params.seed is not None else self._rng
+        cached = None
+        if self.prefixes is not None:
+            self.prefixes.check_weights()
+            cached = [self.prefixes.take(p) for p in prompts]
+            hit = sum(len(c.tokens) for c in cached if c is not None)
+            self.prefixes.hits += hit
+            self.prefixes.misses += sum(map(len, prompts)) - hit
         gen = generate(self.model, prompts, n=params.n, max_new_tokens=params.max_tokens,
                        temperature=params.temperature, top_p=params.top_p, eos_id=self.eos_id, pad_id=self.pad_id,
-                       generator=rng, stop_ids=tuple(params.stop_token_ids))
+                       generator=rng, stop_ids=tuple(params.stop_token_ids), prefixes=cached,
+                       keep_cache=self.prefixes is not None)
+        if self.prefixes is not None:
+            for entry in prefix_cache.extract(gen.cache, gen.input_ids, gen.attention_mask):
+                self.prefixes.put(entry)
+            gen.cache = None
         lengths = gen.completion_mask.sum(1).tolist()
         ids, logps = gen.completion_ids.tolist(), gen.completion_logprobs.tolist()
         out: list[list[Completion]] = []

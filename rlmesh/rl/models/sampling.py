@@ -11,9 +11,12 @@ and the generator therefore agree to float precision when they hold the same wei
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
+
+from rlmesh.rl.models import prefix_cache
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -48,6 +51,8 @@ class Generation:
     loss_mask: torch.Tensor | None = None
     """[R, L] 1 on tokens the policy sampled, 0 on tokens it only read (tool observations of a
     multi-turn episode); ``None``: every completion token is the policy's (``completion_mask``)."""
+    cache: Any = None
+    """The KV cache the sampler filled (``keep_cache=True``), for :func:`prefix_cache.extract`."""
 
     @property
     def trained_mask(self) -> torch.Tensor:
@@ -72,6 +77,8 @@ def generate(
     pad_id: int = 0,
     generator: torch.Generator | None = None,
     stop_ids: tuple[int, ...] = (),
+    prefixes: list[prefix_cache.PrefixKV | None] | None = None,
+    keep_cache: bool = False,
 ) -> Generation:
     """Sample ``n`` completions for each prompt (token-id lists) with incremental decoding.
 
@@ -79,6 +86,10 @@ def generate(
     the call returns early once every row has finished. ``model`` follows the
     ``new_cache`` / ``forward(input_ids, attention_mask, cache)`` convention of
     :class:`~rlmesh.rl.models.transformer.Transformer`.
+
+    ``prefixes`` (one per prompt, or ``None``) hold keys and values of each prompt's first tokens
+    from an earlier call (:class:`~rlmesh.rl.models.prefix_cache.PrefixCache`): only the rest is
+    read. ``keep_cache`` returns the filled cache in :attr:`Generation.cache`.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature}); use a small top_p for near-greedy decoding")
@@ -97,7 +108,14 @@ def generate(
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     stops = torch.tensor(sorted({*stop_ids, *(() if eos_id is None else (eos_id,))}), dtype=torch.long, device=device)
     cache = model.new_cache(rows, width + max_new_tokens)
-    logits = model(input_ids[:, :width], attention_mask[:, :width], cache)[:, -1]
+    start = 0
+    if prefixes is not None and any(p is not None for p in prefixes):
+        # read only the columns some row has not cached: each row's unread suffix ends at `width`
+        unread = max(len(pr) - (len(pf.tokens) if pf is not None else 0) for pr, pf in zip(prompts, prefixes))
+        start = width - unread
+        prefix_cache.seed(cache, [pf for pf in prefixes for _ in range(n)],
+                          [len(pr) for pr in prompts for _ in range(n)], width, start)
+    logits = model(input_ids[:, start:width], attention_mask[:, :width], cache)[:, -1]
     steps = 0
     for t in range(max_new_tokens):
         scaled = logits.float() / temperature
@@ -118,7 +136,7 @@ def generate(
         logits = model(input_ids[:, col:col + 1], attention_mask[:, :col + 1], cache)[:, -1]
     input_ids, attention_mask = input_ids[:, :width + steps], attention_mask[:, :width + steps]
     return Generation(input_ids, attention_mask, input_ids[:, width:], logprobs[:, :steps],
-                      attention_mask[:, width:], width)
+                      attention_mask[:, width:], width, cache=cache if keep_cache else None)
 
 
 def sequence_logprobs(

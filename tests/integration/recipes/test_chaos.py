@@ -37,7 +37,21 @@ def env_for(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run(args: list[str], cwd: Path, timeout: float = 150, env: dict[str, str] | None = None):
-    return subprocess.run(args, cwd=cwd, env=env_for(env), capture_output=True, text=True, timeout=timeout)
+    """``rlmesh run`` to its end; past ``timeout``, a failure that shows where every controller
+    thread was (SIGABRT with faulthandler on prints them) instead of a bare timeout."""
+    proc = subprocess.Popen(args, cwd=cwd, env={**env_for(env), "PYTHONFAULTHANDLER": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"rlmesh run did not finish in {timeout} s; its threads at SIGABRT:\n{err[-12000:]}")
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def only_run(cwd: Path) -> Path:

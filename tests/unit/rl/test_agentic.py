@@ -218,3 +218,35 @@ def test_partial_rollouts_record_the_version_of_each_segment():
     assert [s.policy_version for s in t.segments] == [0, 1, 2] == [turn.policy_version for turn in t.turns]
     assert t.oldest_version == 0
     assert sum(s.end - s.start for s in t.segments) == t.model_tokens
+
+
+def test_answers_arriving_close_together_share_a_generation_call():
+    """Sixteen episodes whose tools answer 0.5 ms apart: the loop waits a little (a quarter of a call's
+    time) for the stragglers instead of starting a call for the first few, which would cost a whole
+    call again and split the episodes into ever smaller batches."""
+    backend = tiny_backend()
+    calls: list[int] = []
+    generate_one = backend.generate
+
+    def counting(prompts, p):  # a model whose calls take 0.2 s, as a bigger one's would
+        calls.append(len(prompts))
+        time.sleep(0.2)
+        return generate_one(prompts, p)
+
+    backend.generate = counting
+
+    class Staggered(EchoEnv):
+        def reset(self, task: int) -> str:
+            self.delay = task * 0.0005
+            return super().reset(task)
+
+        def step(self, model_text: str) -> StepResult:
+            time.sleep(self.delay)
+            return super().step(model_text)
+
+    env = LocalEnvClient(Staggered, max_workers=16)
+    trajs = run_episodes(backend, env, [(f"e{i}", i) for i in range(16)], TOK.encode,
+                         EpisodeLimits(max_turns=3, max_tokens=30, turn_tokens=4), SamplingParams(), decode=TOK.decode)
+    env.shutdown()
+    assert all(len(t.turns) == 3 for t in trajs) and sum(calls) == 48
+    assert len(calls) <= 5, f"{len(calls)} generation calls of sizes {calls}: answers were not coalesced"

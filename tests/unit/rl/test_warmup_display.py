@@ -1,6 +1,7 @@
 """The warm-up display over `phases` rows (a real in-memory DuckDB with the table's declared schema)."""
 
 import io
+import threading
 import time
 
 import duckdb
@@ -14,12 +15,19 @@ from rlmesh.telemetry import schema
 def db():
     con = duckdb.connect()
     con.execute(schema.builtin_ddl(schema.BUILTIN["phases"]))
+    lock = threading.Lock()  # the display polls on its own thread; one DuckDB connection takes one call at a time
 
     def add(mesh, rank, phase, state, completed, total, unit="steps", elapsed=1.0, ts=None):
-        con.execute("INSERT INTO phases VALUES ('r', to_timestamp(?), ?, ?, ?, 'h', ?, ?, ?, ?, ?, ?)",
-                    [ts or time.time(), mesh, rank, f"{mesh}.{rank}", phase, state, completed, total, unit, elapsed])
+        with lock:
+            con.execute("INSERT INTO phases VALUES ('r', to_timestamp(?), ?, ?, ?, 'h', ?, ?, ?, ?, ?, ?)",
+                        [ts or time.time(), mesh, rank, f"{mesh}.{rank}", phase, state, completed, total, unit,
+                         elapsed])
 
-    return con, add, lambda sql: con.sql(sql).arrow().read_all()
+    def query(sql):
+        with lock:
+            return con.sql(sql).arrow().read_all()
+
+    return con, add, query
 
 
 def test_phase_status_sums_ranks_and_knows_a_total_only_when_every_rank_does(db):

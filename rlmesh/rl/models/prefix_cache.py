@@ -1,0 +1,171 @@
+"""Keys and values of contexts the model already read, kept between generation calls.
+
+Why: a multi-turn episode calls the model once per turn, each time on its whole context so far
+(prompt, the model's earlier turns, the tools' answers). Without this cache every turn re-reads
+that context from its first token; with it, a turn reads only what is new since the last call
+(the last sampled token and the observation), as vLLM's prefix caching does on GPU.
+
+When it is used: :class:`~rlmesh.rl.backends.torch_backend.TorchBackend` looks up each prompt's
+longest cached prefix before sampling and stores every row's context after it. Only the built-in
+:class:`~rlmesh.rl.models.transformer.Transformer` (its static :class:`KVCache`) takes part; other
+models sample as before.
+
+Correctness rests on two facts. Positions come from the attention mask's running count, so a
+token's keys and values do not depend on how much left padding its row had: an entry computed in
+one batch is valid in any other. And entries are only valid for the weights that computed them:
+the cache remembers the parameters' in-place version counters and empties itself when any changed
+(a weight pull, ``load_state_dict``, an optimiser step), so a new policy never reads old keys.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rlmesh.rl.models.transformer import KVCache
+
+_MOD = (1 << 61) - 1  # rolling hash of token prefixes: h(p + [t]) = (h(p) * _BASE + t + 1) mod _MOD
+_BASE = 1_000_003
+
+
+def _prefix_hashes(tokens: list[int]) -> list[int]:
+    """``out[k]`` is the hash of ``tokens[:k]`` (``out[0]`` of the empty prefix)."""
+    out = [0]
+    h = 0
+    for t in tokens:
+        h = (h * _BASE + t + 1) % _MOD
+        out.append(h)
+    return out
+
+
+def _hash(tokens: tuple[int, ...]) -> int:
+    """``_prefix_hashes(tokens)[-1]`` without the list."""
+    h = 0
+    for t in tokens:
+        h = (h * _BASE + t + 1) % _MOD
+    return h
+
+
+@dataclass
+class PrefixKV:
+    """The keys and values of one context's first ``len(tokens)`` tokens: row ``row``, columns
+    ``cols`` of a batch's cache (kept by reference: storing a batch's rows copies nothing)."""
+
+    tokens: tuple[int, ...]
+    keys: list[torch.Tensor]
+    """Per layer, the batch's ``[B, H, L, head_dim]`` keys."""
+    values: list[torch.Tensor]
+    row: int
+    cols: list[int]
+    """The row's real columns, in order (left padding and masked tokens left out)."""
+    nbytes: int = -1
+    """What this row holds alive: its whole row of the batch's keys and values."""
+
+    def __post_init__(self) -> None:
+        if self.nbytes < 0:
+            self.nbytes = sum(t[self.row].numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def kv(self, layer: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values ``[H, m, head_dim]`` of the first ``m`` tokens at ``layer``."""
+        cols = torch.tensor(self.cols[:m], dtype=torch.long)
+        return self.keys[layer][self.row][:, cols], self.values[layer][self.row][:, cols]
+
+
+class PrefixCache:
+    """Least-recently-used store of :class:`PrefixKV`, bounded in bytes, emptied on a weight change.
+
+    Args:
+        model: the model whose keys and values are stored (its parameters' versions are watched).
+        max_bytes: what the entries may hold together; the least recently used go first.
+    """
+
+    def __init__(self, model: nn.Module, max_bytes: int = 256 << 20) -> None:
+        self._params = list(model.parameters())
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[int, PrefixKV] = OrderedDict()
+        self._bytes = 0
+        self._weights = self._weights_version()
+        self.hits = 0
+        """Tokens read from the cache instead of recomputed (for benchmarks and tests)."""
+        self.misses = 0
+        """Prompt tokens the model had to read."""
+
+    def _weights_version(self) -> int:
+        return sum(p._version for p in self._params)
+
+    def check_weights(self) -> None:
+        """Empty the cache if any parameter changed in place since the last check (once per call)."""
+        v = self._weights_version()
+        if v != self._weights:
+            self.clear()
+            self._weights = v
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def take(self, prompt: list[int]) -> PrefixKV | None:
+        """The longest stored prefix of ``prompt`` shorter than it (one token must stay to be read),
+        removed from the store: the caller stores the longer context it goes on to build.
+        Call :meth:`check_weights` first (once per batch of lookups)."""
+        if not self._entries:
+            return None
+        hashes = _prefix_hashes(prompt)
+        for k in range(len(prompt) - 1, 0, -1):
+            e = self._entries.get(hashes[k])
+            if e is not None and len(e.tokens) == k and list(e.tokens) == prompt[:k]:
+                del self._entries[hashes[k]]
+                self._bytes -= e.nbytes
+                return e
+        return None
+
+    def put(self, entry: PrefixKV) -> None:
+        if not entry.tokens or entry.nbytes > self.max_bytes:
+            return
+        h = _hash(entry.tokens)
+        old = self._entries.pop(h, None)
+        if old is not None:
+            self._bytes -= old.nbytes
+        self._entries[h] = entry
+        self._bytes += entry.nbytes
+        while self._bytes > self.max_bytes:
+            _, gone = self._entries.popitem(last=False)
+            self._bytes -= gone.nbytes
+
+
+def seed(cache: KVCache, prefixes: list[PrefixKV | None], lengths: list[int], width: int, start: int) -> None:
+    """Fill columns ``[0, start)`` of a left-padded batch's cache from its rows' prefixes.
+
+    Row ``r``'s prompt of ``lengths[r]`` tokens ends at column ``width``; what of it lies before
+    ``start`` (its first ``lengths[r] - (width - start)`` tokens) must be in its prefix.
+    """
+    for r, (p, n) in enumerate(zip(prefixes, lengths)):
+        m = n - (width - start)
+        if m <= 0:
+            continue
+        assert p is not None and len(p.tokens) >= m, "a row's prefix must cover its columns before start"
+        col = width - n
+        for layer in range(len(cache.keys)):
+            k, v = p.kv(layer, m)
+            cache.keys[layer][r, :, col:col + m] = k
+            cache.values[layer][r, :, col:col + m] = v
+    cache.length = start
+
+
+def extract(cache: KVCache, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[PrefixKV]:
+    """Every row's real (unmasked) tokens among the cache's filled columns, as entries that point
+    into the cache (which a later generation call never writes again: each call has its own)."""
+    n = cache.length
+    ids, mask = input_ids[:, :n].tolist(), attention_mask[:, :n].tolist()
+    row_bytes = sum(t.numel() * t.element_size() for t in (*cache.keys, *cache.values)) // max(len(ids), 1)
+    out = []
+    for r, (row_ids, row_mask) in enumerate(zip(ids, mask)):
+        cols = [c for c, keep in enumerate(row_mask) if keep]
+        out.append(PrefixKV(tuple(row_ids[c] for c in cols), cache.keys, cache.values, r, cols, row_bytes))
+    return out

@@ -1,0 +1,79 @@
+"""The torch backend's prefix cache: a continued context samples exactly what a cold one does,
+reads only its new tokens, and never survives a weight change."""
+
+from __future__ import annotations
+
+import torch
+
+from rlmesh.rl.backends.base import SamplingParams
+from rlmesh.rl.backends.torch_backend import TorchBackend
+from rlmesh.rl.models.prefix_cache import PrefixCache, PrefixKV
+from rlmesh.rl.models.transformer import Transformer, TransformerConfig
+
+CFG = TransformerConfig(vocab_size=32, max_seq_len=96, d_model=32, n_layers=2, n_heads=4)
+
+
+def _model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(CFG)
+
+
+def _turns(backend: TorchBackend, prompts: list[list[int]], observations: list[list[int]], turns: int = 3):
+    """Multi-turn shape: each call's prompt is the last context + its completion + an observation."""
+    contexts = [list(p) for p in prompts]
+    out = []
+    for t in range(turns):
+        comps = backend.generate(contexts, SamplingParams(max_tokens=5, seed=100 + t))
+        out.append([(c[0].token_ids, c[0].logprobs) for c in comps])
+        # rows of different lengths, so the batch is left-padded differently from call to call
+        contexts = [ctx + c[0].token_ids + observations[i][: 1 + (i + t) % len(observations[i])]
+                    for i, (ctx, c) in enumerate(zip(contexts, comps))]
+    return out
+
+
+def test_continued_contexts_sample_the_same_tokens_and_logprobs_as_cold_ones():
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10]]
+    obs = [[11, 12, 13], [14], [15, 16]]
+    warm = TorchBackend(_model(), pad_id=0, seed=0)
+    cold = TorchBackend(_model(), pad_id=0, seed=0, prefix_cache_mb=0)
+    a, b = _turns(warm, prompts, obs), _turns(cold, prompts, obs)
+    for turn_a, turn_b in zip(a, b):
+        for (ta, la), (tb, lb) in zip(turn_a, turn_b):
+            assert ta == tb
+            assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-5)
+    # turns 2 and 3 read their earlier context from the cache: most prompt tokens were hits
+    assert warm.prefixes.hits > warm.prefixes.misses
+    assert cold.prefixes is None
+
+
+def test_a_weight_change_empties_the_cache():
+    model = _model()
+    backend = TorchBackend(model, pad_id=0, seed=0)
+    backend.generate([[1, 2, 3]], SamplingParams(max_tokens=4))
+    assert len(backend.prefixes) == 1
+    new = {k: v + 0.01 for k, v in model.state_dict().items()}
+    for k, v in backend.weight_target().items():  # what Subscriber.pull_into does: copy in place
+        v.copy_(new[k])
+    backend.prefixes.check_weights()
+    assert backend.prefixes.take([1, 2, 3, 9, 9]) is None
+    assert len(backend.prefixes) == 0
+
+
+def test_lookup_takes_the_longest_true_prefix_and_evicts_by_bytes():
+    model = _model()
+    cache = PrefixCache(model, max_bytes=10_000)
+    def entry(tokens: tuple[int, ...]) -> PrefixKV:  # one row of 4 heads x len x 8 dims: 128 bytes a token
+        n = len(tokens)
+        return PrefixKV(tokens, [torch.zeros(1, 4, n, 8)], [torch.zeros(1, 4, n, 8)], 0, list(range(n)))
+
+    cache.put(entry((1, 2)))
+    cache.put(entry((1, 2, 3, 4)))
+    cache.put(entry((1, 9, 3)))
+    got = cache.take([1, 2, 3, 4, 5])
+    assert got is not None and got.tokens == (1, 2, 3, 4)
+    assert cache.take([1, 2, 3, 4]) is not None and cache.take([1, 2, 3, 4]) is None  # (1,2) then nothing
+    assert cache.take([1, 2]) is None  # a whole prompt is never a hit: one token must be read
+    for i in range(40):  # 40 entries of 10 tokens = 51 kB > 10 kB: the oldest go
+        cache.put(entry(tuple(range(100 + i, 110 + i))))
+    assert len(cache) <= 10_000 // (10 * 128)
+    assert cache.take(list(range(139, 149)) + [0]) is not None  # the newest stays
