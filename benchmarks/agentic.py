@@ -65,9 +65,11 @@ def throughput(args: argparse.Namespace) -> None:
     task = MultiplicationTask(2, 2)
     tok = task.tokenizer
     cfg = TransformerConfig(vocab_size=tok.vocab_size, max_seq_len=8 + args.turns * (args.turn_tokens + 4) + 4,
-                            d_model=args.d_model, n_layers=2, n_heads=4)
+                            d_model=args.d_model, n_layers=args.n_layers, n_heads=4)
     torch.manual_seed(0)
-    backend = TorchBackend(Transformer(cfg), eos_id=None, pad_id=tok.pad_id, seed=0)  # no EOS: fixed-length turns
+    model = Transformer(cfg)
+    backend = TorchBackend(model, eos_id=None, pad_id=tok.pad_id, seed=0)  # no EOS: fixed-length turns
+    cold = TorchBackend(model, eos_id=None, pad_id=tok.pad_id, seed=0, prefix_cache_mb=0)
     prompt = [tok.BOS] + tok.encode("12*34=")
     limits = EpisodeLimits(max_turns=args.turns, max_tokens=args.turns * (args.turn_tokens + 4), turn_tokens=args.turn_tokens)
     tokens = args.turns * args.turn_tokens
@@ -76,23 +78,27 @@ def throughput(args: argparse.Namespace) -> None:
     single = []
     for _ in range(args.reps):
         t0 = time.perf_counter()
-        backend.generate([prompt] * args.episodes, SamplingParams(max_tokens=tokens))
+        cold.generate([prompt] * args.episodes, SamplingParams(max_tokens=tokens))
         single.append(args.episodes * tokens / (time.perf_counter() - t0))
     base = statistics.median(single)
     print(f"single-turn ({tokens} tokens)  {base:8.0f}  [{min(single):.0f}-{max(single):.0f}]")
     for ms in args.latencies_ms:
-        rates = []
-        for _ in range(args.reps):
-            env = LocalEnvClient(lambda: SleepToolEnv(ms / 1000, args.turns), max_workers=args.episodes)
-            t0 = time.perf_counter()
-            trajs = run_episodes(backend, env, [(f"e{i}", None) for i in range(args.episodes)], tok.encode, limits,
-                                 SamplingParams(), prompt_prefix=[tok.BOS], decode=tok.decode,
-                                 max_batch=args.max_batch or None)
-            rates.append(sum(t.model_tokens for t in trajs) / (time.perf_counter() - t0))
-            env.shutdown()
-        med = statistics.median(rates)
-        print(f"multi-turn, tool {ms:4.0f} ms   {med:8.0f}  [{min(rates):.0f}-{max(rates):.0f}]  "
-              f"ratio {med / base:.2f}x")
+        rates: dict[str, list[float]] = {"prefix cache": [], "no prefix cache": []}
+        for rep in range(args.reps):  # the two variants interleaved, so load drifts hit both alike
+            for name, be in (("prefix cache", backend), ("no prefix cache", cold)):
+                env = LocalEnvClient(lambda: SleepToolEnv(ms / 1000, args.turns), max_workers=args.episodes)
+                t0 = time.perf_counter()
+                trajs = run_episodes(be, env, [(f"e{rep}-{i}", None) for i in range(args.episodes)], tok.encode,
+                                     limits, SamplingParams(), prompt_prefix=[tok.BOS], decode=tok.decode,
+                                     max_batch=args.max_batch or None)
+                rates[name].append(sum(t.model_tokens for t in trajs) / (time.perf_counter() - t0))
+                env.shutdown()
+        for name, r in rates.items():
+            med = statistics.median(r)
+            print(f"multi-turn, tool {ms:4.0f} ms, {name:15s} {med:8.0f}  [{min(r):.0f}-{max(r):.0f}]  "
+                  f"ratio {med / base:.2f}x")
+    pc = backend.prefixes
+    print(f"prefix cache: {pc.hits} prompt tokens read from it, {pc.misses} computed")
 
 
 def partial_rollouts(args: argparse.Namespace) -> None:
@@ -161,6 +167,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--turn-tokens", type=int, default=8)
     ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--n-layers", type=int, default=2)
     ap.add_argument("--latencies-ms", type=float, nargs="+", default=[0, 10, 100])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-batch", type=int, default=0, help="episodes per generation call (0: all ready ones)")

@@ -39,7 +39,9 @@ class ReplayBuffer(BufferActor):
     async def sample(self, batch_size: int, current_version: int, timeout: float = 60.0,
                      cursor: int | None = None, durable: int | None = None) -> SampleResult:
         """Up to ``timeout`` s: the oldest ``batch_size`` rollouts within ``max_policy_lag`` of
-        ``current_version``; empty if not enough arrived. Drops on the way are in ``dropped``.
+        ``current_version``; empty if not enough arrived. Drops on the way are in ``dropped``, and
+        a drop returns at once (empty, unless a batch was there too): the caller frees the dropped
+        rollouts' generation credit and issues their replacements.
 
         With ``cursor`` (the trainer's buffer cursor: the lease of the last batch it trained)
         and ``durable`` (the cursor its newest checkpoint holds), the batch is leased and
@@ -58,7 +60,11 @@ class ReplayBuffer(BufferActor):
             last = self.core.sample(batch_size, current_version, lease=cursor is not None)
             dropped.extend(last.dropped)
             self._report(last.dropped)
-            return bool(last.rollouts)
+            # Drops end the wait too: the controller holds generation credit for every rollout it has
+            # not heard the end of, so until it hears of these it may issue nothing new, and this call
+            # would wait out its timeout for rollouts that never come (a restarted trainer, a version
+            # ahead of everything in flight, found only stale rollouts: the whole timeout, 120 s).
+            return bool(last.rollouts) or bool(dropped)
 
         await self.wait_until(ready, timeout)
         last.dropped, last.requeued = dropped, requeued

@@ -1,6 +1,7 @@
 """The RL actors on real procs: re-issued work is caught as a duplicate, staleness drops are reported,
 and a trainer checkpoint restores model, optimiser, RNG, step and version exactly."""
 
+import time
 import uuid
 
 import pytest
@@ -116,6 +117,22 @@ def test_planted_and_corrupt_checkpoints_are_refused(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="fails its checksum"):
         PPOTrainer(cfg, "CartPole-v1", weights=f"ckpt-{uuid.uuid4().hex[:6]}", seed=0)
     trainer.publisher.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_sample_that_drops_stale_rollouts_returns_at_once_with_the_drops():
+    """The controller holds generation credit for each rollout until it hears its end: a sample that
+    waited out its whole timeout after dropping the only rollouts there (a restarted trainer a
+    version ahead of all of them) stalled the run for that timeout, with nothing new issued."""
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        buffer = procs.spawn("buffer_stale", ReplayBuffer, BufferConfig(max_policy_lag=1))
+        for i in range(2):
+            assert buffer.add.call_one(f"old-{i}", 3, {"x": i}, 1).get() == ""
+        t0 = time.monotonic()
+        res = buffer.sample.call_one(2, 6, 60.0).get()       # version 6: both are 3 versions behind
+        assert time.monotonic() - t0 < 30, "the sample waited for its timeout instead of reporting its drops"
+        assert res.rollouts == [] and sorted(d.rollout_id for d in res.dropped) == ["old-0", "old-1"]
+        assert {d.reason for d in res.dropped} == {"stale"}
 
 
 @pytest.mark.timeout(120)
