@@ -154,19 +154,22 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
     def watch(eid: str, kind: str, fut: concurrent.futures.Future) -> None:
         fut.add_done_callback(lambda f: done_q.put((eid, kind, f)))
 
+    sent = time.perf_counter()
     for eid, task in episodes:
         watch(eid, "reset", env.reset(eid, task))
     waiting = len(episodes)
-    last_call_s = 0.0  # how long the last generation call took: sizes the wait for stragglers
+    last_call_s: float | None = None  # how long the last generation call took: sizes the wait for stragglers
     try:
         while waiting or ready:
             # Wait for the first answer; then, while other episodes are still with their environments,
             # keep collecting answers for up to a quarter of a generation call's time: answers to one
             # batch arrive together, and a call for the first few alone would cost a whole call again.
+            # Before the first call, the resets' own latency stands in for it (up to 0.1 s).
             deadline = None
             while waiting and (max_batch is None or len(ready) < max_batch):
                 if ready and deadline is None:
-                    deadline = time.perf_counter() + last_call_s / 4
+                    now = time.perf_counter()
+                    deadline = now + (last_call_s / 4 if last_call_s is not None else min(now - sent, 0.1))
                 left = None if deadline is None else deadline - time.perf_counter()
                 try:
                     eid, kind, fut = done_q.get(timeout=left) if left is None or left > 0 else done_q.get_nowait()

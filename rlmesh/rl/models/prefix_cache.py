@@ -68,11 +68,6 @@ class PrefixKV:
         if self.nbytes < 0:
             self.nbytes = sum(t[self.row].numel() * t.element_size() for t in (*self.keys, *self.values))
 
-    def kv(self, layer: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values ``[H, m, head_dim]`` of the first ``m`` tokens at ``layer``."""
-        cols = torch.tensor(self.cols[:m], dtype=torch.long)
-        return self.keys[layer][self.row][:, cols], self.values[layer][self.row][:, cols]
-
 
 class PrefixCache:
     """Least-recently-used store of :class:`PrefixKV`, bounded in bytes, emptied on a weight change.
@@ -151,10 +146,10 @@ def seed(cache: KVCache, prefixes: list[PrefixKV | None], lengths: list[int], wi
             continue
         assert p is not None and len(p.tokens) >= m, "a row's prefix must cover its columns before start"
         col = width - n
+        idx = torch.tensor(p.cols[:m], dtype=torch.long)
         for layer in range(len(cache.keys)):
-            k, v = p.kv(layer, m)
-            cache.keys[layer][r, :, col:col + m] = k
-            cache.values[layer][r, :, col:col + m] = v
+            cache.keys[layer][r, :, col:col + m] = p.keys[layer][p.row][:, idx]
+            cache.values[layer][r, :, col:col + m] = p.values[layer][p.row][:, idx]
     cache.length = start
 
 
