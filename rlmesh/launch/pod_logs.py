@@ -1,7 +1,8 @@
 """Kubernetes: a pod's output into the same sinks as local procs' (``logs`` table, terminal echo).
 
 One daemon thread per pod follows the pod log API (``read_namespaced_pod_log(follow=True,
-timestamps=True)``), from the moment the pod is created until its container ends. The
+timestamps=True)``), from the moment the pod is created until its container ends; a stream cut
+while the proc still runs is followed again from its last line's timestamp. The
 API merges stdout and stderr, so lines arrive as ``stdout``; a worker in a pod logs its
 records as plain lines (no FIFOs there). The kubelet keeps the container's log after a
 crash, so the last lines of a killed pod are read as long as the pod object exists (the
@@ -44,14 +45,16 @@ class PodLogFollower(threading.Thread):
     def __init__(self, core: Any, namespace: str, pod: str, meta: ProcMeta, gone: Callable[[], bool]):
         super().__init__(name=f"rlmesh-podlog-{pod}", daemon=True)
         self.core, self.namespace, self.pod, self.meta, self.gone = core, namespace, pod, meta, gone
+        self.last_ts: float | None = None  # the newest line emitted: a re-follow skips what came before it
 
     def run(self) -> None:
         deadline = time.monotonic() + START_WAIT_S
         other_errors, wait = 0, 0.5
         while time.monotonic() < deadline:
             try:
+                since = {} if self.last_ts is None else {"since_seconds": max(1, int(time.time() - self.last_ts) + 2)}
                 resp = self.core.read_namespaced_pod_log(self.pod, self.namespace, follow=True, timestamps=True,
-                                                         _preload_content=False, _request_timeout=None)
+                                                         _preload_content=False, _request_timeout=None, **since)
             except Exception as exc:  # noqa: BLE001 - 400 while the container is being created; 404 once deleted
                 status = getattr(exc, "status", None)
                 if status != 400:
@@ -63,7 +66,13 @@ class PodLogFollower(threading.Thread):
                 wait = min(wait * 1.5, 5.0)
                 continue
             self._read(resp)
-            return
+            if self.gone():
+                return  # the stream ended with the container: all its lines were read
+            # The stream was cut while the proc lives (an API server or proxy timeout, a kubelet
+            # restart): follow again from the last line read, as `kubectl logs -f` users do by hand.
+            logger.debug("pod log of %s ended while its proc runs; following it again", self.pod)
+            deadline, other_errors, wait = time.monotonic() + START_WAIT_S, 0, 0.5
+            time.sleep(0.5)
 
     def _read(self, resp: Any) -> None:
         buf = b""
@@ -83,8 +92,12 @@ class PodLogFollower(threading.Thread):
         out = []
         for raw in raws:
             ts, text = split_timestamp(raw.decode("utf-8", "replace").rstrip("\r"))
+            if self.last_ts is not None and ts <= self.last_ts:
+                continue  # read before the stream was cut (a re-follow starts a little early)
+            self.last_ts = ts
             out.append(ProcLine(ts, self.meta, Stream.STDOUT, text))
-        output.emit_lines(out)
+        if out:
+            output.emit_lines(out)
 
 
 def follow(core: Any, namespace: str, pod: str, meta: ProcMeta, gone: Callable[[], bool]) -> PodLogFollower:

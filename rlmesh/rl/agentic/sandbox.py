@@ -2,8 +2,10 @@
 
 Reads ``{"target": "module:qualname", "args", "memory_mb", "network"}`` as JSON on stdin,
 limits itself, calls the function and writes ``{"output"}`` or ``{"error"}`` as one JSON line.
-Only the standard library is imported before the limits are set, so the tool's own imports
-count against its memory. Run by :func:`rlmesh.rl.agentic.tools.run_tool`, never by hand.
+The memory limit is ``memory_mb`` of address space *beyond* what the interpreter and the tool's
+module map once imported: a module that imports torch maps ~650 MB of address space before the
+call allocates anything, so a flat ``RLIMIT_AS`` of 512 MB failed every allocation of such a tool.
+Run by :func:`rlmesh.rl.agentic.tools.run_tool`, never by hand.
 """
 
 from __future__ import annotations
@@ -43,6 +45,18 @@ def _no_network() -> None:
     socket.getaddrinfo = refuse  # type: ignore[assignment]
 
 
+def _mapped_bytes() -> int:
+    """This process's address space now (``VmSize``), 0 where ``/proc`` does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def main() -> int:
     req = json.loads(sys.stdin.read())
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -52,7 +66,7 @@ def main() -> int:
     fn: object = importlib.import_module(module)
     for part in qualname.split("."):
         fn = getattr(fn, part)
-    limit = int(req["memory_mb"]) * 2**20
+    limit = _mapped_bytes() + int(req["memory_mb"]) * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
         reply = {"output": str(fn(req["args"]))}  # type: ignore[operator]

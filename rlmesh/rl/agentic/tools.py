@@ -48,7 +48,8 @@ class ToolLimits:
     timeout_s: float = 5.0
     """Wall-clock limit; the call is killed (isolated) or abandoned (in-process) after it."""
     memory_mb: int = 512
-    """Address-space limit of an isolated call (``RLIMIT_AS``)."""
+    """Address space an isolated call may map beyond the interpreter and its tool's module once
+    imported (``RLIMIT_AS`` set to what is mapped then plus this)."""
     network: bool = False
     """Allow network access in an isolated call."""
     max_output_chars: int = 2000

@@ -68,7 +68,8 @@ def test_isolated_tools_hang_crash_memory_network_scratch():
         server.bind(("127.0.0.1", 0))
         server.listen(4)
         port = str(server.getsockname()[1])
-        assert run_tool(Tool("net", connect), port, ToolLimits(timeout_s=30, network=True)).output == "connected"
+        r = run_tool(Tool("net", connect), port, ToolLimits(timeout_s=30, network=True))
+        assert r.output == "connected", r.error
         r = run_tool(Tool("net", connect), port, ToolLimits(timeout_s=30))
         assert r.error is not None and r.output == ""
 
