@@ -11,8 +11,7 @@ Per N it prints:
   - time from a proc's death to the supervisor's ``died`` event (an exit its launcher sees:
     SIGKILL of a real proc, the host's exit report for a simulated one), and, for simulated
     peers, a hang (heartbeats stop, nothing exits).
-Not yet here: telemetry rows/s with N writers (issue 16 asks for it; a first harness hung and was
-taken out, see docs/performance.md).
+Telemetry rows/s with N writers is measured by benchmarks/telemetry_writers.py.
 
 Up to ``--real-max`` procs are real worker processes (``spawn_procs``); above it they are
 simulated peers (benchmarks/_sim_peers.py): ``--hosts`` processes that each run N/hosts peers
