@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 
 from rlmesh.recipes.agentic_config import AgenticRecipeConfig
-from rlmesh.recipes.loop import Plan, Roles, RunResult, Unit, run_recipe
+from rlmesh.recipes.loop import Plan, Roles, RunResult, Unit, run_recipe, seeded_prompts
 from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.agentic.calculator import MultiplicationTask
 from rlmesh.rl.agentic.env_actor import EnvActor
@@ -53,13 +53,9 @@ def main(cfg: AgenticRecipeConfig, launcher: str = "local") -> RunResult:
             "generator", generator_cls, g, task, buffer, env, backend)
         return Roles(generators, trainer, buffer, evaluator, others={"env": env})
 
-    per_item = cfg.prompts_per_step // g.replicas
+    prompts = seeded_prompts(task, cfg.prompts_per_step // g.replicas, seed)  # the same ones on a re-issue
     heldout = task.sample(cfg.eval.episodes, random.Random(10_000 + seed), "heldout")
     numbers = {"gen_tokens_per_s": 0.0, "turns": 0, "episodes": 0}
-
-    def prompts(item, generation):  # the same tasks on a re-issue: seeded by the item's index
-        rng = random.Random(seed * 1_000_003 + generation * 7_919 + item.index)
-        return item, task.sample(per_item, rng, "train")
 
     def on_work(r: dict) -> None:
         numbers.update(gen_tokens_per_s=r["gen_tokens_per_s"])

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 
-from rlmesh.recipes.loop import Plan, Roles, RunResult, Unit, run_recipe
+from rlmesh.recipes.loop import Plan, Roles, RunResult, Unit, run_recipe, seeded_prompts
 from rlmesh.recipes.recipe_config import GRPORecipeConfig
 from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.models import TransformerConfig
@@ -59,13 +59,9 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local") -> RunResult:
             "generator", generator_cls, g, task, buffer, rewards, backend)
         return Roles(generators, trainer, buffer, evaluator, others={"reward": rewards})
 
-    per_item = cfg.prompts_per_step // g.replicas
+    prompts = seeded_prompts(task, cfg.prompts_per_step // g.replicas, seed)  # the same ones on a re-issue
     heldout = task.sample(cfg.eval.episodes, random.Random(10_000 + seed), "heldout")
     numbers = {"gen_tokens_per_s": 0.0, "train_s": 0.0, "trained": 0}
-
-    def prompts(item, generation):  # the same prompts on a re-issue: seeded by the item's index
-        rng = random.Random(seed * 1_000_003 + generation * 7_919 + item.index)
-        return item, task.sample(per_item, rng, "train")
 
     def on_train(r: TrainResult) -> None:
         numbers["train_s"] += r.duration_s

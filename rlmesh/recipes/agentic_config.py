@@ -7,11 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict
 
 from rlmesh.actor.faults import FaultConfig
-from rlmesh.recipes.recipe_config import EvalConfig, PolicyModelConfig, RunConfig, check_faults
+from rlmesh.recipes.recipe_config import EvalConfig, PolicyModelConfig, RunConfig, check_faults, check_llm_recipe
 from rlmesh.recipes.workspace_option import WorkspaceConfig
 from rlmesh.rl.agentic.config import AgenticGeneratorConfig, EnvConfig
 from rlmesh.rl.config import BufferConfig, GRPOConfig, check
-from rlmesh.rl.names import check_model_path
 from rlmesh.telemetry.config import TelemetryConfig
 
 
@@ -67,12 +66,4 @@ class AgenticRecipeConfig:
     def __post_init__(self) -> None:
         check(self.program == "agentic", "program", self.program, "an agentic config runs with program=agentic")
         check_faults(self.faults, self.run, ("generator", "trainer", "env", "buffer"))
-        check(self.generator.samples_per_prompt >= 2, "generator.samples_per_prompt",
-              self.generator.samples_per_prompt, "GRPO's group baseline needs at least 2 episodes per task")
-        check(self.steps >= 1, "steps", self.steps, "use 1 or more train steps")
-        check(self.prompts_per_step % self.generator.replicas == 0, "prompts_per_step", self.prompts_per_step,
-              f"use a multiple of generator.replicas ({self.generator.replicas})")
-        check(self.generator.backend == "torch" or self.model.path is not None, "model.path", self.model.path,
-              "generator.backend=vllm loads a local Hugging Face folder: set model.path=/path/to/model")
-        if not self.launcher:
-            check_model_path(self.model.path, "model.path")
+        check_llm_recipe(self, "episodes per task")

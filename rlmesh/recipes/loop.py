@@ -25,6 +25,7 @@ of updates per call, docs/extending.md).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -159,6 +160,17 @@ class RunResult:
         out.update(self.counts, **self.extras, env_steps=self.samples_seen, objective=self.objective,
                    evals=[[n, e.value] for n, e in self.evals], solved_steps=self.solved_samples)
         return out
+
+
+def seeded_prompts(task: Any, per_item: int, seed: int) -> Callable[[WorkItem, int], tuple[WorkItem, list[Any]]]:
+    """An LLM recipe's ``Plan.work_args``: ``per_item`` training prompts for a work item, drawn from
+    a generator seeded by the run's seed, the ledger's generation and the item's index, so a
+    re-issued item (same index) gets the same prompts again and a resumed run new ones."""
+    def prompts(item: WorkItem, generation: int) -> tuple[WorkItem, list[Any]]:
+        rng = random.Random(seed * 1_000_003 + generation * 7_919 + item.index)
+        return item, task.sample(per_item, rng, "train")
+
+    return prompts
 
 
 def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Plan) -> RunResult:

@@ -239,26 +239,33 @@ class GRPORecipeConfig:
         check_faults(self.faults, self.run, ("generator", "trainer", "reward", "buffer"))
         check(self.reward.kind != "env", "reward.kind", self.reward.kind,
                "GRPO on text needs a verifier: use 'exact_match' or 'numeric' (or 'model' with a subclass)")
-        check(self.generator.samples_per_prompt >= 2, "generator.samples_per_prompt",
-               self.generator.samples_per_prompt, "GRPO's group baseline needs at least 2 samples per prompt")
-        check(self.steps >= 1, "steps", self.steps, "use 1 or more train steps")
-        refills = getattr(self.trainer, "max_refills", 0)  # DAPO's dynamic sampling pulls this many extra batches
-        check(refills <= self.buffer.max_policy_lag, "trainer.max_refills", refills,
-              f"generation runs only buffer.max_policy_lag={self.buffer.max_policy_lag} batches ahead, so a refill "
-              f"beyond that waits for rollouts no generator may produce: use trainer.max_refills<="
-              f"{self.buffer.max_policy_lag} or raise buffer.max_policy_lag")
-        check(self.prompts_per_step >= self.generator.replicas and self.prompts_per_step % self.generator.replicas == 0,
-              "prompts_per_step", self.prompts_per_step,
-              f"use a multiple of generator.replicas ({self.generator.replicas}) so each work item gets the same prompts")
-        check(not (self.generator.backend == "vllm" and self.model.path is None), "model.path", self.model.path,
-              "generator.backend=vllm loads a local Hugging Face folder: set model.path=/path/to/model")
-        check(self.trainer.sft_steps == 0 or self.model.path is None, "trainer.sft_steps", self.trainer.sft_steps,
-              "the SFT warm start is for the built-in transformer; use trainer.sft_steps=0 with model.path")
+        check_llm_recipe(self, "samples per prompt")
         check(self.generator.max_new_tokens >= self.task.max_digits + 2, "generator.max_new_tokens",
               self.generator.max_new_tokens,
               f"answers need up to task.max_digits + 2 = {self.task.max_digits + 2} tokens (digits, carry, EOS)")
-        if not self.launcher:  # local procs read it from this host; a pod may hold it in its image instead
-            check_model_path(self.model.path, "model.path")
+
+
+def check_llm_recipe(cfg: Any, group: str) -> None:
+    """The checks every LLM recipe schema shares (GRPO, agentic): group size, budget, DAPO's
+    refills against the lag bound, prompts per work item, and where the model comes from.
+    ``group`` names what a group is made of in the error ("samples per prompt", "episodes per task")."""
+    check(cfg.generator.samples_per_prompt >= 2, "generator.samples_per_prompt",
+          cfg.generator.samples_per_prompt, f"GRPO's group baseline needs at least 2 {group}")
+    check(cfg.steps >= 1, "steps", cfg.steps, "use 1 or more train steps")
+    refills = getattr(cfg.trainer, "max_refills", 0)  # DAPO's dynamic sampling pulls this many extra batches
+    check(refills <= cfg.buffer.max_policy_lag, "trainer.max_refills", refills,
+          f"generation runs only buffer.max_policy_lag={cfg.buffer.max_policy_lag} batches ahead, so a refill "
+          f"beyond that waits for rollouts no generator may produce: use trainer.max_refills<="
+          f"{cfg.buffer.max_policy_lag} or raise buffer.max_policy_lag")
+    check(cfg.prompts_per_step >= cfg.generator.replicas and cfg.prompts_per_step % cfg.generator.replicas == 0,
+          "prompts_per_step", cfg.prompts_per_step,
+          f"use a multiple of generator.replicas ({cfg.generator.replicas}) so each work item gets the same prompts")
+    check(not (cfg.generator.backend == "vllm" and cfg.model.path is None), "model.path", cfg.model.path,
+          "generator.backend=vllm loads a local Hugging Face folder: set model.path=/path/to/model")
+    check(cfg.trainer.sft_steps == 0 or cfg.model.path is None, "trainer.sft_steps", cfg.trainer.sft_steps,
+          "the SFT warm start is for the built-in transformer; use trainer.sft_steps=0 with model.path")
+    if not cfg.launcher:  # local procs read it from this host; a pod may hold it in its image instead
+        check_model_path(cfg.model.path, "model.path")
 
 
 def grpo_addition() -> GRPORecipeConfig:

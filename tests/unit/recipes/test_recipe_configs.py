@@ -43,6 +43,11 @@ def test_overrides_reach_the_dataclasses():
     (["generator.env_id=nosuchpkg:Foo-v0"], r"generator\.env_id='nosuchpkg:Foo-v0' is invalid: cannot import"),
     (["recipe=grpo_addition", "model.path=/no/such/model", "trainer.sft_steps=0"],
      r"model\.path='/no/such/model' is invalid: no such folder"),
+    # the LLM checks are one function for GRPO and agentic schemas: the agentic one gained these
+    (["recipe=grpo_calculator", "trainer=dapo", "trainer.max_refills=3", "buffer.max_policy_lag=1"],
+     r"trainer\.max_refills=3 is invalid: generation runs only buffer\.max_policy_lag=1"),
+    (["recipe=grpo_calculator", "generator.samples_per_prompt=1"], r"at least 2 episodes per task"),
+    (["recipe=grpo_calculator", "prompts_per_step=1", "generator.replicas=2"], r"prompts_per_step=1 is invalid"),
 ])
 def test_bad_configs_name_the_key_and_the_fix(overrides, message):
     with pytest.raises(RecipeConfigError, match=message):
