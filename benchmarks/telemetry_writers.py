@@ -51,7 +51,8 @@ def writer_host(first: int, count: int, seconds: float, env: dict[str, str], out
     from rlmesh.transport import Authenticator
 
     auth = Authenticator.from_env()
-    recs = [Recorder(env["RLMESH_RUN_ID"], RemoteSink(env["RLMESH_TELEMETRY_ADDR"], auth, f"w{first + k}"))
+    recs = [Recorder(env["RLMESH_RUN_ID"], RemoteSink(env["RLMESH_TELEMETRY_ADDR"], auth, f"w{first + k}",
+                                                      env.get("RLMESH_TELEMETRY_QUERY_ADDR")))
             for k in range(count)]
     tables = [batch(first + k, 0) for k in range(count)]
     offered = [0] * count

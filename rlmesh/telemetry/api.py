@@ -107,10 +107,11 @@ def _set(rec: Any) -> None:
 def _adopt_after_fork() -> None:
     global _rec, _svc, _health
     addr = _svc.ingest_addr if _svc is not None else os.environ.get(ADDR_ENV)
+    query_addr = _svc.query_addr if _svc is not None else os.environ.get(QUERY_ADDR_ENV)
     run_id = getattr(_rec, "run_id", None)
     _rec = _svc = _health = None
     if addr and run_id:
-        _start_worker(addr, run_id)
+        _start_worker(addr, run_id, query_addr)
 
 
 def _auth() -> Any:
@@ -119,10 +120,10 @@ def _auth() -> Any:
     return Authenticator.from_env()
 
 
-def _start_worker(addr: str, run_id: str) -> None:
+def _start_worker(addr: str, run_id: str, query_addr: str | None = None) -> None:
     proc = current_proc()
     origin = proc.proc_id if proc else f"pid{os.getpid()}"
-    _set(Recorder(run_id, RemoteSink(addr, _auth(), origin)))
+    _set(Recorder(run_id, RemoteSink(addr, _auth(), origin, query_addr or os.environ.get(QUERY_ADDR_ENV))))
 
 
 def start_run(config: Any = None, *, run_id: str | None = None,

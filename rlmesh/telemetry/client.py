@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 MAX_BACKLOG_ROWS = 1_000_000
 WARN_AFTER_S = 3.0
+CONFIRM_MAX_S = 30.0  # at close, keep waiting for the service's confirmation this long at most, while it progresses
 MAX_ROWS_PER_MESSAGE = 131_072  # big batches go as several messages: bounded memory spikes on both ends
 
 _ctx: zmq.Context | None = None
@@ -65,10 +66,13 @@ def split_messages(batches: list[tuple[str, pa.Table]]) -> list[list[tuple[str, 
 class RemoteSink:
     """Callable sink for :class:`~rlmesh.telemetry.recorder.Recorder` in worker procs."""
 
-    def __init__(self, addr: str, auth: Authenticator, origin: str):
+    def __init__(self, addr: str, auth: Authenticator, origin: str, query_addr: str | None = None):
         self.addr = addr
         self.auth = auth
         self.origin = origin
+        self.query_addr = query_addr
+        """The service's query socket: at close, where the sink asks which of its batches arrived."""
+        self._unconfirmed: collections.deque[tuple[int, int]] = collections.deque()  # (seq, rows) handed to zmq
         self._sock: zmq.Socket | None = None
         self._out: Any = None
         self._id = secrets.token_hex(8)  # with the seq, names each batch uniquely (idempotent ingest)
@@ -106,7 +110,10 @@ class RemoteSink:
                 self._unreachable()
                 return
             self._backlog.popleft()
-            self._backlog_rows -= sum(t.num_rows for _, t in head)
+            rows = sum(t.num_rows for _, t in head)
+            self._backlog_rows -= rows
+            if self.query_addr:
+                self._unconfirmed.append((seq, rows))
         if self._failing_since is not None and self._warned:
             logger.info("telemetry service %s reachable again", self.addr)
         self._failing_since, self._warned = None, False
@@ -128,8 +135,13 @@ class RemoteSink:
             )
 
     def close(self, timeout: float = 2.0) -> None:
-        """Try for up to ``timeout`` seconds to ship the backlog, then close (at proc exit)."""
-        deadline = time.monotonic() + timeout
+        """At proc exit: ship the backlog (up to ``timeout`` s), then, with a ``query_addr``, wait
+        until the service confirms it holds every batch: a batch zmq accepted can still sit in its
+        queue when the socket closes, and the linger running out would drop it without a word.
+        The wait goes on past ``timeout`` while the service makes progress (an overloaded service
+        drains slowly; ``CONFIRM_MAX_S`` at most); what stays unconfirmed is said in a warning."""
+        start = time.monotonic()
+        deadline = start + timeout
         while self._backlog and time.monotonic() < deadline:
             self([])
             if self._backlog:
@@ -137,10 +149,34 @@ class RemoteSink:
         if self._backlog:
             logger.warning("telemetry: %d rows not shipped at exit (service %s unreachable)",
                            self._backlog_rows, self.addr)
+        self._await_confirmation(deadline, start + CONFIRM_MAX_S)
         if self._sock is not None:
-            self._sock.close(linger=int(max(0.1, deadline - time.monotonic()) * 1000))
+            linger = 0.0 if self.query_addr and not self._unconfirmed else max(0.1, deadline - time.monotonic())
+            self._sock.close(linger=int(linger * 1000))
             self._sock = None
         close_context()  # waits (up to the linger) until queued batches are on the wire
+
+    def _await_confirmation(self, deadline: float, hard_deadline: float) -> None:
+        if not self.query_addr or not self._unconfirmed:
+            return
+        last = -1
+        while self._unconfirmed and time.monotonic() < min(deadline, hard_deadline):
+            try:
+                tbl = remote_query(self.query_addr, self.auth, self._id, timeout=max(0.1, deadline - time.monotonic()),
+                                   kind="acked")
+                acked = int(tbl.column("seq")[0].as_py())
+            except TelemetryError:  # gone, or too busy to answer in time: nothing more to learn
+                break
+            while self._unconfirmed and self._unconfirmed[0][0] <= acked:
+                self._unconfirmed.popleft()
+            if acked > last:  # progress: the service is draining this sink's queue, give it time
+                last, deadline = acked, max(deadline, time.monotonic() + 2.0)
+            if self._unconfirmed:
+                time.sleep(0.05)
+        if self._unconfirmed:
+            logger.warning("telemetry: %d rows sent but not confirmed by the service %s at exit; they may be "
+                           "lost (an overloaded service, or one that is gone)",
+                           sum(r for _, r in self._unconfirmed), self.addr)
 
 
 def close_context() -> None:

@@ -277,6 +277,8 @@ class TelemetryService:
                 if kind == "sync":
                     self.sync()
                     result = pa.table({"ok": [True]})
+                elif kind == "acked":  # a closing sink asks which of its batches arrived (``sql`` is its id)
+                    result = pa.table({"seq": [self._batch_seq.get(str(sql), 0)]})
                 else:
                     result = self.query(sql)
                 reply = wire.encode(out, "ok", None, [result])
