@@ -7,6 +7,15 @@ import pytest
 DEAD_ADDR = "tcp://127.0.0.1:9#m" + "0" * 32
 
 
+def run_controller(code: str, tmp_path, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+    """``code`` as a fresh controller process (its own run under ``tmp_path``); fails on a non-zero exit."""
+    env = {"RLMESH_RUNS_DIR": str(tmp_path / "runs"), "PATH": "/usr/bin:/bin", "RLMESH_HEALTH_INTERVAL": "0", **env}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
 @pytest.mark.timeout(60)
 def test_import_is_cheap_and_loads_no_duckdb_or_arrow():
     code = ("import sys, rlmesh as rm; rm.telemetry; "
@@ -67,9 +76,7 @@ def test_forked_child_of_the_controller_records_into_the_same_run(tmp_path):
         "    time.sleep(0.1)\n"
         "print(got)\n"
     )
-    env = {"RLMESH_RUNS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "RLMESH_HEALTH_INTERVAL": "0"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
-    assert out.returncode == 0, out.stderr
+    out = run_controller(code, tmp_path)
     assert out.stdout.strip() == "['child', 'parent']", out.stdout + out.stderr
 
 
@@ -107,11 +114,7 @@ def test_procs_launched_after_end_run_record_into_the_next_run(tmp_path):
         "second = note('b')\n"
         "print(first, second)\n"
     )
-    env = {"RLMESH_RUNS_DIR": str(tmp_path / "runs"), "PATH": "/usr/bin:/bin", "RLMESH_HEALTH_INTERVAL": "0",
-           "PYTHONPATH": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=220, env=env,
-                         cwd=tmp_path)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = run_controller(code, tmp_path, timeout=220, PYTHONPATH=str(tmp_path))
     (run_a, rows_a), (run_b, rows_b) = eval(out.stdout.strip().replace(") (", "), ("))  # two printed tuples
     assert run_a != run_b
     assert rows_a == ["a"] and rows_b == ["b"], out.stdout + out.stderr
@@ -139,8 +142,6 @@ def test_a_closing_sink_waits_until_the_service_confirms_every_batch(tmp_path):
         "svc.sync(30)\n"
         "print(len(sink._unconfirmed), rm.telemetry.query('SELECT count(*) AS n FROM burst').to_pylist()[0]['n'])\n"
     )
-    env = {"RLMESH_RUNS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "RLMESH_HEALTH_INTERVAL": "0"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100, env=env)
-    assert out.returncode == 0, out.stderr
+    out = run_controller(code, tmp_path, timeout=100)
     assert out.stdout.split() == ["0", "300000"], out.stdout + out.stderr
     assert "not confirmed" not in out.stderr
