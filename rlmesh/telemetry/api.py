@@ -88,7 +88,7 @@ def recorder() -> Any:
             if not enabled():
                 _set(_Off())
             elif os.environ.get(ADDR_ENV) and os.environ.get(RUN_ID_ENV):
-                _start_worker(os.environ[ADDR_ENV], os.environ[RUN_ID_ENV])
+                _start_worker(os.environ[ADDR_ENV], os.environ[RUN_ID_ENV], os.environ.get(QUERY_ADDR_ENV))
             else:
                 start_run()
         return _rec
@@ -120,10 +120,10 @@ def _auth() -> Any:
     return Authenticator.from_env()
 
 
-def _start_worker(addr: str, run_id: str, query_addr: str | None = None) -> None:
+def _start_worker(addr: str, run_id: str, query_addr: str | None) -> None:
     proc = current_proc()
     origin = proc.proc_id if proc else f"pid{os.getpid()}"
-    _set(Recorder(run_id, RemoteSink(addr, _auth(), origin, query_addr or os.environ.get(QUERY_ADDR_ENV))))
+    _set(Recorder(run_id, RemoteSink(addr, _auth(), origin, query_addr)))
 
 
 def start_run(config: Any = None, *, run_id: str | None = None,

@@ -72,7 +72,8 @@ class RemoteSink:
         self.origin = origin
         self.query_addr = query_addr
         """The service's query socket: at close, where the sink asks which of its batches arrived."""
-        self._unconfirmed: collections.deque[tuple[int, int]] = collections.deque()  # (seq, rows) handed to zmq
+        self._last_sent = 0  # the newest batch number zmq accepted (they go out in order)
+        self._acked = 0  # the newest batch number the service said it holds
         self._sock: zmq.Socket | None = None
         self._out: Any = None
         self._id = secrets.token_hex(8)  # with the seq, names each batch uniquely (idempotent ingest)
@@ -110,10 +111,8 @@ class RemoteSink:
                 self._unreachable()
                 return
             self._backlog.popleft()
-            rows = sum(t.num_rows for _, t in head)
-            self._backlog_rows -= rows
-            if self.query_addr:
-                self._unconfirmed.append((seq, rows))
+            self._backlog_rows -= sum(t.num_rows for _, t in head)
+            self._last_sent = seq
         if self._failing_since is not None and self._warned:
             logger.info("telemetry service %s reachable again", self.addr)
         self._failing_since, self._warned = None, False
@@ -151,32 +150,31 @@ class RemoteSink:
                            self._backlog_rows, self.addr)
         self._await_confirmation(deadline, start + CONFIRM_MAX_S)
         if self._sock is not None:
-            linger = 0.0 if self.query_addr and not self._unconfirmed else max(0.1, deadline - time.monotonic())
+            linger = 0.0 if self.query_addr and not self.unconfirmed else max(0.1, deadline - time.monotonic())
             self._sock.close(linger=int(linger * 1000))
             self._sock = None
         close_context()  # waits (up to the linger) until queued batches are on the wire
 
+    @property
+    def unconfirmed(self) -> int:
+        """Batches zmq accepted that the service has not (yet) said it holds (known with a ``query_addr``)."""
+        return self._last_sent - self._acked if self.query_addr else 0
+
     def _await_confirmation(self, deadline: float, hard_deadline: float) -> None:
-        if not self.query_addr or not self._unconfirmed:
-            return
-        last = -1
-        while self._unconfirmed and time.monotonic() < min(deadline, hard_deadline):
+        while self.unconfirmed and time.monotonic() < min(deadline, hard_deadline):
             try:
                 tbl = remote_query(self.query_addr, self.auth, self._id, timeout=max(0.1, deadline - time.monotonic()),
                                    kind="acked")
-                acked = int(tbl.column("seq")[0].as_py())
             except TelemetryError:  # gone, or too busy to answer in time: nothing more to learn
                 break
-            while self._unconfirmed and self._unconfirmed[0][0] <= acked:
-                self._unconfirmed.popleft()
-            if acked > last:  # progress: the service is draining this sink's queue, give it time
-                last, deadline = acked, max(deadline, time.monotonic() + 2.0)
-            if self._unconfirmed:
+            acked = int(tbl.column("seq")[0].as_py())
+            if acked > self._acked:  # progress: the service is draining this sink's queue, give it time
+                self._acked, deadline = acked, max(deadline, time.monotonic() + 2.0)
+            if self.unconfirmed:
                 time.sleep(0.05)
-        if self._unconfirmed:
-            logger.warning("telemetry: %d rows sent but not confirmed by the service %s at exit; they may be "
-                           "lost (an overloaded service, or one that is gone)",
-                           sum(r for _, r in self._unconfirmed), self.addr)
+        if self.unconfirmed:
+            logger.warning("telemetry: %d batches sent but not confirmed by the service %s at exit; they may be "
+                           "lost (an overloaded service, or one that is gone)", self.unconfirmed, self.addr)
 
 
 def close_context() -> None:

@@ -140,7 +140,7 @@ def test_a_closing_sink_waits_until_the_service_confirms_every_batch(tmp_path):
         "    rec.record_batch('burst', t)\n"
         "rec.close(); sink.close()\n"
         "svc.sync(30)\n"
-        "print(len(sink._unconfirmed), rm.telemetry.query('SELECT count(*) AS n FROM burst').to_pylist()[0]['n'])\n"
+        "print(sink.unconfirmed, rm.telemetry.query('SELECT count(*) AS n FROM burst').to_pylist()[0]['n'])\n"
     )
     out = run_controller(code, tmp_path, timeout=100)
     assert out.stdout.split() == ["0", "300000"], out.stdout + out.stderr
