@@ -98,7 +98,7 @@ def throughput(args: argparse.Namespace) -> None:
             print(f"multi-turn, tool {ms:4.0f} ms, {name:15s} {med:8.0f}  [{min(r):.0f}-{max(r):.0f}]  "
                   f"ratio {med / base:.2f}x")
     pc = backend.prefixes
-    print(f"prefix cache: {pc.hits} prompt tokens read from it, {pc.misses} computed")
+    print(f"prefix cache: {pc.hits} prompt tokens found in it, {pc.misses} not")
 
 
 def partial_rollouts(args: argparse.Namespace) -> None:

@@ -74,20 +74,13 @@ class TorchBackend:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         """``params.n`` completions per prompt; tokens up to and including EOS, log-probs alongside."""
         rng = torch.Generator().manual_seed(params.seed) if params.seed is not None else self._rng
-        cached = None
-        if self.prefixes is not None:
-            self.prefixes.check_weights()
-            cached = [self.prefixes.take(p) for p in prompts]
-            hit = sum(len(c.tokens) for c in cached if c is not None)
-            self.prefixes.hits += hit
-            self.prefixes.misses += sum(map(len, prompts)) - hit
+        cached = self.prefixes.lookup(prompts) if self.prefixes is not None else None
         gen = generate(self.model, prompts, n=params.n, max_new_tokens=params.max_tokens,
                        temperature=params.temperature, top_p=params.top_p, eos_id=self.eos_id, pad_id=self.pad_id,
                        generator=rng, stop_ids=tuple(params.stop_token_ids), prefixes=cached,
                        keep_cache=self.prefixes is not None)
         if self.prefixes is not None:
-            for entry in prefix_cache.extract(gen.cache, gen.input_ids, gen.attention_mask):
-                self.prefixes.put(entry)
+            self.prefixes.store(gen.cache, gen.input_ids, gen.attention_mask)
             gen.cache = None
         lengths = gen.completion_mask.sum(1).tolist()
         ids, logps = gen.completion_ids.tolist(), gen.completion_logprobs.tolist()

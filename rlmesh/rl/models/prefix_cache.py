@@ -20,6 +20,7 @@ the cache remembers the parameters' in-place version counters and empties itself
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,7 +32,7 @@ _MOD = (1 << 61) - 1  # rolling hash of token prefixes: h(p + [t]) = (h(p) * _BA
 _BASE = 1_000_003
 
 
-def _prefix_hashes(tokens: list[int]) -> list[int]:
+def _prefix_hashes(tokens: Sequence[int]) -> list[int]:
     """``out[k]`` is the hash of ``tokens[:k]`` (``out[0]`` of the empty prefix)."""
     out = [0]
     h = 0
@@ -39,14 +40,6 @@ def _prefix_hashes(tokens: list[int]) -> list[int]:
         h = (h * _BASE + t + 1) % _MOD
         out.append(h)
     return out
-
-
-def _hash(tokens: tuple[int, ...]) -> int:
-    """``_prefix_hashes(tokens)[-1]`` without the list."""
-    h = 0
-    for t in tokens:
-        h = (h * _BASE + t + 1) % _MOD
-    return h
 
 
 @dataclass
@@ -84,9 +77,10 @@ class PrefixCache:
         self._bytes = 0
         self._weights = self._weights_version()
         self.hits = 0
-        """Tokens read from the cache instead of recomputed (for benchmarks and tests)."""
+        """Prompt tokens found cached (a batch still re-reads a row's cached tokens that lie in the
+        columns another row must read: every row starts at the widest unread column)."""
         self.misses = 0
-        """Prompt tokens the model had to read."""
+        """Prompt tokens not found cached."""
 
     def _weights_version(self) -> int:
         return sum(p._version for p in self._params)
@@ -105,10 +99,24 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def lookup(self, prompts: list[list[int]]) -> list[PrefixKV | None]:
+        """:meth:`take` for each prompt of a call, after one :meth:`check_weights`; counts hits."""
+        self.check_weights()
+        found = [self.take(p) for p in prompts]
+        hit = sum(len(f.tokens) for f in found if f is not None)
+        self.hits += hit
+        self.misses += sum(map(len, prompts)) - hit
+        return found
+
+    def store(self, cache: KVCache, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Keep every row of a finished call (:func:`extract`)."""
+        for entry in extract(cache, input_ids, attention_mask):
+            self.put(entry)
+
     def take(self, prompt: list[int]) -> PrefixKV | None:
         """The longest stored prefix of ``prompt`` shorter than it (one token must stay to be read),
         removed from the store: the caller stores the longer context it goes on to build.
-        Call :meth:`check_weights` first (once per batch of lookups)."""
+        Call :meth:`check_weights` first (once per batch of lookups; :meth:`lookup` does)."""
         if not self._entries:
             return None
         hashes = _prefix_hashes(prompt)
@@ -123,7 +131,7 @@ class PrefixCache:
     def put(self, entry: PrefixKV) -> None:
         if not entry.tokens or entry.nbytes > self.max_bytes:
             return
-        h = _hash(entry.tokens)
+        h = _prefix_hashes(entry.tokens)[-1]
         old = self._entries.pop(h, None)
         if old is not None:
             self._bytes -= old.nbytes
