@@ -38,10 +38,9 @@ from rlmesh.rl.agentic.calculator import CalculatorEnv, MultiplicationTask  # no
 from rlmesh.rl.agentic.env_actor import LocalEnvClient  # noqa: E402
 from rlmesh.rl.agentic.episodes import EpisodeLimits, run_episodes  # noqa: E402
 from rlmesh.rl.agentic.protocol import StepResult, TextEnv  # noqa: E402
-from rlmesh.rl.agentic.training import collect, grpo_step, heldout_accuracy, sft_on_demonstrations  # noqa: E402
+from rlmesh.rl.agentic.training import heldout_accuracy, sft_on_demonstrations, train_grpo  # noqa: E402
 from rlmesh.rl.backends.base import SamplingParams  # noqa: E402
 from rlmesh.rl.backends.torch_backend import TorchBackend  # noqa: E402
-from rlmesh.rl.config import GRPOConfig  # noqa: E402
 from rlmesh.rl.models.transformer import Transformer, TransformerConfig  # noqa: E402
 
 
@@ -143,19 +142,10 @@ def tools_vs_none(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         sft_on_demonstrations(model, task, args.sft_steps, tool_fraction=0.35 if tools else 0.0, batch_size=32, lr=3e-3)
         backend = TorchBackend(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id, seed=0)
-        for p in model.parameters():
-            p.requires_grad_(True)
         env = LocalEnvClient(CalculatorEnv, {"tools": tools})
         model.eval()
         start, _ = heldout_accuracy(backend, env, task, heldout, limits)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-        rng = random.Random(5)
-        for step in range(args.grpo_steps):
-            model.eval()
-            batch = collect(backend, env, task, task.sample(16, rng), 8, limits, prefix=f"s{step}")
-            model.train()
-            grpo_step(model, opt, batch, GRPOConfig(lr=1e-3), 8, task.tokenizer.pad_id)
-        model.eval()
+        train_grpo(model, backend, env, task, args.grpo_steps, limits)
         acc, use = heldout_accuracy(backend, env, task, heldout, limits)
         print(f"{'with the calculator   ' if tools else 'without (no tool)     '} after SFT {start:.2f} -> after GRPO "
               f"{acc:.2f} (tool used in {use:.0%} of episodes), {time.perf_counter() - t0:.0f} s")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import random
+
 import torch
 from torch import nn
 
@@ -23,7 +25,7 @@ from rlmesh.rl.batching import completions_to_generation
 from rlmesh.rl.config import GRPOConfig
 from rlmesh.rl.grpo_core import ScoredBatch, grpo_update
 
-__all__ = ["EpisodeBatch", "collect", "grpo_step", "heldout_accuracy", "sft_on_demonstrations"]
+__all__ = ["EpisodeBatch", "collect", "grpo_step", "heldout_accuracy", "sft_on_demonstrations", "train_grpo"]
 
 
 @dataclass
@@ -60,3 +62,20 @@ def heldout_accuracy(backend: TorchBackend, env: EnvClient, task: Multiplication
     b = collect(backend, env, task, problems, 1, limits, top_p=1e-9, prefix="eval")
     used = sum(any(t.tool for t in tr.turns) for tr in b.trajectories) / len(b.trajectories)
     return float(b.rewards.mean()), used
+
+
+def train_grpo(model: nn.Module, backend: TorchBackend, env: EnvClient, task: MultiplicationTask, steps: int,
+               limits: EpisodeLimits, problems_per_step: int = 16, group: int = 8, lr: float = 1e-3,
+               seed: int = 5) -> None:
+    """``steps`` GRPO steps in this process: each collects ``group`` episodes of ``problems_per_step``
+    training problems with the model in eval mode, then updates it (AdamW, ``lr``)."""
+    for p in model.parameters():  # the backend froze them for sampling
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    for step in range(steps):
+        model.eval()
+        batch = collect(backend, env, task, task.sample(problems_per_step, rng), group, limits, prefix=f"s{step}")
+        model.train()
+        grpo_step(model, opt, batch, GRPOConfig(lr=lr), group, task.tokenizer.pad_id)
+    model.eval()

@@ -13,9 +13,8 @@ import torch
 from rlmesh.rl.agentic.calculator import CalculatorEnv, MultiplicationTask
 from rlmesh.rl.agentic.env_actor import LocalEnvClient
 from rlmesh.rl.agentic.episodes import EpisodeLimits
-from rlmesh.rl.agentic.training import collect, grpo_step, heldout_accuracy, sft_on_demonstrations
+from rlmesh.rl.agentic.training import heldout_accuracy, sft_on_demonstrations, train_grpo
 from rlmesh.rl.backends.torch_backend import TorchBackend
-from rlmesh.rl.config import GRPOConfig
 from rlmesh.rl.models.transformer import Transformer, TransformerConfig
 
 
@@ -38,20 +37,11 @@ def test_grpo_on_tool_episodes_learns_to_call_the_calculator(one_thread):
     # warm start: a third of the demonstrations use the tool, so the policy sometimes does
     sft_on_demonstrations(model, task, 120, tool_fraction=0.35, batch_size=32, lr=3e-3)
     backend = TorchBackend(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id, seed=0)
-    for p in model.parameters():
-        p.requires_grad_(True)
     tools, no_tools = LocalEnvClient(CalculatorEnv), LocalEnvClient(CalculatorEnv, {"tools": False})
     heldout = task.sample(100, random.Random(1), "heldout")
     model.eval()
     start_acc, start_use = heldout_accuracy(backend, tools, task, heldout, limits)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-    rng = random.Random(5)
-    for step in range(6):
-        model.eval()
-        batch = collect(backend, tools, task, task.sample(16, rng), 8, limits, prefix=f"s{step}")
-        model.train()
-        grpo_step(model, opt, batch, GRPOConfig(lr=1e-3), 8, task.tokenizer.pad_id)
-    model.eval()
+    train_grpo(model, backend, tools, task, 6, limits)
     acc, use = heldout_accuracy(backend, tools, task, heldout, limits)
     blind, _ = heldout_accuracy(backend, no_tools, task, heldout, limits)
     assert use >= 0.9 and use > start_use, (start_use, use)
