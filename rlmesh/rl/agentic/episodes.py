@@ -26,6 +26,12 @@ from rlmesh.rl.agentic.protocol import StepResult
 from rlmesh.rl.backends.base import Completion, GenerationBackend, SamplingParams
 
 
+FIRST_WAIT_S = 0.1
+"""After the first reset answers, how long the loop waits for the others before its first call
+(it starts at once when all have answered): a late reset would otherwise keep its episode a
+call behind the rest for the whole episode."""
+
+
 @dataclass(frozen=True)
 class EpisodeLimits:
     """How long an episode may run."""
@@ -154,7 +160,6 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
     def watch(eid: str, kind: str, fut: concurrent.futures.Future) -> None:
         fut.add_done_callback(lambda f: done_q.put((eid, kind, f)))
 
-    sent = time.perf_counter()
     for eid, task in episodes:
         watch(eid, "reset", env.reset(eid, task))
     waiting = len(episodes)
@@ -164,12 +169,11 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
             # Wait for the first answer; then, while other episodes are still with their environments,
             # keep collecting answers for up to a quarter of a generation call's time: answers to one
             # batch arrive together, and a call for the first few alone would cost a whole call again.
-            # Before the first call, the resets' own latency stands in for it (up to 0.1 s).
+            # Before the first call, the resets get FIRST_WAIT_S: all of them usually arrive well within it.
             deadline = None
             while waiting and (max_batch is None or len(ready) < max_batch):
                 if ready and deadline is None:
-                    now = time.perf_counter()
-                    deadline = now + (last_call_s / 4 if last_call_s is not None else min(now - sent, 0.1))
+                    deadline = time.perf_counter() + (last_call_s / 4 if last_call_s is not None else FIRST_WAIT_S)
                 left = None if deadline is None else deadline - time.perf_counter()
                 try:
                     eid, kind, fut = done_q.get(timeout=left) if left is None or left > 0 else done_q.get_nowait()

@@ -228,9 +228,9 @@ def test_answers_arriving_close_together_share_a_generation_call():
     calls: list[int] = []
     generate_one = backend.generate
 
-    def counting(prompts, p):  # a model whose calls take 0.2 s, as a bigger one's would
+    def counting(prompts, p):  # a model whose calls take 0.6 s, as a bigger one's would
         calls.append(len(prompts))
-        time.sleep(0.2)
+        time.sleep(0.6)
         return generate_one(prompts, p)
 
     backend.generate = counting
