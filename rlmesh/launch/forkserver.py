@@ -83,30 +83,60 @@ def _exists(pid: int) -> bool:
 
 
 class ForkedProcHandle:
-    """A worker forked by a :class:`ForkServer`; same ``poll()``/``kill()`` contract as ``LocalProcHandle``."""
+    """A worker forked by a :class:`ForkServer`; same ``poll()``/``kill()`` contract as ``LocalProcHandle``.
 
-    def __init__(self, server: "ForkServer", rid: int):
+    ``fallback`` starts the same worker the plain way (a fresh Python). It is used when the server
+    dies before it forked this request (a template killed, or one whose own start failed): the
+    template is only a shortcut, and its failure must not fail a proc that would start fine.
+    """
+
+    def __init__(self, server: "ForkServer", rid: int, fallback: Callable[[], Any] | None = None):
         self.server = server
         self.rid = rid
+        self._fallback = fallback
+        self._plain: Any = None  # the fallback's handle, once the server died before forking
+        self._killed = False
+
+    def _started_plainly(self) -> Any:
+        """The fallback's handle when the server died before forking this request (started on first look)."""
+        if self._plain is None and self._fallback is not None and not self._killed:
+            s = self.server
+            if s.dead and s._pids.get(self.rid) is None and self.rid not in s._errors:
+                fallback, self._fallback = self._fallback, None
+                try:
+                    self._plain = fallback()
+                except Exception:  # noqa: BLE001 - reported below as the server's death, as before
+                    logger.warning("fork server %s died; starting request %d afresh failed too", s.name, self.rid,
+                                   exc_info=True)
+                else:
+                    logger.info("fork server %s died before forking request %d: started afresh", s.name, self.rid)
+        return self._plain
 
     @property
     def pid(self) -> int | None:
+        if self._plain is not None:
+            return self._plain.pid
         return self.server._pids.get(self.rid)
 
     @property
     def local_pid(self) -> int | None:
         """For the supervisor's ``/proc/<pid>/stat`` check; None once reaped (the pid may be reused)."""
+        if self._plain is not None:
+            return self._plain.local_pid
         pid = self.pid
         return None if pid is None or self.rid in self.server._status else pid
 
     def poll(self) -> tuple[int | None, int | None] | tuple[int | None, int | None, str] | None:
         s = self.server
-        pid = self.pid
+        pid = s._pids.get(self.rid)
         if pid is None:
             err = s._errors.get(self.rid)
             if err is not None:
                 return (None, None, f"the fork server could not fork it: {err}")
             if s.dead:
+                plain = self._started_plainly()
+                if plain is not None:
+                    return plain.poll()
                 return (None, None, "the fork server died before forking it")
             return None
         st = s._status.get(self.rid)
@@ -118,6 +148,10 @@ class ForkedProcHandle:
         return None
 
     def kill(self) -> None:
+        self._killed = True
+        if self._plain is not None:
+            self._plain.kill()
+            return
         s = self.server
         pid = self.pid
         if pid is None:
@@ -182,13 +216,15 @@ class ForkServer:
                 n = os.write(self._req_w, data)
                 data = data[n:]
 
-    def fork(self, argv: list[str], env: dict[str, str], cwd: str, wait_s: float = 0.05) -> ForkedProcHandle:
-        """Ask for a worker running ``rlmesh.worker`` ``main(argv)``; waits at most ``wait_s`` for its pid."""
+    def fork(self, argv: list[str], env: dict[str, str], cwd: str, wait_s: float = 0.05,
+             fallback: Callable[[], Any] | None = None) -> ForkedProcHandle:
+        """Ask for a worker running ``rlmesh.worker`` ``main(argv)``; waits at most ``wait_s`` for its pid.
+        ``fallback``: starts the worker afresh should the server die before forking it."""
         with self._lock:
             self._next_id += 1
             rid = self._next_id
         self._write({"op": "fork", "id": rid, "argv": argv, "env": env, "cwd": cwd})
-        handle = ForkedProcHandle(self, rid)
+        handle = ForkedProcHandle(self, rid, fallback)
         deadline = time.monotonic() + wait_s
         while handle.pid is None and rid not in self._errors and not self.dead and time.monotonic() < deadline:
             time.sleep(0.0005)

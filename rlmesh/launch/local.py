@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
@@ -111,18 +111,23 @@ class LocalLauncher:
         env = self._env(req)
         argv = ["--controller", req.controller_addr, "--proc-id", req.proc_id, "--proc-mesh", req.proc_mesh,
                 "--rank", str(req.rank), "--incarnation", str(req.incarnation)]
+        cmd = [self.python, "-m", "rlmesh.worker", *argv, "--parent-pid", str(os.getpid())]
         if self._fork_enabled():
             handle = None
             prep = self._prepare_capture(req, fork=True)
+            child_env = prep.env if prep else None
+            # a forked worker redirects its own stdio into the FIFOs (child_env says so), and so
+            # does this fresh one, should the template die before it forks the request
+            fallback = lambda: LocalProcHandle(subprocess.Popen(cmd, env={**env, **(child_env or {})},  # noqa: E731
+                                                                stdin=subprocess.DEVNULL))
             if getattr(req, "restartable", False):
-                handle = self._via_fork_server(req, env, argv, prep.env if prep else None)
+                handle = self._via_fork_server(req, env, argv, child_env, fallback)
             if handle is None:
-                handle = self._via_starter(env, argv, prep.env if prep else None)
+                handle = self._via_starter(env, argv, child_env, fallback)
             if handle is not None:
                 return capture.captured(handle, prep)
             if prep is not None:
                 prep.abort()
-        cmd = [self.python, "-m", "rlmesh.worker", *argv, "--parent-pid", str(os.getpid())]
         prep = self._prepare_capture(req, fork=False)
         if prep is None:
             return LocalProcHandle(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
@@ -134,8 +139,8 @@ class LocalLauncher:
             raise
         return capture.captured(LocalProcHandle(popen), prep)
 
-    def _via_starter(self, env: dict[str, str], argv: list[str],
-                     child_env: dict[str, str] | None) -> ForkedProcHandle | None:
+    def _via_starter(self, env: dict[str, str], argv: list[str], child_env: dict[str, str] | None,
+                     fallback: Callable[[], LocalProcHandle] | None = None) -> ForkedProcHandle | None:
         """Fork a proc from the launcher's shared start-up template (one per environment, started on first use).
 
         The request is queued on the template's pipe at once, even before the template finished
@@ -151,7 +156,7 @@ class LocalLauncher:
             if any(m not in srv.preloaded for m in want):  # imported before the forks queued after this
                 srv.preload([m for m in want if m not in srv.preloaded], now=True)
             return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd(),
-                            wait_s=0.0)
+                            wait_s=0.0, fallback=fallback)
         except OSError:
             srv.dead = True
             return None
@@ -197,7 +202,8 @@ class LocalLauncher:
         return self._capture.prepare(req.proc_id, req.proc_mesh, req.rank, req.incarnation, fork)
 
     def _via_fork_server(self, req: LaunchRequest, env: dict[str, str], argv: list[str],
-                         child_env: dict[str, str] | None = None) -> ForkedProcHandle | None:
+                         child_env: dict[str, str] | None = None,
+                         fallback: Callable[[], LocalProcHandle] | None = None) -> ForkedProcHandle | None:
         """First launch: start the mesh's template (in the background) and return None; relaunch: fork it."""
         with self._lock:
             srv = self._servers.get(req.proc_mesh)
@@ -213,7 +219,8 @@ class LocalLauncher:
             return None
         if srv.usable:
             try:
-                return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd())
+                return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd(),
+                                fallback=fallback)
             except OSError:
                 srv.dead = True
         if not srv.warned:

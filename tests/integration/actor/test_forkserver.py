@@ -202,6 +202,39 @@ def test_first_launches_are_forked_from_the_start_up_template():
     assert psutil.pid_exists(ia[0]["ppid"]) and psutil.pid_exists(ib[0]["ppid"])  # (shutdown stops them: see below)
 
 
+def test_requests_queued_on_a_template_that_dies_start_afresh(tmp_path):
+    """A template that dies before forking what was queued on it (here: it never starts, like a
+    killed one) is only a shortcut gone: each queued request starts the plain way instead of
+    failing with "the fork server died". Without a fallback, or once killed, it is reported."""
+    from rlmesh.launch.forkserver import ForkServer
+    from rlmesh.launch.local import LocalProcHandle
+
+    doomed = tmp_path / "doomed.sh"  # holds the request pipe open a while, forks nothing, exits
+    doomed.write_text("#!/bin/sh\nsleep 1\nexit 3\n")
+    doomed.chmod(0o755)
+    srv = ForkServer(str(doomed), dict(os.environ), os.getcwd(), preload=())
+    started = []
+
+    def fresh(code):
+        def start():
+            started.append(code)
+            return LocalProcHandle(subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"]))
+        return start
+
+    queued = srv.fork([], {}, os.getcwd(), wait_s=0.0, fallback=fresh(7))
+    bare = srv.fork([], {}, os.getcwd(), wait_s=0.0)
+    killed = srv.fork([], {}, os.getcwd(), wait_s=0.0, fallback=fresh(9))
+    killed.kill()
+    deadline = time.monotonic() + 60
+    while (queued.poll() is None or bare.poll() is None) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queued.poll() == (7, None) and queued.pid is not None
+    assert bare.poll() == (None, None, "the fork server died before forking it")
+    assert killed.poll() == (None, None, "the fork server died before forking it")
+    assert started == [7]  # the killed request was not started afresh
+    srv.close()
+
+
 def test_opt_out_starts_first_procs_with_a_fresh_python(monkeypatch):
     monkeypatch.setenv("RLMESH_FORKSERVER", "0")
     with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:

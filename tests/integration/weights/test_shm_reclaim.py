@@ -1,13 +1,16 @@
 """Issue 11 item 8: a run killed outright (every proc and the controller SIGKILLed, so no cleanup
 code ran) left its weight slots and ``.ctl`` in /dev/shm forever, and its ``service.json`` (the job
-secret). The next controller start reclaims both. Only this test's job's segments are compared:
-other runs may share /dev/shm."""
+secret). The next controller start reclaims both. The runs use a shared-memory folder of their
+own (``RLMESH_SHM_DIR``): any controller starting meanwhile (other test workers) reclaims dead
+runs' segments in /dev/shm, which would take this test's leak before it looked."""
 
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,10 +36,19 @@ time.sleep(600)
 """
 
 
-def _env(tmp_path: Path, job: str) -> dict[str, str]:
+def _env(tmp_path: Path, job: str, shm: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID")}
-    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{HERE}", RLMESH_JOB_ID=job, RLMESH_RUNS_DIR=str(tmp_path / "runs"))
+    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{HERE}", RLMESH_JOB_ID=job, RLMESH_RUNS_DIR=str(tmp_path / "runs"),
+               RLMESH_SHM_DIR=str(shm))
     return env
+
+
+@pytest.fixture
+def shm():
+    """A folder of this test's own in /dev/shm (tmpfs, like the real one), removed afterwards."""
+    d = Path(tempfile.mkdtemp(prefix="rlmesh-test-reclaim-", dir="/dev/shm"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _procs_of(job: str) -> list[psutil.Process]:
@@ -50,21 +62,21 @@ def _procs_of(job: str) -> list[psutil.Process]:
     return out
 
 
-def _segments(job: str) -> set[str]:
-    return set(glob.glob(f"/dev/shm/rlmesh-w-{job}-*"))
+def _segments(shm: Path, job: str) -> set[str]:
+    return set(glob.glob(f"{shm}/rlmesh-w-{job}-*"))
 
 
 @pytest.mark.timeout(240)
-def test_a_run_killed_outright_is_reclaimed_by_the_next_start(tmp_path):
+def test_a_run_killed_outright_is_reclaimed_by_the_next_start(tmp_path, shm):
     job = f"reclaim{uuid.uuid4().hex[:8]}"
-    before = _segments(job)
-    ctl = subprocess.Popen([sys.executable, "-c", CONTROLLER], env=_env(tmp_path, job), cwd=tmp_path,
+    before = _segments(shm, job)
+    ctl = subprocess.Popen([sys.executable, "-c", CONTROLLER], env=_env(tmp_path, job, shm), cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert ctl.stdout.readline().strip() == "ready", ctl.stderr.read()[-3000:]
         run_dir = next((tmp_path / "runs").glob("2*"))
         assert (run_dir / "service.json").exists()
-        leaked = _segments(job) - before
+        leaked = _segments(shm, job) - before
         assert any(s.endswith(".ctl") for s in leaked) and any("-s0" in s for s in leaked), leaked
         procs = _procs_of(job)
         assert ctl.pid in {p.pid for p in procs} and len(procs) >= 2
@@ -74,14 +86,14 @@ def test_a_run_killed_outright_is_reclaimed_by_the_next_start(tmp_path):
             p.send_signal(signal.SIGKILL)
         ctl.wait(timeout=30)
         psutil.wait_procs(procs, timeout=30)
-        assert _segments(job) - before == leaked  # the leak: nothing of the run was left to clean up
+        assert _segments(shm, job) - before == leaked  # the leak: nothing of the run was left to clean up
         # the next controller start (any job) reclaims them, and settles the dead run's records
         nxt = subprocess.run([sys.executable, "-c", "import rlmesh as rm\n"
                               "with rm.this_host().spawn_procs(per_host={'procs': 1}): pass"],
-                             env=_env(tmp_path, f"next{uuid.uuid4().hex[:8]}"), cwd=tmp_path,
+                             env=_env(tmp_path, f"next{uuid.uuid4().hex[:8]}", shm), cwd=tmp_path,
                              capture_output=True, text=True, timeout=120)
         assert nxt.returncode == 0, nxt.stderr[-3000:]
-        assert _segments(job) == before
+        assert _segments(shm, job) == before
         assert not (run_dir / "service.json").exists()
         assert '"status": "crashed"' in (run_dir / "run.json").read_text()
     finally:
