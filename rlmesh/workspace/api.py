@@ -17,12 +17,13 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rlmesh import telemetry
 from rlmesh.actor import Actor, endpoint
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.shape import Shape
+from rlmesh.errors import ActorError
 from rlmesh.launch.forkserver import FRESH_IMPORTS_ENV
 from rlmesh.workspace.editable import EditableRoot, editable_roots
 from rlmesh.workspace.manifest import Kind, Manifest, build_manifest, with_extras
@@ -58,6 +59,12 @@ class WorkspaceAgent(Actor):
 
         threading.Thread(target=run, name="rlmesh-workspace-pull", daemon=True).start()
         return self._rx.addr
+
+    @endpoint
+    def relink(self, upstream: str) -> None:
+        """The host before this one in the chain died: continue the pull from ``upstream`` (its upstream)."""
+        if self._rx is not None:
+            self._rx.relink(upstream)
 
     @endpoint
     def wait(self) -> dict[str, Any]:
@@ -173,26 +180,15 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
     server = ChunkServer(manifest.to_json(), source_lookup(root, manifest, {er.prefix: er.root for er in extras}))
     out: list[HostSync] = []
     try:
-        chain, up = [], server.addr
-        for i, (host, ranks) in enumerate(hosts.items()):
-            if host == me and not simulate_hosts:
-                out.append(HostSync(host, root, SyncStats(files=len(manifest.entries), transport="same-host")))
-                continue
-            dest = os.path.join(dest_root, f"host-{i}" if simulate_hosts else "", run_id)
-            store = os.path.join(store_dir, f"host-{i}") if simulate_hosts else store_dir
-            up = one(ranks[0]).start.call_one(up, store, dest, timeout).get()
-            chain.append((host, ranks, dest))
-        for host, ranks, dest in chain:
-            st = one(ranks[0]).wait.call_one().get()
-            out.append(HostSync(host, dest, SyncStats(**st)))
-            if st["error"]:
-                _record(out, run_id)  # the failed host's row (with its error) lands in file_syncs too
-                raise RuntimeError(f"workspace sync to host {host} failed: {st['error']} (stored chunks are kept; "
-                                   "call sync_workspace again to resume)")
-        for host, ranks, dest in chain:
-            one(ranks[0]).finish.call_one().get()
+        out += _feed_chain(hosts, one, server.addr, me, root, manifest, simulate_hosts, store_dir, dest_root,
+                           run_id, timeout)
     finally:
         server.close()
+    failed = [hs for hs in out if hs.stats.error]
+    if failed:
+        _record(out, run_id)  # the failed hosts' rows (with their errors) land in file_syncs too
+        raise RuntimeError("workspace sync failed on " + "; ".join(f"host {hs.host}: {hs.stats.error}" for hs in failed)
+                           + " (the other hosts completed; stored chunks are kept: call sync_workspace again to resume)")
     before = {rec.proc_id: rec.incarnation for rec in recs}  # a restart below is complete once this grew
     changed = _changed(state.last.get(root), manifest)
     state.last[root] = manifest
@@ -211,6 +207,63 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
     restarted = [recs[r.rank] for hs in out for r in hs.reloads if r.restarted]
     _wait_replaced(restarted, before, timeout)
     _record(out, run_id)
+    return out
+
+
+@dataclasses.dataclass
+class _Hop:
+    """One receiving host in the chain: where it pulls from and where it serves."""
+
+    host: str
+    ranks: list[int]
+    dest: str
+    upstream: str
+    addr: str
+
+
+def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: str, me: str, root: str,
+                manifest: Manifest, simulate_hosts: bool, store_dir: str, dest_root: str, run_id: str,
+                timeout: float) -> list[HostSync]:
+    """Start every host's pull along the chain (source -> host0 -> host1 ...) and wait for them all.
+
+    A host whose proc dies (before or during its pull) is cut out of the chain: the host after it
+    pulls from the dead host's upstream instead, keeping what it already stored, so the others
+    complete; the dead host gets a row with its error."""
+    out: list[HostSync] = []
+    chain: list[_Hop] = []
+    up = source
+    for i, (host, ranks) in enumerate(hosts.items()):
+        if host == me and not simulate_hosts:
+            out.append(HostSync(host, root, SyncStats(files=len(manifest.entries), transport="same-host")))
+            continue
+        dest = os.path.join(dest_root, f"host-{i}" if simulate_hosts else "", run_id)
+        store = os.path.join(store_dir, f"host-{i}") if simulate_hosts else store_dir
+        try:
+            addr = one(ranks[0]).start.call_one(up, store, dest, timeout).get()
+        except ActorError as exc:  # its proc died: the next host pulls from this one's upstream
+            out.append(HostSync(host, dest, SyncStats(error=f"{type(exc).__name__}: {exc}")))
+            continue
+        chain.append(_Hop(host, ranks, dest, up, addr))
+        up = addr
+    for k, hop in enumerate(chain):
+        try:
+            st = one(hop.ranks[0]).wait.call_one().get()
+        except ActorError as exc:
+            st = dataclasses.asdict(SyncStats(error=f"{type(exc).__name__}: {exc}"))
+            if k + 1 < len(chain):
+                nxt = chain[k + 1]
+                nxt.upstream = hop.upstream
+                logger.warning("workspace sync: host %s died; host %s now pulls from its upstream", hop.host, nxt.host)
+                try:
+                    one(nxt.ranks[0]).relink.call_one(hop.upstream).get()
+                except ActorError:
+                    pass  # that one died too: its own wait reports it, and relinks the next
+        out.append(HostSync(hop.host, hop.dest, SyncStats(**st)))
+    for hop in chain:
+        try:
+            one(hop.ranks[0]).finish.call_one().get()
+        except ActorError:
+            pass  # a dead host's agent: nothing to close
     return out
 
 
@@ -271,7 +324,7 @@ def _record(rows: list[HostSync], sync_id: str) -> None:
             telemetry.record("file_syncs", sync_id=sync_id, target_host=hs.host, dest=hs.dest, files=s.files,
                              files_sent=s.files_written, files_skipped=s.files_skipped, bytes_total=s.bytes_total,
                              bytes_sent=s.bytes_received, chunks_sent=s.chunks_received,
-                             chunks_deduplicated=s.chunks_deduplicated, transport=s.transport,
+                             chunks_deduplicated=s.chunks_deduplicated, transport=s.transport, relinks=s.relinks,
                              duration_s=s.duration_s, error=s.error)
         except Exception:
             logger.debug("file_syncs row not recorded", exc_info=True)

@@ -49,6 +49,7 @@ class SyncStats:
     chunks_deduplicated: int = 0
     duration_s: float = 0.0
     transport: str = "tcp"
+    relinks: int = 0  # times the upstream was replaced (its host died during the sync)
     error: str = ""
 
 
@@ -190,7 +191,12 @@ def store_lookup(store: ChunkStore, fresh: set[str] | None = None) -> Callable[[
 
 
 class Receiver:
-    """One host's end of a sync: serves downstream from its store while it pulls from upstream."""
+    """One host's end of a sync: serves downstream from its store while it pulls from upstream.
+
+    :meth:`relink` points a pull in progress at another upstream (its upstream's host died):
+    the chunks already stored are kept, and what was asked for and not yet received is asked
+    of the new upstream, so a dead host in the chain costs the hosts after it one reconnect.
+    """
 
     def __init__(self, store: ChunkStore, dest: str, auth: Authenticator | None = None, host: str | None = None):
         self.store, self.dest = store, dest
@@ -198,6 +204,18 @@ class Receiver:
         self._fresh: set[str] = set()  # verified on arrival in the current pull: forwarded without re-hashing
         self.server = ChunkServer(None, store_lookup(store, self._fresh), self._auth, host)
         self.addr = self.server.addr
+        self._relink_to: str | None = None
+        self._relink_lock = threading.Lock()
+
+    def relink(self, upstream: str) -> None:
+        """Continue the pull in progress from ``upstream`` instead (thread-safe; takes effect within ~0.1 s)."""
+        with self._relink_lock:
+            self._relink_to = upstream
+
+    def _take_relink(self) -> str | None:
+        with self._relink_lock:
+            to, self._relink_to = self._relink_to, None
+        return to
 
     def pull(self, upstream: str, timeout: float = 60.0) -> SyncStats:
         """Fetch what the store lacks from ``upstream``, then materialise into ``dest``.
@@ -206,36 +224,36 @@ class Receiver:
         """
         t0 = time.perf_counter()
         st = SyncStats()
-        sock = tune(zmq_context().socket(zmq.DEALER))
+        link = _Link(self._auth, upstream)
         try:
-            out = connect_channel(sock, self._auth, upstream)
-            replies = out.reply_inbound("workspace replies")
-            sock.send_multipart(out.sign([json.dumps({"op": "manifest"}).encode()]))
-            mjson = self._recv(sock, replies, timeout)[0]
+            link.ask({"op": "manifest"})
+            while True:
+                mjson = self._next(link, st, timeout, lambda: link.ask({"op": "manifest"}))[0]
+                if mjson is not None:
+                    break
             manifest = Manifest.from_json(mjson)  # refuses escaping paths before anything is written
             self.server.manifest_json = mjson
             self.server.arrived()
             sizes = manifest.chunk_sizes()
             missing = self.store.missing(list(sizes))
             st.chunks_deduplicated = len(sizes) - len(missing)
-            groups, cur, n = [], [], 0
-            for h in missing:
-                cur.append(h)
-                n += sizes[h]
-                if n >= GROUP_BYTES:
-                    groups.append(cur)
-                    cur, n = [], 0
-            if cur:
-                groups.append(cur)
+            groups = _groups(missing, sizes)
             pending: set[str] = set()
             verified: set[str] = set()
             gi = 0
+
+            def ask_again() -> None:  # a new upstream: what the old one owed, in groups as before
+                for group in _groups(sorted(pending), sizes):
+                    link.ask({"op": "get", "rid": -1, "hashes": group})
+
             while gi < len(groups) or pending:
                 while gi < len(groups) and len(pending) < WINDOW * max(1, len(groups[0])):
-                    sock.send_multipart(out.sign([json.dumps({"op": "get", "rid": gi, "hashes": groups[gi]}).encode()]))
+                    link.ask({"op": "get", "rid": gi, "hashes": groups[gi]})
                     pending.update(groups[gi])
                     gi += 1
-                head, data = self._recv(sock, replies, timeout)
+                head, data = self._next(link, st, timeout, ask_again)
+                if head is None:
+                    continue
                 h = json.loads(head)["h"]
                 if h not in pending:
                     continue
@@ -255,21 +273,78 @@ class Receiver:
             raise
         finally:
             st.duration_s = time.perf_counter() - t0
-            sock.close(0)
+            link.close()
             self.last = st
         return st
 
-    @staticmethod
-    def _recv(sock: zmq.Socket, replies: object, timeout: float) -> list[bytes]:
+    def _next(self, link: "_Link", st: SyncStats, timeout: float,
+              ask_again: Callable[[], None]) -> list[bytes | None]:
+        """The next reply from upstream; ``[None, None]`` after switching to a new upstream (whose
+        requests ``ask_again`` has sent). Raises when no reply came for ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
         while True:
-            if not sock.poll(int(timeout * 1000)):
+            to = self._take_relink()
+            if to is not None:
+                logger.warning("workspace sync: upstream %s replaced by %s", link.upstream, to)
+                link.reconnect(to)
+                st.relinks += 1
+                ask_again()
+                return [None, None]
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise WorkspaceSyncError(f"upstream sent nothing for {timeout:.0f}s; chunks stored so far are kept")
-            frames = sock.recv_multipart(copy=False)
-            try:
-                _, body = replies.verify(frames)
-            except AuthError:
-                continue
-            return [f.bytes for f in body]
+            reply = link.recv(min(left, 0.1))
+            if reply is not None:
+                return reply
 
     def close(self) -> None:
         self.server.close()
+
+
+def _groups(hashes: list[str], sizes: dict[str, int]) -> list[list[str]]:
+    """``hashes`` cut into get requests of about ``GROUP_BYTES`` each."""
+    groups, cur, n = [], [], 0
+    for h in hashes:
+        cur.append(h)
+        n += sizes[h]
+        if n >= GROUP_BYTES:
+            groups.append(cur)
+            cur, n = [], 0
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+class _Link:
+    """A receiver's authenticated DEALER channel to its current upstream."""
+
+    def __init__(self, auth: Authenticator, upstream: str):
+        self._auth = auth
+        self.sock: zmq.Socket | None = None
+        self.reconnect(upstream)
+
+    def reconnect(self, upstream: str) -> None:
+        self.close()
+        self.upstream = upstream
+        self.sock = tune(zmq_context().socket(zmq.DEALER))
+        self.out = connect_channel(self.sock, self._auth, upstream)
+        self.replies = self.out.reply_inbound("workspace replies")
+
+    def ask(self, req: dict) -> None:
+        self.sock.send_multipart(self.out.sign([json.dumps(req).encode()]))
+
+    def recv(self, wait_s: float) -> list[bytes] | None:
+        """One authenticated reply's frames, or None when none came within ``wait_s``."""
+        if not self.sock.poll(int(wait_s * 1000)):
+            return None
+        frames = self.sock.recv_multipart(copy=False)
+        try:
+            _, body = self.replies.verify(frames)
+        except AuthError:
+            return None
+        return [f.bytes for f in body]
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close(0)
+            self.sock = None

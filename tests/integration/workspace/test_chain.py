@@ -125,3 +125,35 @@ def test_corrupt_chunk_and_hostile_manifest_rejected(tmp_path):
     finally:
         hostile.close()
         rx.close()
+
+
+@pytest.mark.timeout(120)
+def test_relink_continues_a_stalled_pull_from_another_upstream(tmp_path):
+    """The host before a receiver died (here: an upstream that never sends a chunk, as a dead or
+    stuck host does): after ``relink`` the pull continues from the new upstream, asks it for what
+    the old one owed, keeps what it stored, and lands the tree whole."""
+    import threading
+
+    src = tmp_path / "src"
+    make_tree(src, n=20)
+    server, m = serve(src, chunk_bytes=256 << 10)
+    stalled = ChunkServer(m.to_json(), lambda h: None)  # answers the manifest, parks every chunk request
+    rx = Receiver(ChunkStore(str(tmp_path / "store")), str(tmp_path / "dest"))
+    got = {}
+    t = threading.Thread(target=lambda: got.update(st=rx.pull(stalled.addr, timeout=60)))
+    try:
+        t.start()
+        deadline = time.monotonic() + 60
+        while not stalled._parked and time.monotonic() < deadline:  # the receiver asked the stalled one
+            time.sleep(0.01)
+        assert stalled._parked and t.is_alive()
+        rx.relink(server.addr)
+        t.join(60)
+        st = got["st"]
+        assert st.error == "" and st.relinks == 1 and st.bytes_received == m.total_bytes
+        assert (tmp_path / "dest" / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+        assert (tmp_path / "dest" / "pkg" / "m19.py").read_text() == "V = 19\n"
+    finally:
+        rx.close()
+        stalled.close()
+        server.close()

@@ -29,3 +29,48 @@ def test_sync_then_import_in_actor(tmp_path):
             assert v.startswith("synced@" + str(tmp_path / "hosts" / f"host-{i}")), v
         same = sync_workspace(procs, str(src))  # real hosts: all on the controller's host -> nothing copied
         assert [r.stats.transport for r in same] == ["same-host"] and same[0].dest == str(src)
+
+
+@pytest.mark.timeout(180)
+def test_a_host_killed_during_the_sync_is_cut_out_of_the_chain(tmp_path):
+    """source -> host 0 -> host 1 -> host 2, and host 1's proc is SIGKILLed once it has begun to
+    receive: host 2 continues from host 0 (host 1's upstream), hosts 0 and 2 land the whole tree,
+    and the error names host 1 only. Whether the kill lands mid-pull or just after host 1 finished,
+    the others must not wait for it or lose anything."""
+    import os
+    import signal
+    import threading
+    import time
+
+    src = tmp_path / "src"
+    (src / "wsuserpkg").mkdir(parents=True)
+    (src / "wsuserpkg" / "__init__.py").write_text("VALUE = 'synced'\n")
+    (src / "blob.bin").write_bytes(os.urandom(64 << 20))
+    stores = tmp_path / "stores"
+    with rm.this_host().spawn_procs(per_host={"procs": 3}) as procs:
+        victim = procs._records()[1].pid
+        outcome = {}
+
+        def run():
+            try:
+                sync_workspace(procs, str(src), store_dir=str(stores), dest_root=str(tmp_path / "hosts"),
+                               simulate_hosts=True, timeout=60)
+            except RuntimeError as exc:
+                outcome["error"] = str(exc)
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ((stores / "host-2").exists() and any(
+                f for _, _, f in os.walk(stores / "host-1"))):
+            time.sleep(0.002)
+        os.kill(victim, signal.SIGKILL)
+        t.join(150)
+        assert not t.is_alive()
+        assert "host proc-1" in outcome["error"] and "proc-0" not in outcome["error"] \
+            and "proc-2" not in outcome["error"], outcome
+        for i in (0, 2):
+            landed = tmp_path / "hosts" / f"host-{i}"
+            run_dir = next(landed.iterdir())
+            assert (run_dir / "blob.bin").read_bytes() == (src / "blob.bin").read_bytes()
+            assert (run_dir / "wsuserpkg" / "__init__.py").read_text() == "VALUE = 'synced'\n"
