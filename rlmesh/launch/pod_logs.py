@@ -57,9 +57,11 @@ class PodLogFollower(threading.Thread):
                                                          _preload_content=False, _request_timeout=None, **since)
             except Exception as exc:  # noqa: BLE001 - 400 while the container is being created; 404 once deleted
                 status = getattr(exc, "status", None)
-                if status != 400:
+                if status not in (400, 404):
                     other_errors += 1
-                if status == 404 or self.gone() or other_errors > 5:
+                # 404: the pod was deleted, or its node has no log for it yet (a container not
+                # started, a kubelet that restarted): only the pod object itself tells which
+                if (status == 404 and not self._pod_exists()) or self.gone() or other_errors > 5:
                     logger.debug("not following the log of pod %s: %s", self.pod, exc)
                     return
                 time.sleep(wait)
@@ -73,6 +75,14 @@ class PodLogFollower(threading.Thread):
             logger.debug("pod log of %s ended while its proc runs; following it again", self.pod)
             deadline, other_errors, wait = time.monotonic() + START_WAIT_S, 0, 0.5
             time.sleep(0.5)
+
+    def _pod_exists(self) -> bool:
+        """False only when the API server says the pod object is gone (any other answer: it may exist)."""
+        try:
+            self.core.read_namespaced_pod(self.pod, self.namespace)
+        except Exception as exc:  # noqa: BLE001
+            return getattr(exc, "status", None) != 404
+        return True
 
     def _read(self, resp: Any) -> None:
         buf = b""

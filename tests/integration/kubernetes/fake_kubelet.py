@@ -58,8 +58,8 @@ class _LogHandler(http.server.BaseHTTPRequestHandler):
         q = urllib.parse.parse_qs(url.query)
         follow, stamps = q.get("follow") == ["true"], q.get("timestamps") == ["true"]
         path = self.kubelet.log_dir / f"{ns}_{pod}.log"
-        if not path.exists():
-            self.send_error(404, f"no container log for {ns}/{pod}")
+        if not path.exists():  # as a kubelet answers for a container not started yet
+            self.send_error(400, f"container of {ns}/{pod} is waiting to start: ContainerCreating")
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")

@@ -55,3 +55,47 @@ def test_a_cut_stream_is_followed_again_without_repeating_lines():
         output.remove_sinks(sink)
     assert got == ["one", "two", "three"]
     assert "since_seconds" not in api.calls[0] and api.calls[1]["since_seconds"] >= 1
+
+
+class NotFound(Exception):
+    status = 404
+
+
+class NoLogYetAPI:
+    """The node has no log for the pod at first (404 through the API server's proxy), then it has;
+    ``deleted``: the pod object itself is gone as well."""
+
+    def __init__(self, deleted: bool):
+        self.deleted = deleted
+        self.log_calls = 0
+
+    def read_namespaced_pod_log(self, pod, namespace, **kw):
+        self.log_calls += 1
+        if self.deleted or self.log_calls == 1:
+            raise NotFound("the server could not find the requested resource (pods/log)")
+        return Stream(["2026-12-03T10:00:00.000000001Z hello"])
+
+    def read_namespaced_pod(self, pod, namespace):
+        if self.deleted:
+            raise NotFound("pods not found")
+        return object()
+
+
+def test_a_404_for_the_log_of_a_pod_that_exists_is_retried_and_one_that_is_gone_stops():
+    got: list[str] = []
+    sink = lambda lines: got.extend(ln.message for ln in lines)  # noqa: E731
+    output.add_line_sink(sink)
+    try:
+        done = threading.Event()
+        api = NoLogYetAPI(deleted=False)
+        f = PodLogFollower(api, "ns", "pod-0", META, lambda: api.log_calls >= 2)
+        f.start()
+        f.join(30)
+        assert not f.is_alive() and got == ["hello"] and api.log_calls == 2
+        gone = NoLogYetAPI(deleted=True)
+        f = PodLogFollower(gone, "ns", "pod-1", META, done.is_set)
+        f.start()
+        f.join(30)
+        assert not f.is_alive() and gone.log_calls == 1  # the pod is gone: no second try
+    finally:
+        output.remove_sinks(sink)
