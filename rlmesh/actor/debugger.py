@@ -3,9 +3,11 @@
 Why this shape: a worker has no terminal, and the actor's thread must stay paused while
 everything else goes on (the proc keeps heartbeating on its control thread, other actors
 and procs keep serving). So the worker's ``sys.breakpointhook`` binds a one-client zmq
-socket on loopback, writes a small record of where it paused into the debug directory
-(``RLMESH_DEBUG_DIR``, set by the controller; mode 0600), and blocks the actor's thread
-until a client attaches. Then a real :class:`pdb.Pdb` runs on that thread with its
+socket where the proc binds its others (loopback, or its pod's address), announces where it
+paused (a record in the debug directory ``RLMESH_DEBUG_DIR`` for local procs, mode 0600, and
+a ``debug_sessions`` telemetry row through :func:`rlmesh.actor.hooks.set_debug_sink`, which
+is how ``rlmesh debug`` on the controller's host finds an actor paused in a pod), and blocks
+the actor's thread until a client attaches. Then a real :class:`pdb.Pdb` runs on that thread with its
 stdin/stdout carried over the socket: every message is an rlmesh control message,
 MAC-checked with the job secret before anything is unpickled, like all rlmesh traffic.
 ``continue`` resumes the actor and ends the session; ``quit`` raises ``BdbQuit`` in the
@@ -20,18 +22,20 @@ in pdb at the frame that raised (:func:`post_mortem`), before its caller gets th
 from __future__ import annotations
 
 import bdb
+import dataclasses
 import json
 import logging
 import os
 import pdb
+import socket
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
 
 import zmq
 
+from rlmesh.actor import hooks
 from rlmesh.actor import protocol as P
 from rlmesh.actor.context import current_context, current_proc
 from rlmesh.transport.auth import Authenticator
@@ -42,14 +46,6 @@ logger = logging.getLogger(__name__)
 DEBUG_DIR_ENV = "RLMESH_DEBUG_DIR"
 POST_MORTEM_ENV = "RLMESH_POST_MORTEM"
 ATTACH, INPUT, OUTPUT, DETACHED = "dbg_attach", "dbg_in", "dbg_out", "dbg_end"
-
-
-def debug_dir() -> str:
-    """Where paused actors register: ``$RLMESH_DEBUG_DIR``, else a per-job folder under the temp dir."""
-    d = os.environ.get(DEBUG_DIR_ENV) or os.path.join(tempfile.gettempdir(),
-                                                      f"rlmesh-debug-{os.environ.get('RLMESH_JOB_ID', 'nojob')}")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    return d
 
 
 class _Channel:
@@ -119,7 +115,7 @@ class _Stream:
 class RemotePdb(pdb.Pdb):
     """pdb whose session ends (actor resumes, registration removed) on continue or quit."""
 
-    def __init__(self, ch: _Channel, record: str):
+    def __init__(self, ch: _Channel, record: _Registration):
         stream = _Stream(ch)
         super().__init__(stdin=stream, stdout=stream, nosigint=True, readrc=False)  # type: ignore[arg-type]
         self.use_rawinput = False
@@ -131,10 +127,7 @@ class RemotePdb(pdb.Pdb):
         if self.ended:
             return
         self.ended = True
-        try:
-            os.unlink(self.record)
-        except OSError:
-            pass
+        self.record.remove()
         self.ch.send(DETACHED)
         self.ch.close()
 
@@ -147,26 +140,68 @@ class RemotePdb(pdb.Pdb):
         self._end()
 
 
-def _pause(frame: Any, reason: str) -> tuple[_Channel, str]:
-    """Register this actor as paused at ``frame`` (a record ``rlmesh debug`` lists) and wait for a client."""
+def _pause(frame: Any, reason: str) -> tuple[_Channel, _Registration]:
+    """Register this actor as paused at ``frame`` (what ``rlmesh debug`` lists) and wait for a client."""
     ctx, proc = current_context(), current_proc()
     ch = _Channel()
     actor = ctx.actor_id if ctx else f"{proc.proc_id if proc else 'proc'}/main"
-    info = {"actor": actor, "mesh": ctx.mesh_name if ctx else None, "rank": ctx.rank if ctx else None,
-            "proc": proc.proc_id if proc else None, "pid": os.getpid(), "addr": ch.addr,
-            "file": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name,
-            "since": time.time(), "reason": reason}
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in actor)
-    record = os.path.join(debug_dir(), f"{safe}.{os.getpid()}.{threading.get_ident()}.json")
-    tmp = record + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(info, f)
-    os.replace(tmp, record)
+    pause = hooks.DebugPause(
+        event="paused", actor=actor, mesh=ctx.mesh_name if ctx else None, rank=ctx.rank if ctx else None,
+        proc=proc.proc_id if proc else None, host=socket.gethostname(), pid=os.getpid(), addr=ch.addr,
+        file=frame.f_code.co_filename, line=frame.f_lineno, function=frame.f_code.co_name, reason=reason,
+        since=time.time())
+    reg = _Registration(pause)
     logger.warning("actor %s paused at %s in %s (%s:%d); attach with: rlmesh debug --attach %s",
-                   actor, reason, info["function"], info["file"], info["line"], actor)
+                   actor, reason, pause.function, pause.file, pause.line, actor)
     ch.wait_attach()
-    return ch, record
+    return ch, reg
+
+
+class _Registration:
+    """Where a pause is announced: a record file in the debug directory, when this proc has one
+    (local procs: ``RLMESH_DEBUG_DIR`` is the run's ``debug/`` folder), and the debug sink
+    (telemetry's ``debug_sessions`` table: how a pause on another host, a pod, is found)."""
+
+    def __init__(self, pause: hooks.DebugPause):
+        self.pause = pause
+        self.record = ""
+        d = os.environ.get(DEBUG_DIR_ENV)
+        if d and _writable_dir(d):
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in pause.actor)
+            self.record = os.path.join(d, f"{safe}.{os.getpid()}.{threading.get_ident()}.json")
+            tmp = self.record + ".tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({k: v for k, v in dataclasses.asdict(pause).items() if k != "event"}, f)
+            os.replace(tmp, self.record)
+        self._announce(pause)
+
+    @staticmethod
+    def _announce(pause: hooks.DebugPause) -> None:
+        sink = hooks.debug_sink()
+        if sink is not None:
+            try:
+                sink(pause)
+            except Exception:  # noqa: BLE001 - the pause itself goes on
+                logger.warning("debug sink failed", exc_info=True)
+
+    def remove(self) -> None:
+        if self.record:
+            try:
+                os.unlink(self.record)
+            except OSError:
+                pass
+        self._announce(dataclasses.replace(self.pause, event="resumed", since=time.time()))
+
+
+def _writable_dir(d: str) -> bool:
+    """``d`` exists or can be made (a pod handed the controller's path makes it in its own filesystem,
+    harmless: it then announces through the debug sink as well)."""
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        return True
+    except OSError:
+        return False
 
 
 def breakpoint_hook(*args: Any, **kwargs: Any) -> None:

@@ -17,6 +17,7 @@ Worker side:
     - plugins listed in ``RLMESH_WORKER_PLUGINS`` (comma-separated ``"mod:fn"``) run at
       worker start with a :class:`WorkerInfo`.
     - ``set_span_sink(fn)``: ``fn(Span)`` after every endpoint call in this proc.
+    - ``set_debug_sink(fn)``: ``fn(DebugPause)`` when an actor pauses for a debugger or resumes.
     - ``add_shutdown_hook(fn)``: runs when the worker exits cleanly (stop or SIGTERM).
 """
 
@@ -81,6 +82,29 @@ class Span:
 
 
 @dataclass(frozen=True)
+class DebugPause:
+    """An actor paused for a debugger (``breakpoint()`` or post-mortem), or resumed again.
+
+    ``event``: ``paused`` or ``resumed``. ``addr`` is the paused actor's debugger socket (unique
+    per pause): what ``rlmesh debug --attach`` dials, from any host that can reach the proc.
+    """
+
+    event: str
+    actor: str
+    mesh: str | None
+    rank: int | None
+    proc: str | None
+    host: str
+    pid: int
+    addr: str
+    file: str
+    line: int
+    function: str
+    reason: str
+    since: float
+
+
+@dataclass(frozen=True)
 class ControllerInfo:
     """Handed to controller plugins: enough to start services next to the controller."""
 
@@ -106,6 +130,7 @@ _lock = threading.Lock()
 _event_sinks: list[Callable[[ProcEvent], None]] = []
 _controller_plugins: list[str] = []
 _span_sink: Callable[[Span], None] | None = None
+_debug_sink: Callable[[DebugPause], None] | None = None
 _shutdown_hooks: list[Callable[[], None]] = []
 
 
@@ -204,6 +229,17 @@ def set_span_sink(fn: Callable[[Span], None] | None) -> None:
 
 def span_sink() -> Callable[[Span], None] | None:
     return _span_sink
+
+
+def set_debug_sink(fn: Callable[[DebugPause], None] | None) -> None:
+    """``fn(DebugPause)`` when an actor of this proc pauses for a debugger and when it resumes
+    (telemetry records them, so ``rlmesh debug`` finds actors paused on other hosts)."""
+    global _debug_sink
+    _debug_sink = fn
+
+
+def debug_sink() -> Callable[[DebugPause], None] | None:
+    return _debug_sink
 
 
 def add_shutdown_hook(fn: Callable[[], None]) -> None:

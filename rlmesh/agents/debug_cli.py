@@ -15,31 +15,55 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
 from rlmesh.actor import protocol as P
 from rlmesh.actor.debugger import ATTACH, DETACHED, INPUT, OUTPUT
 from rlmesh.telemetry import run as runs
+from rlmesh.telemetry.reader import query_run_dir
 from rlmesh.transport.auth import Authenticator
 from rlmesh.transport.sockets import connect_channel, tune, zmq_context
 
 
+_PAUSED_SQL = """
+SELECT d.actor, d.mesh, d.rank, d.proc, d.host, d.pid, d.addr, d.file, d.line, d.function, d.reason, d.since
+FROM debug_sessions d
+WHERE d.event = 'paused'
+  AND NOT EXISTS (SELECT 1 FROM debug_sessions r WHERE r.event = 'resumed' AND r.addr = d.addr)
+  AND NOT EXISTS (SELECT 1 FROM actors a WHERE a.proc = d.proc AND a.event IN ('died', 'stopped', 'gave_up')
+                  AND epoch(a.ts) >= d.since)
+ORDER BY d.since
+"""
+
+
 def paused(run_dir: Path) -> list[dict[str, Any]]:
-    """Registered breakpoints of live processes, oldest first."""
-    out = []
+    """Actors paused in a live run, oldest first: the records local procs leave in ``run_dir/debug``
+    (kept while their process lives) and the ``debug_sessions`` rows of every proc, on any host
+    (kept until a ``resumed`` row, or until the proc died or stopped)."""
+    here = socket.gethostname()
+    found: dict[str, dict[str, Any]] = {}
     for f in sorted((run_dir / "debug").glob("*.json")):
         try:
             info = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
         if runs.pid_alive(int(info.get("pid", -1))):
-            out.append(info)
-    return sorted(out, key=lambda i: i["since"])
+            found[info["addr"]] = {**info, "host": info.get("host", here)}
+    try:
+        rows = query_run_dir(run_dir, _PAUSED_SQL).to_pylist()
+    except Exception:  # noqa: BLE001 - no pause recorded yet (no table), or telemetry off
+        rows = []
+    for r in rows:
+        if r["host"] == here and not runs.pid_alive(int(r["pid"])):
+            continue  # a local process that is gone (its death may not be a row yet)
+        found.setdefault(r["addr"], r)
+    return sorted(found.values(), key=lambda i: i["since"])
 
 
 def _pick(entries: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
@@ -49,8 +73,13 @@ def _pick(entries: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
     return None
 
 
-def attach(info: dict[str, Any], secret: bytes, stdin: Any = None, stdout: Any = None) -> int:
-    """Run the interactive session until the actor resumes (returns 0) or the actor is gone (1)."""
+def attach(info: dict[str, Any], secret: bytes, stdin: Any = None, stdout: Any = None,
+           alive: Callable[[], bool] | None = None) -> int:
+    """Run the interactive session until the actor resumes (returns 0) or the actor is gone (1).
+
+    ``alive``: whether the paused actor's process still exists, asked while the session is idle
+    (default: its pid, which only means something on this host)."""
+    alive = alive or (lambda: runs.pid_alive(int(info["pid"])))
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     sock = tune(zmq_context().socket(zmq.DEALER))
@@ -77,7 +106,7 @@ def attach(info: dict[str, Any], secret: bytes, stdin: Any = None, stdout: Any =
                 if not line:  # end of input: let the actor go on
                     line = "continue\n"
                 sock.send_multipart(P.control(auth, INPUT, data=line), copy=False)
-            if not events and not runs.pid_alive(int(info["pid"])):
+            if not events and not alive():
                 stdout.write(f"\n[rlmesh debug] {info['actor']}'s process is gone\n")
                 return 1
     except KeyboardInterrupt:
@@ -111,7 +140,7 @@ def debug_main(argv: list[str]) -> int:
             print(f"no actor of run {run_dir.name} is paused (at a breakpoint() or post-mortem)")
         else:
             for e in entries:
-                print(f"{e['actor']:<24} {e['mesh']}[{e['rank']}]  proc {e['proc']} pid {e['pid']}  "
+                print(f"{e['actor']:<24} {e['mesh']}[{e['rank']}]  proc {e['proc']} on {e['host']} pid {e['pid']}  "
                       f"{e['function']} at {e['file']}:{e['line']}  paused {time.time() - e['since']:.0f}s  "
                       f"({e.get('reason', 'breakpoint()')})")
         return 0
@@ -120,4 +149,6 @@ def debug_main(argv: list[str]) -> int:
         known = ", ".join(e["actor"] for e in entries) or "none"
         print(f"rlmesh debug: no paused actor {a.attach!r} in run {run_dir.name} (paused: {known})", file=sys.stderr)
         return 1
-    return attach(info, bytes.fromhex(service["secret"]))
+    here = info.get("host", socket.gethostname()) == socket.gethostname()
+    still_paused = None if here else (lambda: any(e["addr"] == info["addr"] for e in paused(run_dir)))
+    return attach(info, bytes.fromhex(service["secret"]), alive=still_paused)

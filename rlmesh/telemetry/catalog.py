@@ -229,6 +229,17 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("exception", "VARCHAR", "traceback text of a record logged with exc_info, else NULL"),
         _c("actor", "VARCHAR", "mesh[rank] of the actor that logged the record, when logged inside an actor"),
     ), "the launcher's output capture (rlmesh.launch.capture) and the controller's log handler"),
+    _T("debug_sessions", "actors paused for a debugger (breakpoint() or post-mortem) and resumed: how `rlmesh debug` finds a paused actor on any host", (
+        _c("event", "VARCHAR", "paused | resumed"),
+        _c("actor", "VARCHAR", "actor id of the paused actor (`rlmesh debug --attach` takes it, or mesh[rank])"),
+        _c("pid", "BIGINT", "OS pid of the paused actor's process"),
+        _c("addr", "VARCHAR", "its debugger socket, unique per pause (authenticated, like all rlmesh traffic)"),
+        _c("file", "VARCHAR", "source file it paused in"),
+        _c("line", "BIGINT", "line it paused at"),
+        _c("function", "VARCHAR", "function it paused in"),
+        _c("reason", "VARCHAR", "breakpoint() | exception <type>: <message> (post-mortem)"),
+        _c("since", "DOUBLE", "when it paused (paused rows) or resumed (resumed rows), epoch seconds"),
+    ), "rlmesh.actor.debugger in workers (through the debug sink)"),
     _T("stacks", "Python stack of every thread of a proc, one row per frame: taken by `rlmesh stacks` and just before a hung proc is killed", (
         _c("incarnation", "BIGINT", "incarnation of the proc whose stacks these are"),
         _c("pid", "BIGINT", "OS pid of that process"),

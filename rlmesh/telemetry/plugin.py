@@ -74,6 +74,20 @@ def record_proc_event(ev: hooks.ProcEvent) -> None:
     }, ts=ev.ts)
 
 
+def record_debug_pause(p: hooks.DebugPause) -> None:
+    """Debug sink (workers): one ``debug_sessions`` row when an actor pauses for a debugger and one
+    when it resumes, flushed at once: ``rlmesh debug`` lists pauses from them, on any host."""
+    rec = api.active_recorder()
+    if rec is None:
+        return
+    rec.record_trusted("debug_sessions", {
+        "event": p.event, "actor": p.actor, "mesh": p.mesh, "rank": p.rank, "proc": p.proc, "host": p.host,
+        "pid": p.pid, "addr": p.addr, "file": p.file, "line": p.line, "function": p.function,
+        "reason": p.reason, "since": p.since,
+    })
+    rec.flush()
+
+
 class SpanSampler:
     """The worker's span sink: rate-limited per endpoint, errors always kept."""
 
@@ -118,6 +132,7 @@ def on_worker_start(info: hooks.WorkerInfo) -> None:
     if os.environ.get(SPANS_ENV, "1").lower() not in ("0", "false", "off", "no"):
         hooks.set_span_sink(SpanSampler(rec))
     set_refusal_sink(record_refusal)
+    hooks.set_debug_sink(record_debug_pause)
     _health = HealthSampler(rec.record_trusted, rec.run_id).start()
     hooks.add_shutdown_hook(_worker_shutdown)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from rlmesh.actor.controller import LaunchRequest
 from rlmesh.launch.kubernetes.api import KubernetesError, explain
 from rlmesh.launch.kubernetes.config import KubernetesConfig
-from rlmesh.launch.kubernetes.manifests import (PodProc, forwarded_env, owner_reference, pod_manifest,
+from rlmesh.launch.kubernetes.manifests import (NOT_FORWARDED, PodProc, forwarded_env, owner_reference, pod_manifest,
                                                 run_selector, secret_manifest, secret_name)
 from rlmesh.launch.kubernetes.ops import cleanup_run
 from rlmesh.launch.kubernetes.pods import PodHandle, PodWatcher, describe_events
@@ -108,7 +108,8 @@ class KubernetesLauncher:
                 if p.metadata.name not in self.handles and not p.metadata.deletion_timestamp]
 
     def manifest(self, req: LaunchRequest) -> dict[str, Any]:
-        env = {**forwarded_env(self.config, dict(os.environ)), **req.env}
+        env = {**forwarded_env(self.config, dict(os.environ)),
+               **{k: v for k, v in req.env.items() if k not in NOT_FORWARDED}}
         proc = PodProc(req.proc_id, req.proc_mesh, req.rank, req.incarnation, req.controller_addr, env)
         return pod_manifest(self.config, self.run, proc, self.owner)
 

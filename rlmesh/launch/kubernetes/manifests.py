@@ -139,9 +139,11 @@ def _resources(config: KubernetesConfig, mesh: str) -> dict[str, Any]:
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
-# The controller's own placement, never meaningful inside a worker pod (the pod spec sets its own).
+# The controller's own placement and paths, never meaningful inside a worker pod (the pod spec sets
+# its own placement; RLMESH_DEBUG_DIR is a folder on the controller's host: a pod announces a paused
+# actor through telemetry's debug_sessions instead).
 NOT_FORWARDED = ("RLMESH_BIND_HOST", "RLMESH_ADVERTISE_HOST", "RLMESH_CONTROLLER_POD", "RLMESH_POD_NAME",
-                 "RLMESH_RUNS_DIR")
+                 "RLMESH_RUNS_DIR", "RLMESH_DEBUG_DIR")
 
 
 def forwarded_env(config: KubernetesConfig, environ: dict[str, str]) -> dict[str, str]:

@@ -32,6 +32,12 @@ class Probe(rm.Actor):
         return rm.context().rank
 
     @rm.endpoint
+    def pause(self, x: int) -> int:
+        y = x + 1
+        breakpoint()  # the debugger test attaches from the controller's side and changes y
+        return y * 2
+
+    @rm.endpoint
     def was_restarted(self) -> bool:
         return self.restarted
 

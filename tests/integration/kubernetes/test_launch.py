@@ -4,7 +4,9 @@ replacement, and cleanup after a crashed controller."""
 from __future__ import annotations
 
 import ast
+import json
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ import pytest
 
 import rlmesh as rm
 from rlmesh.actor import hooks
+from rlmesh.telemetry import api as telemetry_api
 from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig, MeshResources
 from rlmesh.launch.kubernetes.manifests import run_selector, secret_name
 
@@ -75,6 +78,63 @@ def test_two_proc_mesh_serves_calls_through_pods(k8s):
         # stopped procs' pods are removed; the Secret stays until the cluster closes
         wait_for(lambda: run_objects(k8s, "it-mesh") == [f"secret/{secret.metadata.name}"], 20, "pods removed")
     assert run_objects(k8s, "it-mesh") == []
+
+
+def _read_until(proc: subprocess.Popen, text: str, timeout: float = 60.0) -> str:
+    """What ``proc`` wrote to stdout up to and including ``text`` (a pipe, read as it comes)."""
+    seen, deadline = "", time.monotonic() + timeout
+    while text not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"did not see {text!r}; got:\n{seen[-3000:]}"
+        if select.select([proc.stdout], [], [], min(left, 0.5))[0]:
+            chunk = os.read(proc.stdout.fileno(), 65536).decode("utf-8", "replace")
+            assert chunk, f"output ended before {text!r}; got:\n{seen[-3000:]}"
+            seen += chunk
+    return seen
+
+
+def test_rlmesh_debug_attaches_to_an_actor_paused_in_a_pod(k8s):
+    """breakpoint() in an actor in a pod: `rlmesh debug` on the controller's side finds it through
+    the run's debug_sessions table (the pod has no folder on the controller's host), attaches over
+    the pod's own address, changes a local, and the caller gets the changed result."""
+    from k8s_actors import Probe
+
+    rm.telemetry.end_run()
+    rm.telemetry.start_run()
+    run_dir = telemetry_api.current_run_dir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    cli = [sys.executable, "-m", "rlmesh.cli", "debug", str(run_dir)]
+
+    def listed():
+        out = subprocess.run(cli + ["--format", "json"], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["paused"]
+
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-debug")
+    with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
+        procs = cluster.spawn_procs(per_host={"procs": 1}, name="k8s-dbg")
+        fut = procs.spawn("k8s-pauser", Probe).pause.call_one(20)
+        paused = wait_for(listed, 60, "the paused actor listed")
+        assert [(p["mesh"], p["rank"], p["function"], p["reason"]) for p in paused] == [
+            ("k8s-pauser", 0, "pause", "breakpoint()")]
+        assert paused[0]["addr"].startswith("tcp://127.0.1."), paused  # the pod's own address
+        assert not list((run_dir / "debug").glob("*.json"))  # no record on this host: found in SQL
+        session = subprocess.Popen(cli + ["--attach", "k8s-pauser[0]"], env=env, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            _read_until(session, "(Pdb) ")
+            session.stdin.write(b"p y\n")
+            session.stdin.flush()
+            assert "21" in _read_until(session, "(Pdb) ")
+            session.stdin.write(b"y = 5\ncontinue\n")
+            session.stdin.flush()
+            _read_until(session, "resumed")
+            assert session.wait(30) == 0
+        finally:
+            if session.poll() is None:
+                session.kill()
+        assert fut.get(timeout=30) == 10
+        wait_for(lambda: listed() == [], 30, "the resumed actor no longer listed")
 
 
 def test_pod_output_lands_in_the_logs_table(k8s, caplog):
