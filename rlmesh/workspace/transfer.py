@@ -24,7 +24,7 @@ import zmq
 from rlmesh.transport import Authenticator, AuthError, bind_channel, connect_channel, zmq_context
 from rlmesh.transport.sockets import tune
 from rlmesh.workspace.manifest import Kind, Manifest
-from rlmesh.workspace.store import ChunkStore, CorruptChunkError, chunk_hash, materialise
+from rlmesh.workspace.store import ChunkStore, CorruptChunkError, chunk_hash, materialise, placement
 
 logger = logging.getLogger(__name__)
 
@@ -238,6 +238,7 @@ class Receiver:
             missing = self.store.missing(list(sizes))
             st.chunks_deduplicated = len(sizes) - len(missing)
             groups = _groups(missing, sizes)
+            where = placement(manifest, missing)  # chunks of multi-chunk files: written into their file object
             pending: set[str] = set()
             verified: set[str] = set()
             gi = 0
@@ -257,7 +258,10 @@ class Receiver:
                 h = json.loads(head)["h"]
                 if h not in pending:
                     continue
-                self.store.put(h, data)  # verified: a corrupt chunk raises CorruptChunkError
+                if h in where:  # verified: a corrupt chunk raises CorruptChunkError
+                    self.store.put_in_object(h, data, *where[h])
+                else:
+                    self.store.put(h, data)
                 self._fresh.add(h)
                 self.server.arrived(h)
                 pending.discard(h)

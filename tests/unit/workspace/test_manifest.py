@@ -105,3 +105,37 @@ def test_arrived_chunk_written_once_and_an_in_place_edit_is_caught(tmp_path):
     with pytest.raises(CorruptChunkError, match="corrupt on disk"):
         store.read_verified(h)
     assert not store.has(h)  # dropped: the next sync fetches it again
+
+
+def test_a_multi_chunk_file_is_written_once_into_its_object_and_linked(tmp_path):
+    """Chunks of a file of several chunks land in that file's object as they arrive (one write each);
+    the destination file is the object itself. A second file with the same bytes is copied (never two
+    destination files on one inode); an in-place edit of the linked file is caught on the next read."""
+    from rlmesh.workspace.store import chunk_hash, object_id, placement
+
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    blob = os.urandom(4500)
+    (src / "big.bin").write_bytes(blob)
+    (src / "copy.bin").write_bytes(blob)  # same chunks, same object id
+    (src / "tail.bin").write_bytes(blob[1024:2048])  # a one-chunk file whose chunk also lives in big.bin
+    m = build_manifest(str(src), chunk_bytes=1024)
+    store = ChunkStore(str(tmp_path / "store"))
+    big = next(e for e in m.entries if e.path == "big.bin")
+    where = placement(m, store.missing(list(m.chunk_sizes())))
+    assert set(where) == set(big.chunks)  # every chunk has a place in big.bin's object
+    for i, h in enumerate(big.chunks):  # as a receiver does on arrival
+        store.put_in_object(h, blob[i * 1024:(i + 1) * 1024], *where[h])
+    assert not os.path.exists(store.path(big.chunks[1])) and store.has(big.chunks[1])  # a reference, not a copy
+    res = materialise(m, store, str(dest), verified=set(big.chunks))
+    obj = os.stat(store.object_path(object_id(big)))
+    got = {p: os.stat(dest / p) for p in ("big.bin", "copy.bin", "tail.bin")}
+    assert {p: (dest / p).read_bytes() for p in got} == {"big.bin": blob, "copy.bin": blob, "tail.bin": blob[1024:2048]}
+    linked = [p for p, st in got.items() if st.st_ino == obj.st_ino]
+    assert len(linked) == 1 and obj.st_nlink == 2 and res.linked == 1  # one of the two, the other copied
+    assert store.read_verified(chunk_hash(blob[1024:2048])) == blob[1024:2048]  # forwarded from the object
+    with open(dest / linked[0], "r+b") as f:  # edited in place: the object changes with it
+        f.write(b"edit")
+    with pytest.raises(CorruptChunkError, match="corrupt on disk"):
+        store.read_verified(big.chunks[0])
+    assert not store.has(big.chunks[0]) and store.has(big.chunks[1])  # only what changed is fetched again
