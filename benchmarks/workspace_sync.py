@@ -8,6 +8,8 @@ already started receivers their upstream addresses to the last one's tree materi
 manifest walk included, Python start-up not: a mesh's procs are running before a sync).
 "rsync" is ``rsync -a`` (local mode) to each destination in turn. "raw" streams the
 bytes over one TCP socket per receiver, in turn, into a file (a floor for one copy).
+Each contender starts after an ``os.sync()`` (untimed), so none pays for the writeback of
+the bytes the one before it wrote (the first sample used to, after ``make_trees``).
 Last: a re-sync after a one-line edit in the small-file tree (warm store, N=1).
 """
 
@@ -125,10 +127,13 @@ def main() -> None:
                 walls, hosts, rss, raws = [], [], [], []
                 for _ in range(a.repeat):
                     work = tempfile.mkdtemp(dir=base)
+                    os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
                     wall, stats = rlmesh_sync(src, work, n)
                     walls.append(wall)
                     hosts.append(max(s["duration_s"] for s in stats))
+                    os.sync()
                     rss.append(rsync_seq(src, work, n))
+                    os.sync()
                     raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n) if name == "big" else float("nan"))
                     shutil.rmtree(work)
                 print(f"{name:>6} {n:>3} {spread(walls):>20} {spread(hosts):>20} {spread(rss):>20} {spread(raws):>20} "
