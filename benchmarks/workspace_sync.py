@@ -115,27 +115,33 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--repeat", type=int, default=3, help="samples per cell (median [min-max] printed)")
     ap.add_argument("--trees", nargs="*", default=["big", "small"], choices=["big", "small"])
+    ap.add_argument("--work-dir", default=None,
+                    help="where the receivers' stores and trees (and rsync's and raw's copies) go, e.g. /dev/shm: "
+                         "memory as each simulated host's own disk, instead of one disk shared by all of them")
     a = ap.parse_args()
     os.environ.setdefault("RLMESH_SECRET", Authenticator.new_secret().hex())
     base = tempfile.mkdtemp(prefix="rlmesh-wsbench-")
     try:
         big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files)
-        print(f"big file {a.big_mib} MiB; {a.files} small files; {a.repeat} samples per cell, seconds median [min-max]")
+        print(f"big file {a.big_mib} MiB; {a.files} small files; {a.repeat} samples per cell, seconds median [min-max]; "
+              f"receivers write to {a.work_dir or base}")
         print(f"{'tree':>6} {'N':>3} {'rlmesh':>20} {'max host':>20} {'rsync seq':>20} {'raw seq':>20} {'load':>5}")
         for name, src in [(t, big if t == "big" else small) for t in a.trees]:
             for n in a.n:
                 walls, hosts, rss, raws = [], [], [], []
                 for _ in range(a.repeat):
-                    work = tempfile.mkdtemp(dir=base)
-                    os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
-                    wall, stats = rlmesh_sync(src, work, n)
-                    walls.append(wall)
-                    hosts.append(max(s["duration_s"] for s in stats))
-                    os.sync()
-                    rss.append(rsync_seq(src, work, n))
-                    os.sync()
-                    raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n) if name == "big" else float("nan"))
-                    shutil.rmtree(work)
+                    work = tempfile.mkdtemp(dir=a.work_dir or base, prefix="rlmesh-wsbench-")
+                    try:
+                        os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
+                        wall, stats = rlmesh_sync(src, work, n)
+                        walls.append(wall)
+                        hosts.append(max(s["duration_s"] for s in stats))
+                        os.sync()
+                        rss.append(rsync_seq(src, work, n))
+                        os.sync()
+                        raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n) if name == "big" else float("nan"))
+                    finally:
+                        shutil.rmtree(work, ignore_errors=True)  # a --work-dir in /dev/shm is memory
                 print(f"{name:>6} {n:>3} {spread(walls):>20} {spread(hosts):>20} {spread(rss):>20} {spread(raws):>20} "
                       f"{os.getloadavg()[0]:5.1f}", flush=True)
         work = tempfile.mkdtemp(dir=base)

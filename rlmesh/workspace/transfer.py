@@ -3,9 +3,10 @@
 Why a chain: each host forwards a chunk to the next as soon as it has stored (and
 verified) it, so the source sends every byte once and the time to N hosts is about
 the time to one plus N hops of one chunk. A :class:`ChunkServer` answers two
-requests on one ROUTER channel: ``manifest`` and ``get`` (a list of hashes); a hash
-it does not hold yet is parked and sent the moment :meth:`ChunkServer.arrived`
-announces it. A :class:`Receiver` asks its upstream only for the chunks its store
+requests on one ROUTER channel: ``manifest`` and ``get`` (a list of hashes). The chunks
+it holds go back several to a message (up to ~1 MiB: a tree of small files is not one
+message per file); a hash it does not hold yet is parked and sent the moment
+:meth:`ChunkServer.arrived` announces it. A :class:`Receiver` asks its upstream only for the chunks its store
 lacks, verifies each before storing it, and then materialises the tree.
 """
 
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 GROUP_BYTES = 16 << 20  # one get request asks for about this much
 WINDOW = 3  # get requests in flight: the pipe never drains, memory per hop stays ~ WINDOW * GROUP_BYTES
+BATCH_BYTES = 1 << 20  # a reply carries the chunks held now up to about this much (small files: many per message)
+BATCH_CHUNKS = 512
 
 
 class WorkspaceSyncError(RuntimeError):
@@ -74,18 +77,35 @@ class ChunkServer:
         self._thread = threading.Thread(target=self._run, name="rlmesh-workspace-server", daemon=True)
         self._thread.start()
 
-    def arrived(self, h: str = "") -> None:
-        """A chunk (or the manifest) became available: parked requests are retried. Thread-safe."""
+    def arrived(self, *hashes: str) -> None:
+        """Chunks (none: the manifest) became available: requests parked for them are answered. Thread-safe."""
         with self._wake_lock:
-            self._wake_push.send(h.encode())
+            self._wake_push.send("\n".join(hashes).encode())
 
-    def _send_chunk(self, ident: bytes, out: object, rid: object, h: str) -> bool:
-        data = self._lookup(h)
-        if data is None:
-            return False
-        self._sock.send_multipart([ident, *out.sign([json.dumps({"rid": rid, "h": h}).encode(), data])], copy=False)
-        self.bytes_sent += len(data)
-        return True
+    def _send_available(self, ident: bytes, out: object, rid: object, hashes: list[str]) -> None:
+        """Answer a ``get``: the chunks held now go several to a message (one MAC, one send per
+        ~``BATCH_BYTES``: a tree of small files is not a message per file), the rest are parked."""
+        batch: list[str] = []
+        datas: list[bytes] = []
+        size = 0
+        for h in hashes:
+            data = self._lookup(h)
+            if data is None:
+                self._parked.setdefault(h, []).append((ident, out, rid))
+                continue
+            batch.append(h)
+            datas.append(data)
+            size += len(data)
+            if size >= BATCH_BYTES or len(batch) >= BATCH_CHUNKS:
+                self._send_batch(ident, out, rid, batch, datas)
+                batch, datas, size = [], [], 0
+        if batch:
+            self._send_batch(ident, out, rid, batch, datas)
+
+    def _send_batch(self, ident: bytes, out: object, rid: object, batch: list[str], datas: list[bytes]) -> None:
+        head = json.dumps({"rid": rid, "hs": batch}).encode()
+        self._sock.send_multipart([ident, *out.sign([head, *datas])], copy=False)
+        self.bytes_sent += sum(len(d) for d in datas)
 
     def _run(self) -> None:
         poller = zmq.Poller()
@@ -97,7 +117,7 @@ class ChunkServer:
                 if self._wake_pull in ready:
                     woke = set()
                     while self._wake_pull.poll(0):
-                        woke.add(self._wake_pull.recv().decode())
+                        woke.update(self._wake_pull.recv().decode().split("\n"))
                     self._unpark(woke)
                 if self._sock not in ready:
                     continue
@@ -114,9 +134,7 @@ class ChunkServer:
                     else:
                         self._sock.send_multipart([ident, *out.sign([self.manifest_json])])
                 elif req.get("op") == "get":
-                    for h in req.get("hashes", []):
-                        if not self._send_chunk(ident, out, req.get("rid"), str(h)):
-                            self._parked.setdefault(str(h), []).append((ident, out, req.get("rid")))
+                    self._send_available(ident, out, req.get("rid"), [str(h) for h in req.get("hashes", [])])
         finally:
             self._sock.close(0)
             self._wake_pull.close(0)
@@ -125,6 +143,7 @@ class ChunkServer:
         """Answer the requests waiting for what just arrived: only those hashes are looked up (a
         downstream host asks for everything at once, so thousands may wait; retrying them all on
         every arrival made a chain of small files quadratic)."""
+        wanted: dict[tuple, tuple[bytes, object, object, list[str]]] = {}
         for h in woke:
             waiting = self._parked.pop(h, [])
             if h == "":
@@ -134,9 +153,10 @@ class ChunkServer:
                 for ident, out, _ in waiting:
                     self._sock.send_multipart([ident, *out.sign([self.manifest_json])])
                 continue
-            left = [w for w in waiting if not self._send_chunk(w[0], w[1], w[2], h)]
-            if left:
-                self._parked[h] = left
+            for ident, out, rid in waiting:  # grouped per waiting request: answered in batches, as a get is
+                wanted.setdefault((ident, id(out), rid), (ident, out, rid, []))[3].append(h)
+        for ident, out, rid, hashes in wanted.values():
+            self._send_available(ident, out, rid, hashes)  # whatever is still not held is parked again
 
     def close(self) -> None:
         self._stop.set()
@@ -252,22 +272,29 @@ class Receiver:
                     link.ask({"op": "get", "rid": gi, "hashes": groups[gi]})
                     pending.update(groups[gi])
                     gi += 1
-                head, data = self._next(link, st, timeout, ask_again)
-                if head is None:
+                reply = self._next(link, st, timeout, ask_again)
+                if reply[0] is None:
                     continue
-                h = json.loads(head)["h"]
-                if h not in pending:
-                    continue
-                if h in where:  # verified: a corrupt chunk raises CorruptChunkError
-                    self.store.put_in_object(h, data, *where[h])
-                else:
-                    self.store.put(h, data)
-                self._fresh.add(h)
-                self.server.arrived(h)
-                pending.discard(h)
-                verified.add(h)
-                st.chunks_received += 1
-                st.bytes_received += len(data)
+                head = json.loads(reply[0])
+                hashes = head["hs"] if "hs" in head else [head["h"]]  # a batch, or one chunk that was parked
+                if len(hashes) != len(reply) - 1:
+                    raise WorkspaceSyncError(f"upstream sent {len(reply) - 1} chunk(s) for {len(hashes)} hash(es)")
+                stored = []
+                for h, data in zip(hashes, reply[1:]):
+                    if h not in pending:
+                        continue
+                    if h in where:  # verified: a corrupt chunk raises CorruptChunkError
+                        self.store.put_in_object(h, data, *where[h])
+                    else:
+                        self.store.put(h, data)
+                    self._fresh.add(h)
+                    stored.append(h)
+                    pending.discard(h)
+                    verified.add(h)
+                    st.chunks_received += 1
+                    st.bytes_received += len(data)
+                if stored:
+                    self.server.arrived(*stored)  # downstream requests parked for these go out now
             res = materialise(manifest, self.store, self.dest, verified)
             st.files = sum(1 for e in manifest.entries if e.kind == Kind.FILE)
             st.files_written, st.files_skipped = res.files_written, res.files_unchanged
