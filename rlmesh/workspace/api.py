@@ -226,9 +226,9 @@ def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: 
                 timeout: float) -> list[HostSync]:
     """Start every host's pull along the chain (source -> host0 -> host1 ...) and wait for them all.
 
-    A host whose proc dies (before or during its pull) is cut out of the chain: the host after it
-    pulls from the dead host's upstream instead, keeping what it already stored, so the others
-    complete; the dead host gets a row with its error."""
+    A host whose proc dies (before or during its pull), or whose pull fails, is cut out of the
+    chain: the host after it pulls from that host's upstream instead, keeping what it already
+    stored, so the others complete; the failed host gets a row with its error."""
     out: list[HostSync] = []
     chain: list[_Hop] = []
     up = source
@@ -250,14 +250,15 @@ def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: 
             st = one(hop.ranks[0]).wait.call_one().get()
         except ActorError as exc:
             st = dataclasses.asdict(SyncStats(error=f"{type(exc).__name__}: {exc}"))
-            if k + 1 < len(chain):
-                nxt = chain[k + 1]
-                nxt.upstream = hop.upstream
-                logger.warning("workspace sync: host %s died; host %s now pulls from its upstream", hop.host, nxt.host)
-                try:
-                    one(nxt.ranks[0]).relink.call_one(hop.upstream).get()
-                except ActorError:
-                    pass  # that one died too: its own wait reports it, and relinks the next
+        if st["error"] and k + 1 < len(chain):  # died, or its pull failed: it will not serve the rest
+            nxt = chain[k + 1]
+            nxt.upstream = hop.upstream
+            logger.warning("workspace sync: host %s failed (%s); host %s now pulls from its upstream",
+                           hop.host, st["error"], nxt.host)
+            try:
+                one(nxt.ranks[0]).relink.call_one(hop.upstream).get()
+            except ActorError:
+                pass  # that one died too: its own wait reports it, and relinks the next
         out.append(HostSync(hop.host, hop.dest, SyncStats(**st)))
     for hop in chain:
         try:

@@ -74,3 +74,34 @@ def test_a_host_killed_during_the_sync_is_cut_out_of_the_chain(tmp_path):
             run_dir = next(landed.iterdir())
             assert (run_dir / "blob.bin").read_bytes() == (src / "blob.bin").read_bytes()
             assert (run_dir / "wsuserpkg" / "__init__.py").read_text() == "VALUE = 'synced'\n"
+
+
+@pytest.mark.timeout(180)
+def test_a_host_whose_pull_fails_is_cut_out_of_the_chain(tmp_path):
+    """Host 1's proc lives but its pull fails at its first chunk (its store cannot hold one: every
+    fan-out folder is a file). Host 2, which pulls from host 1, is relinked to host 0 instead of
+    waiting out its timeout, and only host 1 is named in the error."""
+    import os
+    import time
+
+    src = tmp_path / "src"
+    (src / "wsuserpkg").mkdir(parents=True)
+    for i in range(20):
+        (src / "wsuserpkg" / f"m{i}.py").write_text(f"V = {i}\n")
+    (src / "blob.bin").write_bytes(os.urandom(9 << 20))  # three chunks: a file object too
+    broken = tmp_path / "stores" / "host-1"
+    broken.mkdir(parents=True)
+    for name in [f"{i:02x}" for i in range(256)] + ["files"]:
+        (broken / name).write_text("not a folder")
+    with rm.this_host().spawn_procs(per_host={"procs": 3}) as procs:
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError) as err:
+            sync_workspace(procs, str(src), store_dir=str(tmp_path / "stores"), dest_root=str(tmp_path / "hosts"),
+                           simulate_hosts=True, timeout=60)
+        assert time.monotonic() - t0 < 50  # host 2 did not wait out its 60 s timeout
+        assert "host proc-1" in str(err.value) and "proc-0" not in str(err.value) \
+            and "proc-2" not in str(err.value), err.value
+        for i in (0, 2):
+            run_dir = next((tmp_path / "hosts" / f"host-{i}").iterdir())
+            assert (run_dir / "blob.bin").read_bytes() == (src / "blob.bin").read_bytes()
+            assert (run_dir / "wsuserpkg" / "m19.py").read_text() == "V = 19\n"
