@@ -54,7 +54,7 @@ def paused(run_dir: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         if runs.pid_alive(int(info.get("pid", -1))):
-            found[info["addr"]] = {**info, "host": info.get("host", here)}
+            found[info["addr"]] = info
     try:
         rows = query_run_dir(run_dir, _PAUSED_SQL).to_pylist()
     except Exception:  # noqa: BLE001 - no pause recorded yet (no table), or telemetry off
@@ -149,6 +149,6 @@ def debug_main(argv: list[str]) -> int:
         known = ", ".join(e["actor"] for e in entries) or "none"
         print(f"rlmesh debug: no paused actor {a.attach!r} in run {run_dir.name} (paused: {known})", file=sys.stderr)
         return 1
-    here = info.get("host", socket.gethostname()) == socket.gethostname()
+    here = info["host"] == socket.gethostname()
     still_paused = None if here else (lambda: any(e["addr"] == info["addr"] for e in paused(run_dir)))
     return attach(info, bytes.fromhex(service["secret"]), alive=still_paused)

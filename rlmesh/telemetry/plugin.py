@@ -13,6 +13,7 @@ call. Errors are always recorded. ``RLMESH_SPANS=0`` turns span recording off.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -80,11 +81,7 @@ def record_debug_pause(p: hooks.DebugPause) -> None:
     rec = api.active_recorder()
     if rec is None:
         return
-    rec.record_trusted("debug_sessions", {
-        "event": p.event, "actor": p.actor, "mesh": p.mesh, "rank": p.rank, "proc": p.proc, "host": p.host,
-        "pid": p.pid, "addr": p.addr, "file": p.file, "line": p.line, "function": p.function,
-        "reason": p.reason, "since": p.since,
-    })
+    rec.record_trusted("debug_sessions", dataclasses.asdict(p))  # the columns are its fields
     rec.flush()
 
 

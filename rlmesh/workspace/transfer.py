@@ -52,7 +52,7 @@ class SyncStats:
     chunks_deduplicated: int = 0
     duration_s: float = 0.0
     transport: str = "tcp"
-    relinks: int = 0  # times the upstream was replaced (its host died during the sync)
+    relinks: int = 0  # times the upstream was replaced (its host died, or its pull failed, during the sync)
     error: str = ""
 
 
@@ -276,7 +276,7 @@ class Receiver:
                 if reply[0] is None:
                     continue
                 head = json.loads(reply[0])
-                hashes = head["hs"] if "hs" in head else [head["h"]]  # a batch, or one chunk that was parked
+                hashes = head["hs"]  # every reply is a batch, parked chunks' too
                 if len(hashes) != len(reply) - 1:
                     raise WorkspaceSyncError(f"upstream sent {len(reply) - 1} chunk(s) for {len(hashes)} hash(es)")
                 stored = []

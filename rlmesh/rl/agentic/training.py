@@ -8,10 +8,9 @@ is what the learning test and ``benchmarks/agentic.py`` run without procs.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any
-
-import random
 
 import torch
 from torch import nn
