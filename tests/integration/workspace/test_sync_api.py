@@ -76,7 +76,7 @@ def test_a_host_killed_during_the_sync_is_cut_out_of_the_chain(tmp_path):
             assert (run_dir / "wsuserpkg" / "__init__.py").read_text() == "VALUE = 'synced'\n"
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_a_host_whose_pull_fails_is_cut_out_of_the_chain(tmp_path):
     """Host 1's proc lives but its pull fails at its first chunk (its store cannot hold one: every
     fan-out folder is a file). Host 2, which pulls from host 1, is relinked to host 0 instead of
@@ -97,8 +97,8 @@ def test_a_host_whose_pull_fails_is_cut_out_of_the_chain(tmp_path):
         t0 = time.monotonic()
         with pytest.raises(RuntimeError) as err:
             sync_workspace(procs, str(src), store_dir=str(tmp_path / "stores"), dest_root=str(tmp_path / "hosts"),
-                           simulate_hosts=True, timeout=60)
-        assert time.monotonic() - t0 < 50  # host 2 did not wait out its 60 s timeout
+                           simulate_hosts=True, timeout=120)
+        assert time.monotonic() - t0 < 100  # host 2 did not wait out its 120 s timeout (a loaded host has room)
         assert "host proc-1" in str(err.value) and "proc-0" not in str(err.value) \
             and "proc-2" not in str(err.value), err.value
         for i in (0, 2):
