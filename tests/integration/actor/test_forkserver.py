@@ -210,7 +210,7 @@ def test_requests_queued_on_a_template_that_dies_start_afresh(tmp_path):
     from rlmesh.launch.local import LocalProcHandle
 
     doomed = tmp_path / "doomed.sh"  # holds the request pipe open a while, forks nothing, exits
-    doomed.write_text("#!/bin/sh\nsleep 1\nexit 3\n")
+    doomed.write_text("#!/bin/sh\nsleep 3\nexit 3\n")
     doomed.chmod(0o755)
     srv = ForkServer(str(doomed), dict(os.environ), os.getcwd(), preload=())
     started = []
