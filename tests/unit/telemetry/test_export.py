@@ -93,6 +93,8 @@ def _wandb_history(path):
         if length == 0 and kind == 0:
             pos += left
             continue
+        if pos + 7 + length > len(data):
+            break  # wandb's service is still writing this record: the caller reads the file again
         chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
         if kind == 1:
             records.append(chunk)
