@@ -452,8 +452,11 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     buf = b""
     try:
         _send({"ready": True})
+        poller = select.poll()  # not select(): it refuses fds numbered 1,024 or more
+        poller.register(req_fd, select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
         while True:
-            ready, _, _ = select.select([req_fd, wake_r], [], [], 0 if pending else 1.0)
+            ready = [fd for fd, _ in poller.poll(0 if pending else 1000)]
             if wake_r in ready:
                 try:
                     os.read(wake_r, 4096)

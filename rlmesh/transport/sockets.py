@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import resource
+import select
 import socket as _socket
 import threading
 
@@ -26,6 +27,19 @@ _ctx_pid = -1
 
 BIND_HOST_ENV = "RLMESH_BIND_HOST"
 ADVERTISE_HOST_ENV = "RLMESH_ADVERTISE_HOST"
+
+
+def wait_readable(fds: list[int], timeout_s: float | None) -> list[int]:
+    """The fds of ``fds`` readable within ``timeout_s`` (``None``: wait for one).
+
+    ``poll``, not ``select``: a controller of 1,000 procs holds over 1,024 descriptors, and
+    ``select`` refuses any fd numbered 1,024 or more ("filedescriptor out of range").
+    """
+    p = select.poll()
+    for fd in fds:
+        p.register(fd, select.POLLIN)
+    ms = None if timeout_s is None else max(0, int(timeout_s * 1000 + 0.999))
+    return [fd for fd, _ in p.poll(ms)]
 
 
 def zmq_context() -> zmq.Context:
@@ -75,11 +89,19 @@ def bind_random(sock: zmq.Socket, host: str | None = None, port: int | None = No
     return f"tcp://{adv}:{port}"
 
 
+RECONNECT_IVL_MAX_MS = 2000
+"""zmq retries a connection that fails every 100 ms, forever; backing off to this bounds what a
+socket to a peer that is gone costs until its owner closes it (a dead proc's address: see
+``rlmesh.actor.client.ThreadSockets``), while a live peer behind a brief break is back within 2 s."""
+
+
 def tune(sock: zmq.Socket) -> zmq.Socket:
-    """Settings every rlmesh socket shares: no linger on close, unbounded queues (backpressure is by futures)."""
+    """Settings every rlmesh socket shares: no linger on close, unbounded queues (backpressure is by
+    futures), reconnection that backs off to ``RECONNECT_IVL_MAX_MS``."""
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_IVL_MAX_MS)
     return sock
 
 
