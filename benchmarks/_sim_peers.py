@@ -28,6 +28,8 @@ from typing import Any
 import zmq
 
 from rlmesh.actor import protocol as P
+from rlmesh.actor.beats import BOARD_ENV, BoardSlot
+from rlmesh.actor.controller import Controller
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import dumps, loads
 from rlmesh.transport.sockets import bind_channel, connect_channel, tune, zmq_context
@@ -45,6 +47,8 @@ class _Peer:
         self.addr, self.chan = bind_channel(self.data, host.auth, f"calls to {self.proc_id}")
         self.hung = False
         self.hb_s = host.hb_s
+        # on the controller's host a worker beats into its board slot, as here (same class as a worker's)
+        self.board = BoardSlot(cmd["board"]) if cmd.get("board") else None
         self.ctl.send_multipart(P.control(self.out, P.HELLO, proc_id=self.proc_id, incarnation=self.inc,
                                           pid=os.getpid(), host="sim", addr=self.addr))
 
@@ -120,7 +124,7 @@ class PeerHost:
                 return
             elif kind == P.HANG:
                 p.hung = True
-            elif kind == P.HB_ACK and msg.get("hb_s"):
+            elif kind == P.HB_ACK and msg.get("hb_s") and p.board is None:
                 p.hb_s = float(msg["hb_s"])  # as a worker does: the supervisor spaces beats out as N grows
 
     def _calls(self, p: _Peer) -> None:
@@ -155,7 +159,11 @@ class PeerHost:
                 p = self.peers.get(pid_)
                 if p is None:
                     continue
-                if not p.hung:
+                if p.hung:
+                    pass
+                elif p.board is not None:
+                    p.board.beat()
+                else:
                     p.ctl.send_multipart(P.control(p.out, P.HEARTBEAT, proc_id=p.proc_id))
                 heapq.heappush(self.hb, (now + p.hb_s, pid_))
             wait = max(0.0, self.hb[0][0] - time.monotonic()) if self.hb else 0.5
@@ -201,7 +209,8 @@ class SimLauncher:
 
     Create it after the controller exists (the peer hosts inherit the job secret)."""
 
-    def __init__(self, hosts: int):
+    def __init__(self, hosts: int, same_host: bool = True):
+        self.same_host = same_host  # peers beat through the controller's board (as local procs do), else by message
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         self.hosts = [subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True, env=env) for _ in range(hosts)]
@@ -222,12 +231,15 @@ class SimLauncher:
             if handle is not None:
                 handle.exited_at = time.monotonic()
                 handle.status = (msg["code"], msg["signal"], "")
+                c = Controller.current()  # as a launcher that sees exits does: poll now, not at the next sweep
+                if c is not None:
+                    c.notice_exit()
 
     def launch(self, req: Any) -> SimHandle:
         host = req.rank % len(self.hosts)
         handle = self.handles[req.proc_id] = SimHandle(self, req.proc_id, host)
         self.send(host, op="launch", controller=req.controller_addr, proc_id=req.proc_id,
-                  incarnation=req.incarnation)
+                  incarnation=req.incarnation, board=req.env.get(BOARD_ENV))
         return handle
 
     def close(self) -> None:

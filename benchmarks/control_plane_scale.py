@@ -109,7 +109,8 @@ class Deaths:
 
 def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher | None) -> dict:
     ctl = Controller.get()
-    name = f"scale{n}"
+    beats = "board" if sim is None or sim.same_host else "message"
+    name = f"scale{n}-{beats}"
     t0 = time.monotonic()
     if sim is None:
         procs = rm.this_host().spawn_procs(per_host={"procs": n}, name=name)
@@ -163,7 +164,7 @@ def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher |
         hang = None if at is None else at - t
     load = os.getloadavg()[0]
     procs.stop()
-    return {"n": n, "kind": "real" if sim is None else "sim", "start_s": started, "idle_cpu_pct": idle_cpu,
+    return {"n": n, "kind": "real" if sim is None else "sim", "beats": beats, "start_s": started, "idle_cpu_pct": idle_cpu,
             "supervisor_cpu_pct": sup_cpu, "broadcast_s": bcast, "gather_s": gather, "gather_cpu_s": gather_cpu,
             "death_s": kills, "death_after_notice_s": noticed,
             "hang_s": hang, "load": load, "idle_cpu_by_thread_pct": by_thread}
@@ -177,6 +178,9 @@ def main() -> None:
     ap.add_argument("--idle-s", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--deaths", type=int, default=3)
+    ap.add_argument("--beats", choices=["board", "message", "both"], default="both",
+                    help="simulated peers beat through the controller's shared-memory board (procs on its host), "
+                         "by message (pods, other hosts), or each N both ways")
     ap.add_argument("--json", action="store_true", help="also print one JSON line per measurement")
     args = ap.parse_args()
     banner("control plane scale (issue 16 item 5)")
@@ -185,16 +189,19 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     deaths = Deaths()
     Controller.get()  # the job secret exists from here on: simulated hosts inherit it
-    sim = SimLauncher(args.hosts) if any(n > args.real_max for n in sizes) else None
+    sims = {mode: SimLauncher(args.hosts, same_host=mode == "board") for mode in ("board", "message")
+            if args.beats in (mode, "both")} if any(n > args.real_max for n in sizes) else {}
+    runs = [(n, None) for n in sizes if n <= args.real_max] + [(n, sim) for n in sizes if n > args.real_max
+                                                             for sim in sims.values()]
     results = []
     try:
-        print(f"{'N':>5} {'kind':>4} {'start s':>8} {'idle CPU %':>10} {'superv %':>9} {'broadcast s':>12} "
+        print(f"{'N':>5} {'kind':>4} {'beats':>7} {'start s':>8} {'idle CPU %':>10} {'superv %':>9} {'broadcast s':>12} "
               f"{'gather s (med/max)':>19} {'death s (med/max)':>18} {'hang s':>7} {'load':>5}")
-        for n in sizes:
-            r = measure(n, args, deaths, None if n <= args.real_max else sim)
+        for n, sim in runs:
+            r = measure(n, args, deaths, sim)
             results.append(r)
             d = r["death_s"]
-            print(f"{n:>5} {r['kind']:>4} {r['start_s']:>8.2f} {r['idle_cpu_pct']:>10.1f} "
+            print(f"{n:>5} {r['kind']:>4} {r['beats']:>7} {r['start_s']:>8.2f} {r['idle_cpu_pct']:>10.1f} "
                   f"{r['supervisor_cpu_pct']:>9.1f} {statistics.median(r['broadcast_s']):>12.4f} "
                   f"{statistics.median(r['gather_s']):>9.4f}/{max(r['gather_s']):<9.4f} "
                   f"{(statistics.median(d) if d else float('nan')):>8.3f}/{(max(d) if d else float('nan')):<9.3f} "
@@ -206,7 +213,7 @@ def main() -> None:
                 print(json.dumps(r))
     finally:
         Controller.get().shutdown()
-        if sim is not None:
+        for sim in sims.values():
             sim.close()
 
 

@@ -32,10 +32,11 @@ import zmq
 
 from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
+from rlmesh.actor.beats import BOARD_ENV, BOARD_EVERY, HeartbeatBoard
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
 from rlmesh.actor.payload import modules_in_payload
-from rlmesh.actor.proc_state import ProcState
+from rlmesh.actor.proc_state import ENDED, ProcState
 from rlmesh.actor.procs import Launcher, LaunchRequest, ProcHandle, ProcRecord, call_launchers  # noqa: F401
 from rlmesh.actor.supervision import (  # noqa: F401 - re-export
     HB_ACK_EVERY_S, TICK_S, FailureDetection, HostLoad, Restart, heartbeat_interval, silent_death)
@@ -47,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 _POLLED = (ProcState.STARTING, ProcState.REJOINING, ProcState.ALIVE, ProcState.STOPPING)  # exits looked for each tick
 _HEARTBEATING = (ProcState.ALIVE, ProcState.REJOINING)  # heartbeat silence judged
+_SWEPT = frozenset({ProcState.ALIVE, *ENDED})  # looked at only when sweeping
+SWEEP_EVERY = BOARD_EVERY  # ticks between full sweeps (0.2 s): the board is read at the same cadence
 
 CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
 
@@ -83,6 +86,13 @@ class Controller:
         self._last_tick = time.monotonic()
         self._ups: list[ProcRecord] = []  # procs now alive, announced to the others in one message per loop turn
         self._hb_s = heartbeat_interval(0)  # the interval workers are told to heartbeat at (grows with N)
+        # Procs on this host beat through shared memory (read every BOARD_EVERY ticks), not by message.
+        self._board = HeartbeatBoard.create(self.job_id)
+        self._ticks = 0
+        # Live procs' handles are polled, and their silences judged, every SWEEP_EVERY ticks, or at the
+        # next tick once a launcher reports an exit (notice_exit); procs starting, stopping or
+        # restarting are looked at every tick. At 1,000 procs a full scan every 50 ms cost 2-3 % of a core.
+        self._sweep_now = False
         self._load = HostLoad()
         self.procs: dict[str, ProcRecord] = {}
         self.by_ident: dict[bytes, ProcRecord] = {}
@@ -109,6 +119,12 @@ class Controller:
         self._tasks.append((fn, fut))
         os.eventfd_write(self._efd, 1)
         return fut
+
+    def notice_exit(self) -> None:
+        """A launcher saw one of its procs end (from any thread): poll every handle at once rather than
+        at the next sweep, so a death is reported within a tick, not within SWEEP_EVERY ticks."""
+        self._sweep_now = True
+        os.eventfd_write(self._efd, 1)
 
     def plugin_env(self) -> dict[str, str]:
         """Env from the controller plugins; re-run after ``hooks.invalidate_controller_plugins()``."""
@@ -162,6 +178,8 @@ class Controller:
                         r.handle.kill()
                     self.procs.pop(r.proc_id, None)
                     self.by_ident.pop(r.ident, None)
+                    if self._board is not None:
+                        self._board.detach(r)
 
             if not self._closed:
                 self.submit(forget).result()
@@ -178,6 +196,9 @@ class Controller:
         self.by_ident[r.ident] = r
         r.started_at = time.monotonic()
         env = {**r.env, SECRET_ENV: os.environ[SECRET_ENV], JOB_ID_ENV: self.job_id}
+        board = self._board.attach(r) if self._board is not None and getattr(r.launcher, "same_host", False) else None
+        if board is not None:
+            env[BOARD_ENV] = board
         try:
             r.handle = r.launcher.launch(LaunchRequest(self.addr, r.proc_id, r.proc_mesh, r.rank, r.incarnation, env,
                                                        restartable=r.policy.restartable))
@@ -424,7 +445,7 @@ class Controller:
             rec.hb.restart(now)
             rec.joined = True
             rec.pid, rec.host, rec.addr = msg["pid"], msg["host"], msg["addr"]
-            self._hb_s = heartbeat_interval(len(self.procs))
+            self._hb_s = heartbeat_interval(len(self.procs) - (len(self._board.procs) if self._board else 0))
             rec.last_ack = now
             self._send(rec, P.HB_ACK, hb_s=self._hb_s)
             # Tell the newcomer where the replaced procs are now, in one message. A first incarnation is
@@ -533,8 +554,15 @@ class Controller:
         # unread; judge silences next tick.
         stalled = backlog or now - self._last_tick > 0.5
         self._last_tick = now
+        self._ticks += 1
+        sweep = self._sweep_now or not self._ticks % SWEEP_EVERY
+        self._sweep_now = False  # before polling: an exit reported during this scan asks for another
+        if sweep and self._board is not None and self._board.procs:
+            self._board.collect(_HEARTBEATING)
         for rec in list(self.procs.values()):  # exits, stop deadlines, start timeouts, relaunches: cheap per proc
             st = rec.state
+            if st in _SWEPT and not sweep:
+                continue
             if st in _POLLED and rec.handle is not None:
                 if rec.pid is None and st == ProcState.STARTING:  # forked from a template: its pid arrives later
                     rec.pid = getattr(rec.handle, "pid", None)
@@ -553,7 +581,7 @@ class Controller:
         # Heartbeat silence: only procs silent past their floor are judged. If several are, the cause is
         # likely shared (this process starved), which silent_death allows for.
         silent = [r for r in self.procs.values() if r.state in _HEARTBEATING and r.handle is not None
-                  and now - r.last_hb > r.detect.heartbeat_timeout_s]
+                  and now - r.last_hb > r.detect.heartbeat_timeout_s] if sweep else ()
         if silent and not stalled:
             load = self._load.factor(now)
             for rec in silent:
@@ -693,6 +721,8 @@ class Controller:
         self._closed = True
         os.eventfd_write(self._efd, 1)
         self._thread.join(timeout=2)
+        if self._board is not None:
+            self._board.close()
         for r in self.procs.values():
             if r.handle is not None and r.handle.poll() is None:
                 r.handle.kill()

@@ -82,6 +82,7 @@ class ProcRecord:
     host: str = ""
     addr: str = ""
     last_hb: float = 0.0
+    board_slot: int | None = None  # its slot of the heartbeat board (procs on the controller's host)
     last_ack: float = 0.0  # when the supervisor last answered its heartbeat (acks are sent at most once a second)
     started_at: float = 0.0
     restarts_used: int = 0

@@ -35,6 +35,7 @@ import zmq
 
 from rlmesh.actor import debugger, hooks, kv, stdio
 from rlmesh.actor import protocol as P
+from rlmesh.actor.beats import BoardSlot
 from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.client import error_payload
 from rlmesh.actor.context import ProcInfo, _set_proc, current_context
@@ -103,6 +104,7 @@ class ControlLink(threading.Thread):
         self.controller_timeout = float(os.environ.get(CONTROLLER_TIMEOUT_ENV, "10"))
         self.stopping = False
         self.hung = False
+        self.board = BoardSlot.from_env()  # on the controller's host: beats are a store to shared memory
 
     def send(self, kind: str, **fields: Any) -> None:
         self.outq.append((kind, fields))
@@ -159,7 +161,10 @@ class ControlLink(threading.Thread):
             flush()
             now = time.monotonic()
             if now - last_hb >= self.hb_s and not self.hung:
-                sock.send_multipart(P.control(out, P.HEARTBEAT, proc_id=w.proc.proc_id))
+                if self.board is not None:
+                    self.board.beat()
+                else:
+                    sock.send_multipart(P.control(out, P.HEARTBEAT, proc_id=w.proc.proc_id))
                 last_hb = now
             if now - last_heard > self.controller_timeout and w.parent_pid <= 0:
                 # Only where the OS cannot say (pods, remote hosts): a local proc knows its controller
@@ -175,7 +180,8 @@ class ControlLink(threading.Thread):
         w = self.w
         if kind == P.HB_ACK:
             hb = msg.get("hb_s")
-            if hb and os.environ.get(HEARTBEAT_S_ENV) is None:  # the supervisor spaces beats out as N grows
+            # the supervisor spaces message beats out as N grows; board beats cost it nothing
+            if hb and os.environ.get(HEARTBEAT_S_ENV) is None and self.board is None:
                 self.hb_s = float(hb)
             return
         if kind == P.SPAWN:

@@ -56,10 +56,10 @@ class LocalProcHandle:
 
 
 def _wake_supervisor() -> None:
-    """A forked proc's exit was reported: have the supervisor poll now rather than at its next 50 ms tick."""
+    """A forked proc's exit was reported: have the supervisor poll now rather than at its next sweep."""
     c = Controller.current()
     if c is not None and not c.closed:
-        c.submit(lambda: None)
+        c.notice_exit()
 
 
 # Start-up templates are shared by all LocalLaunchers (every ``this_host()``) of the process, keyed by
@@ -82,6 +82,9 @@ class LocalLauncher:
     modules the template imports up front (those of the mesh's actor classes
     follow once actors are spawned).
     """
+
+    same_host = True
+    """Its procs run on the controller's host: they heartbeat through its shared-memory board."""
 
     def __init__(self, python: str | None = None, extra_env: dict[str, str] | None = None,
                  fork_server: bool | None = None, fork_preload: Iterable[str] = forkserver.DEFAULT_PRELOAD):

@@ -16,7 +16,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from rlmesh.actor.controller import LaunchRequest
+from rlmesh.actor.controller import Controller, LaunchRequest
 from rlmesh.launch.kubernetes.api import KubernetesError, explain
 from rlmesh.launch.kubernetes.config import KubernetesConfig
 from rlmesh.launch.kubernetes.manifests import (NOT_FORWARDED, PodProc, forwarded_env, owner_reference, pod_manifest,
@@ -177,6 +177,9 @@ class KubernetesLauncher:
 
     def pod_finished(self, handle: PodHandle, out: Outcome) -> None:
         """A pod's proc ended: remove the pod, unless it is gone or kept for ``kubectl logs``."""
+        c = Controller.current()  # the supervisor polls every handle at once, not at its next sweep
+        if c is not None and not c.closed:
+            c.notice_exit()
         failed = out.kind != "exited" or out.exit_code != 0
         if out.kind != "deleted" and not (failed and self.config.keep_failed_pods):
             self.submit(self.delete_pod, handle.name)

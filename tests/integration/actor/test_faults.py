@@ -102,6 +102,60 @@ def test_hung_proc_is_declared_dead_by_heartbeat(events):
         assert any(e.kind == "died" and "heartbeat" in e.reason for e in events if e.proc_mesh == procs.name)
 
 
+def test_local_procs_beat_through_the_board_and_a_freeze_is_still_seen():
+    """On the controller's host a proc's heartbeat is a store into its board slot, not a message: its
+    slot advances, the supervisor's record follows it, and a frozen proc is declared dead as before."""
+    from rlmesh.actor.controller import Controller
+
+    with rm.this_host().spawn_procs(per_host={"procs": 1}, name="boarded") as procs:
+        c = procs.spawn("frozen", Counter)
+        ctl = Controller.get()
+        rec = ctl.procs[f"{procs.name}.0"]
+        assert rec.board_slot is not None and ctl._board.procs[rec.board_slot] is rec
+        first = ctl._board.read()[rec.board_slot]
+        wait_for(lambda: ctl._board.read()[rec.board_slot] > first + 0.3)
+        wait_for(lambda: rec.last_hb >= first + 0.3)  # taken from the board: no message carried it
+        c.freeze_soon.call_one(0.2).get(timeout=10)
+        with pytest.raises(rm.ActorDied, match="heartbeat"):
+            c.sleep.call_one(30).get(timeout=15)
+
+
+def test_procs_off_the_board_beat_by_message_and_a_freeze_is_seen():
+    """A launcher whose procs live elsewhere (pods) gets no board: the message path judges a hang."""
+    from rlmesh.actor.controller import Controller
+    from rlmesh.launch.local import HostMesh, LocalLauncher
+
+    launcher = LocalLauncher()
+    launcher.same_host = False  # as a pod launcher: heartbeats arrive as messages
+    with HostMesh(launcher).spawn_procs(per_host={"procs": 1}, name="unboarded") as procs:
+        c = procs.spawn("frozen", Counter)
+        rec = Controller.get().procs[f"{procs.name}.0"]
+        assert rec.board_slot is None
+        joined = rec.last_hb
+        wait_for(lambda: rec.last_hb > joined + 0.3)
+        c.freeze_soon.call_one(0.2).get(timeout=10)
+        with pytest.raises(rm.ActorDied, match="heartbeat"):
+            c.sleep.call_one(30).get(timeout=15)
+
+
+def test_a_callers_socket_to_a_dead_proc_is_closed_at_its_next_call(events):
+    """zmq would retry a dead proc's address forever (a controller outliving many procs spent a core
+    on it): the caller's thread closes its socket to that address the next time it sends."""
+    from rlmesh.actor.client import get_client
+
+    with rm.this_host().spawn_procs(per_host={"procs": 2}, name="deadsock") as procs:
+        c = procs.spawn("c", Counter)
+        c.incr.call().get(timeout=30)  # this thread now holds a socket to each proc
+        bag = get_client()._tls.bag
+        victim = get_client().directory[f"{procs.name}.1"].addr
+        assert victim in bag.socks
+        os.kill(procs.pids[1], signal.SIGKILL)
+        wait_for(lambda: any(e.kind == "died" and e.proc_mesh == procs.name for e in events))
+        c.slice(procs=0).incr.call_one().get(timeout=30)
+        assert victim not in bag.socks
+        assert get_client().directory[f"{procs.name}.0"].addr in bag.socks
+
+
 def test_exception_in_init_reaches_spawn_caller():
     with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
         with pytest.raises(rm.ActorError) as ei:
