@@ -147,17 +147,37 @@ def seed(cache: KVCache, prefixes: list[PrefixKV | None], lengths: list[int], wi
 
     Row ``r``'s prompt of ``lengths[r]`` tokens ends at column ``width``; what of it lies before
     ``start`` (its first ``lengths[r] - (width - start)`` tokens) must be in its prefix.
+
+    Why block copies: a multi-turn call seeds every row of its batch, and a copy per row and layer
+    (64 rows x 4 layers x keys and values: 512 indexed copies) cost more than the decode steps of
+    the turn. Episodes that move in step (the usual case: same turn, same lengths) occupy
+    consecutive rows and columns of an earlier call's cache, so such a run of rows is one slice
+    copy per layer. Rows whose cached columns have gaps (a token masked mid-context) are gathered.
     """
+    runs: list[list] = []  # [source PrefixKV, src row, src col, dst row, dst col, columns, rows]
+    scattered: list[tuple[int, PrefixKV, list[int], int]] = []
     for r, (p, n) in enumerate(zip(prefixes, lengths)):
         m = n - (width - start)
         if m <= 0:
             continue
         assert p is not None and len(p.tokens) >= m, "a row's prefix must cover its columns before start"
         col = width - n
-        idx = torch.tensor(p.cols[:m], dtype=torch.long)
-        for layer in range(len(cache.keys)):
-            cache.keys[layer][r, :, col:col + m] = p.keys[layer][p.row][:, idx]
-            cache.values[layer][r, :, col:col + m] = p.values[layer][p.row][:, idx]
+        c0 = p.cols[0]
+        if p.cols[m - 1] - c0 != m - 1:  # a gap among its cached columns
+            scattered.append((r, p, p.cols[:m], col))
+            continue
+        last = runs[-1] if runs else None
+        if (last is not None and last[0].keys is p.keys and last[1] + last[6] == p.row and last[3] + last[6] == r
+                and last[2] == c0 and last[4] == col and last[5] == m):
+            last[6] += 1
+        else:
+            runs.append([p, p.row, c0, r, col, m, 1])
+    for layer in range(len(cache.keys)):
+        for dst, name in ((cache.keys[layer], "keys"), (cache.values[layer], "values")):
+            for p, sr, sc, dr, dc, m, k in runs:
+                dst[dr:dr + k, :, dc:dc + m] = getattr(p, name)[layer][sr:sr + k, :, sc:sc + m]
+            for r, p, cols, col in scattered:
+                dst[r, :, col:col + len(cols)] = getattr(p, name)[layer][p.row][:, torch.tensor(cols)]
     cache.length = start
 
 

@@ -77,3 +77,52 @@ def test_lookup_takes_the_longest_true_prefix_and_evicts_by_bytes():
         cache.put(entry(tuple(range(100 + i, 110 + i))))
     assert len(cache) <= 10_000 // (10 * 128)
     assert cache.take(list(range(139, 149)) + [0]) is not None  # the newest stays
+
+
+def test_a_batch_seeded_from_several_earlier_calls_samples_as_a_cold_one():
+    """Cohorts (``max_batch``) meet again in one call: its rows' prefixes come from different earlier
+    calls' caches, each gathered with its own indices."""
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10], [11, 3]]
+    results = []
+    for backend in (TorchBackend(_model(), pad_id=0, seed=0), TorchBackend(_model(), pad_id=0, seed=0, prefix_cache_mb=0)):
+        contexts = []
+        for half in (prompts[:2], prompts[2:]):  # two calls, two caches
+            comps = backend.generate(half, SamplingParams(max_tokens=4, seed=7))
+            contexts += [p + c[0].token_ids + [12 + i] for i, (p, c) in enumerate(zip(half, comps))]
+        comps = backend.generate(contexts, SamplingParams(max_tokens=4, seed=8))
+        results.append([(c[0].token_ids, c[0].logprobs) for c in comps])
+        if backend.prefixes is not None:  # the third call found each row's context from its earlier call
+            assert backend.prefixes.hits == sum(len(c) - 2 for c in contexts)  # all but the last token and obs
+    (warm, cold) = results
+    for (ta, la), (tb, lb) in zip(warm, cold):
+        assert ta == tb
+        assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-5)
+
+
+def test_seed_copies_runs_of_rows_as_blocks_and_gathers_rows_with_gaps():
+    """Rows 0-1 continue consecutive rows of one earlier cache (a block), row 2 another cache's row,
+    row 3 a row whose cached columns have a gap: each lands exactly where its prompt lies."""
+    from rlmesh.rl.models.prefix_cache import seed
+    from rlmesh.rl.models.transformer import KVCache
+
+    def filled() -> KVCache:
+        c = KVCache(CFG, 3, 8, torch.float32)
+        for t in (*c.keys, *c.values):
+            t.copy_(torch.randn_like(t))
+        return c
+
+    a, b = filled(), filled()
+    pa = [PrefixKV((1, 2, 3), a.keys, a.values, r, [2, 3, 4]) for r in (0, 1)]
+    pb = PrefixKV((1, 2, 3), b.keys, b.values, 2, [5, 6, 7])
+    gap = PrefixKV((1, 2, 3), b.keys, b.values, 0, [1, 3, 4])
+    lengths, width, start = [5, 5, 4, 5], 6, 4  # cached tokens before start: 3, 3, 2, 3
+    dst = KVCache(CFG, 4, 10, torch.float32)
+    seed(dst, [*pa, pb, gap], lengths, width, start)
+    assert dst.length == start
+    for layer in range(CFG.n_layers):
+        for got, (src_a, src_b) in ((dst.keys[layer], (a.keys[layer], b.keys[layer])),
+                                    (dst.values[layer], (a.values[layer], b.values[layer]))):
+            assert torch.equal(got[0, :, 1:4], src_a[0, :, 2:5]) and torch.equal(got[1, :, 1:4], src_a[1, :, 2:5])
+            assert torch.equal(got[2, :, 2:4], src_b[2, :, 5:7])
+            assert torch.equal(got[3, :, 1:4], src_b[0][:, [1, 3, 4]])
+            assert not got[:, :, 0].any() and not got[2, :, 1].any()  # left padding untouched
