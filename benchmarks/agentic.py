@@ -4,18 +4,22 @@ calculator's held-out accuracy with and without the tool on the same budget.
 Claims it reproduces (docs/agentic.md, "Results"):
 
 1. **Throughput.** Model tokens/s of multi-turn episodes whose tool takes 0, 10 and 100 ms,
-   against single-turn generation of the same number of model tokens per episode, in the same
-   run on the same model (target: >= 0.8x at 10 ms). Episodes run in flight together
-   (:func:`rlmesh.rl.agentic.episodes.run_episodes`), environments in this process on a thread
-   pool; every turn is ``--turn-tokens`` tokens (no EOS), then a tool call.
+   against single-turn generation of the same number of model tokens per episode, re-measured
+   beside each latency's runs on the same model (target: >= 0.8x at 10 ms). Three variants,
+   interleaved rep by rep: ``lockstep`` (one batch of ``--episodes`` moves turn by turn, with and
+   without the prefix cache) and ``cohorts`` (``--cohorts`` batches in flight, generation calls
+   of one batch each, so one generates while the others' tools run: ``generator.max_batch``).
+   Environments run in this process on a thread pool
+   (:func:`rlmesh.rl.agentic.episodes.run_episodes`); every turn is ``--turn-tokens`` tokens
+   (no EOS), then a tool call.
 2. **Partial rollouts.** With a weight update every ``--update-every`` generation calls, the share
    of model tokens that discarding interrupted episodes would throw away (what continuing them
    with the new weights saves).
 3. **Tools vs no tools.** The same warm start and GRPO budget on 2-digit multiplication, with the
    calculator and without it: greedy held-out accuracy.
 
-Run: ``python benchmarks/agentic.py`` (``--episodes 64 --turns 3 --turn-tokens 8 --reps 3
---grpo-steps 20``). Prints the spread over reps and the host load.
+Run: ``python benchmarks/agentic.py`` (``--episodes 64 --turns 3 --turn-tokens 8 --reps 3 --cohorts 2
+--grpo-steps 20``; ``--skip partial tools`` for the throughput alone). Prints the spread over reps and the host load.
 """
 
 from __future__ import annotations
@@ -72,29 +76,35 @@ def throughput(args: argparse.Namespace) -> None:
     prompt = [tok.BOS] + tok.encode("12*34=")
     limits = EpisodeLimits(max_turns=args.turns, max_tokens=args.turns * (args.turn_tokens + 4), turn_tokens=args.turn_tokens)
     tokens = args.turns * args.turn_tokens
-    print(f"\n## throughput: {args.episodes} episodes x {args.turns} turns x {args.turn_tokens} tokens "
-          f"(d_model {args.d_model}, max_batch {args.max_batch or 'all'}), model tokens/s, median [min-max] of {args.reps}")
-    single = []
-    for _ in range(args.reps):
-        t0 = time.perf_counter()
-        cold.generate([prompt] * args.episodes, SamplingParams(max_tokens=tokens))
-        single.append(args.episodes * tokens / (time.perf_counter() - t0))
-    base = statistics.median(single)
-    print(f"single-turn ({tokens} tokens)  {base:8.0f}  [{min(single):.0f}-{max(single):.0f}]")
+    print(f"\n## throughput: batches of {args.episodes} episodes x {args.turns} turns x {args.turn_tokens} tokens "
+          f"(d_model {args.d_model}, {args.n_layers} layers), model tokens/s, median [min-max] of {args.reps}; "
+          "the single-turn baseline is re-measured beside each latency's runs")
+    # Variants: name -> (backend, episodes in flight, max_batch). `lockstep`: one batch of episodes moves
+    # turn by turn together, the model idle while their tools run. `cohorts`: `--cohorts` batches in
+    # flight, calls of one batch each, so one cohort generates while the others' tools run.
+    variants = {"lockstep, prefix cache": (backend, args.episodes, None),
+                "lockstep, no cache": (cold, args.episodes, None),
+                f"{args.cohorts} cohorts, prefix cache": (backend, args.cohorts * args.episodes, args.episodes)}
     for ms in args.latencies_ms:
-        rates: dict[str, list[float]] = {"prefix cache": [], "no prefix cache": []}
-        for rep in range(args.reps):  # the two variants interleaved, so load drifts hit both alike
-            for name, be in (("prefix cache", backend), ("no prefix cache", cold)):
-                env = LocalEnvClient(lambda: SleepToolEnv(ms / 1000, args.turns), max_workers=args.episodes)
+        single: list[float] = []
+        rates: dict[str, list[float]] = {name: [] for name in variants}
+        for rep in range(args.reps):  # everything interleaved, so load drifts hit each alike
+            t0 = time.perf_counter()
+            cold.generate([prompt] * args.episodes, SamplingParams(max_tokens=tokens))
+            single.append(args.episodes * tokens / (time.perf_counter() - t0))
+            for name, (be, n, max_batch) in variants.items():
+                env = LocalEnvClient(lambda: SleepToolEnv(ms / 1000, args.turns), max_workers=n)
                 t0 = time.perf_counter()
-                trajs = run_episodes(be, env, [(f"e{rep}-{i}", None) for i in range(args.episodes)], tok.encode,
+                trajs = run_episodes(be, env, [(f"e{rep}-{i}", None) for i in range(n)], tok.encode,
                                      limits, SamplingParams(), prompt_prefix=[tok.BOS], decode=tok.decode,
-                                     max_batch=args.max_batch or None)
+                                     max_batch=max_batch)
                 rates[name].append(sum(t.model_tokens for t in trajs) / (time.perf_counter() - t0))
                 env.shutdown()
+        base = statistics.median(single)
+        print(f"tool {ms:4.0f} ms: single-turn, {tokens} tokens in one call {base:8.0f}  [{min(single):.0f}-{max(single):.0f}]")
         for name, r in rates.items():
             med = statistics.median(r)
-            print(f"multi-turn, tool {ms:4.0f} ms, {name:15s} {med:8.0f}  [{min(r):.0f}-{max(r):.0f}]  "
+            print(f"tool {ms:4.0f} ms: multi-turn, {name:26s} {med:8.0f}  [{min(r):.0f}-{max(r):.0f}]  "
                   f"ratio {med / base:.2f}x")
     pc = backend.prefixes
     print(f"prefix cache: {pc.hits} prompt tokens found in it, {pc.misses} not")
@@ -160,7 +170,7 @@ def main() -> None:
     ap.add_argument("--n-layers", type=int, default=2)
     ap.add_argument("--latencies-ms", type=float, nargs="+", default=[0, 10, 100])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--max-batch", type=int, default=0, help="episodes per generation call (0: all ready ones)")
+    ap.add_argument("--cohorts", type=int, default=2, help="batches of episodes in flight in the cohorts variant")
     ap.add_argument("--update-every", type=int, default=4)
     ap.add_argument("--sft-steps", type=int, default=150)
     ap.add_argument("--grpo-steps", type=int, default=20)

@@ -17,6 +17,10 @@ class AgenticGeneratorConfig(LLMGeneratorConfig):
     """Model turns per episode."""
     max_episode_tokens: int = 64
     """Tokens after the prompt, model and observation tokens together."""
+    max_batch: int = 0
+    """Episodes per generation call; 0: every episode that is ready. Set it below the episodes of a
+    work item (``samples_per_prompt`` x prompts) to keep more episodes in flight than one batch: one
+    cohort generates while the other's tools run, so tool latency no longer idles the model."""
     partial_rollouts: bool = True
     """Between turns, pull newer weights if the trainer published some: a long episode continues
     with the new policy instead of finishing on the old one (each segment records its version)."""
@@ -24,6 +28,8 @@ class AgenticGeneratorConfig(LLMGeneratorConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.max_turns >= 1, "generator.max_turns", self.max_turns, "set it to 1 or more")
+        check(self.max_batch >= 0, "generator.max_batch", self.max_batch,
+              "use 0 (every ready episode in one call) or a positive batch size")
         check(self.max_episode_tokens >= self.max_new_tokens, "generator.max_episode_tokens",
               self.max_episode_tokens, f"use at least generator.max_new_tokens={self.max_new_tokens} (one turn)")
 

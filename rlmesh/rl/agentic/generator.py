@@ -66,7 +66,7 @@ class AgenticGenerator(LLMGenerator):
         try:
             trajs = run_episodes(self.backend, self.envs, episodes, tok.encode, self.limits, params,
                                  version=(lambda: self.version) if greedy else self._between_turns,
-                                 prompt_prefix=[tok.BOS], decode=tok.decode)
+                                 prompt_prefix=[tok.BOS], decode=tok.decode, max_batch=self.config.max_batch or None)
         except EpisodeLost as exc:  # the env proc was replaced between two steps: the episode is gone
             raise rm.ActorDied(str(exc), mesh=exc.mesh, rank=exc.rank, endpoint="step") from exc
         self.generate_seconds += time.perf_counter() - t0

@@ -250,3 +250,27 @@ def test_answers_arriving_close_together_share_a_generation_call():
     env.shutdown()
     assert all(len(t.turns) == 3 for t in trajs) and sum(calls) == 48
     assert len(calls) <= 4, f"{len(calls)} generation calls of sizes {calls}: answers were not coalesced"
+
+
+def test_max_batch_caps_every_generation_call_and_runs_cohorts_to_the_end():
+    """``generator.max_batch``: sixteen episodes in calls of at most four, every episode still
+    played to its end; the config refuses a negative size and names the key."""
+    backend = tiny_backend()
+    calls: list[int] = []
+    generate_one = backend.generate
+
+    def counting(prompts, p):
+        calls.append(len(prompts))
+        return generate_one(prompts, p)
+
+    backend.generate = counting
+    env = LocalEnvClient(EchoEnv, max_workers=16)
+    trajs = run_episodes(backend, env, [(f"e{i}", None) for i in range(16)], TOK.encode,
+                         EpisodeLimits(max_turns=3, max_tokens=30, turn_tokens=4), params(), decode=TOK.decode,
+                         max_batch=4)
+    env.shutdown()
+    assert [t.episode_id for t in trajs] == [f"e{i}" for i in range(16)]
+    assert all(len(t.turns) == 3 for t in trajs) and sum(calls) == 48
+    assert max(calls) == 4, f"calls of sizes {calls}"
+    with pytest.raises(ConfigError, match="generator.max_batch"):
+        AgenticGeneratorConfig(max_batch=-1)
