@@ -88,18 +88,24 @@ def throughput(args: argparse.Namespace) -> None:
     for ms in args.latencies_ms:
         single: list[float] = []
         rates: dict[str, list[float]] = {name: [] for name in variants}
-        for rep in range(args.reps):  # everything interleaved, so load drifts hit each alike
+        # One environment client per variant for all its reps, as a generator holds one for its run:
+        # its thread pool is started by an untimed first round, not inside the timed ones.
+        envs = {name: LocalEnvClient(lambda: SleepToolEnv(ms / 1000, args.turns), max_workers=n)
+                for name, (_, n, _) in variants.items()}
+        for rep in range(-1, args.reps):  # everything interleaved, so load drifts hit each alike; rep -1 warms up
             t0 = time.perf_counter()
             cold.generate([prompt] * args.episodes, SamplingParams(max_tokens=tokens))
-            single.append(args.episodes * tokens / (time.perf_counter() - t0))
+            if rep >= 0:
+                single.append(args.episodes * tokens / (time.perf_counter() - t0))
             for name, (be, n, max_batch) in variants.items():
-                env = LocalEnvClient(lambda: SleepToolEnv(ms / 1000, args.turns), max_workers=n)
                 t0 = time.perf_counter()
-                trajs = run_episodes(be, env, [(f"e{rep}-{i}", None) for i in range(n)], tok.encode,
+                trajs = run_episodes(be, envs[name], [(f"e{rep}-{i}", None) for i in range(n)], tok.encode,
                                      limits, SamplingParams(), prompt_prefix=[tok.BOS], decode=tok.decode,
                                      max_batch=max_batch)
-                rates[name].append(sum(t.model_tokens for t in trajs) / (time.perf_counter() - t0))
-                env.shutdown()
+                if rep >= 0:
+                    rates[name].append(sum(t.model_tokens for t in trajs) / (time.perf_counter() - t0))
+        for env in envs.values():
+            env.shutdown()
         base = statistics.median(single)
         print(f"tool {ms:4.0f} ms: single-turn, {tokens} tokens in one call {base:8.0f}  [{min(single):.0f}-{max(single):.0f}]")
         for name, r in rates.items():

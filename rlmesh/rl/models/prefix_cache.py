@@ -156,8 +156,15 @@ def seed(cache: KVCache, prefixes: list[PrefixKV | None], lengths: list[int], wi
     """
     runs: list[list] = []  # [source PrefixKV, src row, src col, dst row, dst col, columns, rows]
     scattered: list[tuple[int, PrefixKV, list[int], int]] = []
+    blank: list[list[int]] = []  # [dst row, rows, columns]: a row's padding before its cached columns
     for r, (p, n) in enumerate(zip(prefixes, lengths)):
         m = n - (width - start)
+        pad = start if m <= 0 else width - n
+        if pad:  # the cache is not zeroed when made: padding a forward never writes is zeroed here
+            if blank and blank[-1][0] + blank[-1][1] == r and blank[-1][2] == pad:
+                blank[-1][1] += 1
+            else:
+                blank.append([r, 1, pad])
         if m <= 0:
             continue
         assert p is not None and len(p.tokens) >= m, "a row's prefix must cover its columns before start"
@@ -178,6 +185,8 @@ def seed(cache: KVCache, prefixes: list[PrefixKV | None], lengths: list[int], wi
                 dst[dr:dr + k, :, dc:dc + m] = getattr(p, name)[layer][sr:sr + k, :, sc:sc + m]
             for r, p, cols, col in scattered:
                 dst[r, :, col:col + len(cols)] = getattr(p, name)[layer][p.row][:, torch.tensor(cols)]
+            for r, k, pad in blank:
+                dst[r:r + k, :, :pad] = 0
     cache.length = start
 
 

@@ -101,7 +101,9 @@ def test_a_batch_seeded_from_several_earlier_calls_samples_as_a_cold_one():
 
 def test_seed_copies_runs_of_rows_as_blocks_and_gathers_rows_with_gaps():
     """Rows 0-1 continue consecutive rows of one earlier cache (a block), row 2 another cache's row,
-    row 3 a row whose cached columns have a gap: each lands exactly where its prompt lies."""
+    row 3 a row whose cached columns have a gap: each lands exactly where its prompt lies. Row 4 has
+    nothing cached before ``start``. The cache is made unzeroed (here: all NaN), so every column of
+    padding before ``start`` must come out zero: a masked NaN would still poison the attention."""
     from rlmesh.rl.models.prefix_cache import seed
     from rlmesh.rl.models.transformer import KVCache
 
@@ -115,9 +117,11 @@ def test_seed_copies_runs_of_rows_as_blocks_and_gathers_rows_with_gaps():
     pa = [PrefixKV((1, 2, 3), a.keys, a.values, r, [2, 3, 4]) for r in (0, 1)]
     pb = PrefixKV((1, 2, 3), b.keys, b.values, 2, [5, 6, 7])
     gap = PrefixKV((1, 2, 3), b.keys, b.values, 0, [1, 3, 4])
-    lengths, width, start = [5, 5, 4, 5], 6, 4  # cached tokens before start: 3, 3, 2, 3
-    dst = KVCache(CFG, 4, 10, torch.float32)
-    seed(dst, [*pa, pb, gap], lengths, width, start)
+    lengths, width, start = [5, 5, 4, 5, 2], 6, 4  # cached tokens before start: 3, 3, 2, 3, 0
+    dst = KVCache(CFG, 5, 10, torch.float32)
+    for t in (*dst.keys, *dst.values):
+        t.fill_(float("nan"))
+    seed(dst, [*pa, pb, gap, None], lengths, width, start)
     assert dst.length == start
     for layer in range(CFG.n_layers):
         for got, (src_a, src_b) in ((dst.keys[layer], (a.keys[layer], b.keys[layer])),
@@ -125,4 +129,4 @@ def test_seed_copies_runs_of_rows_as_blocks_and_gathers_rows_with_gaps():
             assert torch.equal(got[0, :, 1:4], src_a[0, :, 2:5]) and torch.equal(got[1, :, 1:4], src_a[1, :, 2:5])
             assert torch.equal(got[2, :, 2:4], src_b[2, :, 5:7])
             assert torch.equal(got[3, :, 1:4], src_b[0][:, [1, 3, 4]])
-            assert not got[:, :, 0].any() and not got[2, :, 1].any()  # left padding untouched
+            assert not got[:, :, 0].any() and not got[2, :, 1].any() and not got[4, :, :start].any()  # padding zeroed
