@@ -389,7 +389,7 @@ class Controller:
                     fut.set_exception(exc)
             backlog = self._drain() if self.sock in events else False
             now = time.monotonic()
-            if ran or now >= next_tick:  # a task may be a launcher's "an exit was seen": look now
+            if ran or self._sweep_now or now >= next_tick:  # a launcher saw an exit (notice_exit): look now
                 next_tick = now + TICK_S
                 try:
                     self._tick(backlog)
