@@ -204,13 +204,23 @@ class MappedSlot:
 
 
 def cleanup_segments(job: str, proc: str | None = None, pid: int | None = None, shm_dir: str | None = None) -> list[str]:
-    """Unlink the segments of one proc (``pid=None``: every pid of it that is no longer alive), or of a whole job."""
+    """Unlink the segments of one proc (``pid=None``: every pid of it that is no longer alive), or of a whole job.
+
+    A whole-job sweep (a controller's exit) spares segments whose owner is another live process:
+    a second controller can carry the same job id (a child ``rlmesh run`` inherits
+    ``RLMESH_JOB_ID``), and its exit must not unlink the first one's live weight slots and
+    heartbeat board. This process's own segments, and dead owners', go.
+    """
     shm_dir = shm_dir or SHM_DIR
     pat = f"{PREFIX}{safe(job)}-"
     if proc is not None:
         pat += f"{safe(proc)}-{pid if pid is not None else '*'}-"
     removed = []
     for path in glob.glob(os.path.join(shm_dir, glob.escape(pat).replace(r"[*]", "*") + "*")):
+        if proc is None:
+            owner = owner_pid(os.path.basename(path))
+            if owner not in (None, os.getpid()) and owner > 0 and _alive(owner) and not _pid_reused_since(owner, path):
+                continue
         if proc is not None and pid is None:
             try:
                 owner = int(os.path.basename(path)[len(PREFIX):].split("-")[2])

@@ -65,13 +65,27 @@ def test_unknown_pid_spares_live_incarnations(tmp_path, monkeypatch):
     assert removed == [str(gone)] and live.exists()
 
 
-def test_job_sweep_removes_everything_of_the_job(tmp_path, monkeypatch):
+def test_job_sweep_removes_the_jobs_dead_and_own_segments_and_spares_another_live_process(tmp_path, monkeypatch):
+    """A controller's exit sweeps its job: dead owners' segments and its own go. A live process of
+    the same job id (another controller: a child ``rlmesh run`` inherits ``RLMESH_JOB_ID``) keeps its
+    own, which the sweep once unlinked (a test suite's subprocess runs took the parent's heartbeat board)."""
+    import subprocess
+    import sys
+
     monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path))
-    a = _touch(tmp_path, f"{slots.base_name('j', 'p', 1, 'w')}-s0")
-    b = _touch(tmp_path, f"{slots.base_name('j', 'q', 2, 'w')}.ctl")
-    keep = _touch(tmp_path, "unrelated")
-    assert sorted(slots.cleanup_segments("j")) == sorted([str(a), str(b)])
-    assert keep.exists()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        a = _touch(tmp_path, f"{slots.base_name('j', 'p', 2**22 + 12345, 'w')}-s0")
+        b = _touch(tmp_path, f"{slots.base_name('j', 'q', 2**22 + 12346, 'w')}.ctl")
+        own = _touch(tmp_path, f"{slots.base_name('j', 'controller', os.getpid(), 'heartbeats')}")
+        theirs = _touch(tmp_path, f"{slots.base_name('j', 'controller', other.pid, 'heartbeats')}")
+        keep = _touch(tmp_path, "unrelated")
+        assert sorted(slots.cleanup_segments("j")) == sorted([str(a), str(b), str(own)])
+        assert keep.exists() and theirs.exists()
+    finally:
+        other.kill()
+        other.wait()
+    assert slots.cleanup_segments("j") == [str(theirs)]  # once its owner is gone
 
 
 def test_reclaim_takes_dead_owners_segments_of_any_job_and_spares_live_ones(tmp_path, monkeypatch, capsys):
