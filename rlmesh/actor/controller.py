@@ -555,8 +555,10 @@ class Controller:
         stalled = backlog or now - self._last_tick > 0.5
         self._last_tick = now
         self._ticks += 1
-        sweep = self._sweep_now or not self._ticks % SWEEP_EVERY
-        self._sweep_now = False  # before polling: an exit reported during this scan asks for another
+        sweep = not self._ticks % SWEEP_EVERY
+        if self._sweep_now:  # cleared only when seen (a launcher's thread may set it at any moment), and
+            self._sweep_now = False  # before polling: an exit reported during this scan asks for another
+            sweep = True
         if sweep and self._board is not None and self._board.procs:
             self._board.collect(_HEARTBEATING)
         for rec in list(self.procs.values()):  # exits, stop deadlines, start timeouts, relaunches: cheap per proc
