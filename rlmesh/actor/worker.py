@@ -48,6 +48,8 @@ logger = logging.getLogger("rlmesh.worker")
 
 HEARTBEAT_S_ENV = "RLMESH_HEARTBEAT_S"
 CONTROLLER_TIMEOUT_ENV = "RLMESH_CONTROLLER_TIMEOUT_S"
+EVENT_LOOP_ENV = "RLMESH_EVENT_LOOP"
+"""``asyncio`` (default) or ``uvloop``: the event loop a worker serves its actors on."""
 
 
 class _WhereFilter(logging.Filter):
@@ -213,13 +215,30 @@ class ControlLink(threading.Thread):
             self.send(P.SPAWNED, req=req, ok=False, error=loads(error_payload(exc)))
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The worker's loop: asyncio's, or uvloop's where ``RLMESH_EVENT_LOOP=uvloop`` asks for it
+    (an A/B switch for the call path's cost; see docs/performance.md). A request for a loop that is
+    not installed fails the proc's start with the fix, rather than running on another loop unseen."""
+    kind = os.environ.get(EVENT_LOOP_ENV, "asyncio")
+    if kind == "asyncio":
+        return asyncio.new_event_loop()
+    if kind == "uvloop":
+        try:
+            import uvloop  # deferred: an optional dependency, imported only by the procs that ask for it
+        except ImportError as exc:
+            raise RuntimeError(f"{EVENT_LOOP_ENV}=uvloop but uvloop is not installed ({exc}): "
+                               "pip install uvloop, or unset it") from None
+        return uvloop.new_event_loop()
+    raise ValueError(f"{EVENT_LOOP_ENV}={kind!r}: use 'asyncio' or 'uvloop'")
+
+
 class Worker:
     def __init__(self, controller: str, proc: ProcInfo, parent_pid: int = 0):
         self.controller = controller
         self.parent_pid = parent_pid
         self.proc = proc
         self.auth = Authenticator.from_env()
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         asyncio.set_event_loop(self.loop)
         self.server = ActorServer(self.auth, proc, self.loop)
         self.link = ControlLink(self)
