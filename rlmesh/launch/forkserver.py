@@ -346,18 +346,6 @@ def _import(mod: str) -> None:
                        mod, type(exc).__name__, exc)
 
 
-def _warm_pyarrow() -> None:
-    """pyarrow imports pandas (1.5-2 s) at its first conversion of Python objects: do it here, once,
-    rather than in every worker's first telemetry flush (which holds the GIL while it imports)."""
-    pa = sys.modules.get("pyarrow")
-    if pa is None:
-        return
-    try:
-        pa.array([0])
-    except Exception:  # noqa: BLE001 - only a warm-up
-        logger.debug("fork server: warming pyarrow failed", exc_info=True)
-
-
 def _child(msg: dict, close_fds: list[int]) -> None:
     """In the forked child: become the worker a fresh ``python -m rlmesh.worker`` would have been."""
     signal.set_wakeup_fd(-1)
@@ -447,7 +435,8 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     plugins = [s.split(":", 1)[0].strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if s.strip()]
     for mod in [*preload, *plugins]:  # worker plugins' modules are imported, never run, here
         _import(mod)
-    _warm_pyarrow()
+    # No pyarrow warm-up: telemetry builds its arrays from buffers (rlmesh.telemetry.arrays), so a
+    # worker's flushes never import pandas, which warming here cost every first launch (0.25 s).
     pending: list[str] = []
     buf = b""
     try:
@@ -476,7 +465,6 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
                     elif msg["op"] == "preload" and msg.get("now"):
                         for mod in msg["modules"]:
                             _import(mod)
-                        _warm_pyarrow()
                     elif msg["op"] == "preload":
                         pending.extend(m for m in msg["modules"] if m not in pending)
                 continue  # serve every request before the next (slow) import

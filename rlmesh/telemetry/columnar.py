@@ -14,9 +14,11 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
+from rlmesh.telemetry import arrays
+from rlmesh.telemetry.arrays import TS_TYPE
+
 logger = logging.getLogger(__name__)
 
-TS_TYPE = pa.timestamp("us", tz="UTC")
 REJECTED = "_rejected"
 
 _ARROW: dict[str, pa.DataType] = {
@@ -32,8 +34,8 @@ _META = ("mesh", "rank", "proc", "host")
 
 
 def const(value: Any, n: int, type_: pa.DataType) -> pa.Array:
-    """``n`` copies of one value (10x faster than ``pa.array([value] * n)``)."""
-    return pa.repeat(pa.scalar(value, type=type_), n)
+    """``n`` copies of one value (from buffers: no pandas import, see :mod:`rlmesh.telemetry.arrays`)."""
+    return arrays.repeat(value, n, type_)
 
 
 def arrow_type(sql_type: str | None) -> pa.DataType | None:
@@ -44,14 +46,14 @@ def arrow_type(sql_type: str | None) -> pa.DataType | None:
 def ts_array(values: Sequence[Any]) -> pa.Array:
     """Epoch seconds (float/int), datetimes or None -> ``timestamp[us, UTC]``."""
     if all(type(v) is float or type(v) is int for v in values):
-        return pa.array((np.asarray(values, dtype=np.float64) * 1e6).astype(np.int64), type=TS_TYPE)
+        return arrays.timestamps((np.asarray(values, dtype=np.float64) * 1e6).astype(np.int64))
     out = []
     for v in values:
         if v is None or isinstance(v, (int, float)):
             out.append(None if v is None else int(v * 1e6))
         else:  # datetime: let pyarrow handle naive/aware
             out.append(pa.scalar(v, type=TS_TYPE).value)
-    return pa.array(out, type=TS_TYPE)
+    return arrays.array(out, TS_TYPE)
 
 
 def _jsonish(v: Any) -> Any:
@@ -61,12 +63,12 @@ def _jsonish(v: Any) -> Any:
 def column_array(values: list[Any], sql_type: str | None) -> pa.Array:
     t = arrow_type(sql_type)
     if t is None:
-        return pa.array(values)
+        return arrays.inferred(values)
     if t is TS_TYPE:
         return ts_array(values)
     if sql_type and sql_type.upper() == "JSON":
         values = [_jsonish(v) for v in values]
-    return pa.array(values, type=t)
+    return arrays.array(values, t)
 
 
 def rows_to_arrow(
@@ -84,7 +86,7 @@ def rows_to_arrow(
     keys = [k for k in dicts[0] if k != "run_id"]
     extra = set().union(*dicts).difference(keys, ("run_id",))
     keys += sorted(extra)
-    arrays: dict[str, pa.Array] = {"run_id": const(run_id, n, pa.string())}
+    cols: dict[str, pa.Array] = {"run_id": const(run_id, n, pa.string())}
     col = "?"
     try:
         values = _transpose(dicts, keys)
@@ -92,9 +94,9 @@ def rows_to_arrow(
         stamps = [ts for ts, _, _ in rows]
         if "ts" in own:
             stamps = [t if v is None else v for t, v in zip(stamps, own.pop("ts"))]
-            arrays["ts"] = ts_array(stamps)
+            cols["ts"] = ts_array(stamps)
         else:
-            arrays["ts"] = pa.array((np.array(stamps, dtype=np.float64) * 1e6).astype(np.int64), type=TS_TYPE)
+            cols["ts"] = arrays.timestamps((np.array(stamps, dtype=np.float64) * 1e6).astype(np.int64))
         metas = [m for _, m, _ in rows]
         m0 = metas[0]
         same = all(m is m0 for m in metas)
@@ -102,19 +104,19 @@ def rows_to_arrow(
             col = name
             t = pa.int64() if name == "rank" else pa.string()
             if name not in own and same:
-                arrays[name] = const(m0[i], n, t)
+                cols[name] = const(m0[i], n, t)
                 continue
             vals = [m0[i]] * n if same else [m[i] for m in metas]
             if name in own:
                 vals = [d if v is None else v for d, v in zip(vals, own.pop(name))]
-            arrays[name] = pa.array(vals, type=t)
+            cols[name] = arrays.array(vals, t)
         for col, vals in own.items():
-            arrays[col] = column_array(vals, sql_types.get(col))
+            cols[col] = column_array(vals, sql_types.get(col))
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         logger.error("telemetry table %r column %r: rows do not convert (%s); kept in %s",
                      table, col, exc, REJECTED)
         return REJECTED, rejected_batch(table, f"column {col!r}: {exc}", dicts, run_id)
-    return table, pa.table(arrays)
+    return table, pa.table(cols)
 
 
 def _transpose(dicts: list[dict[str, Any]], keys: list[str]) -> list[list[Any]]:
@@ -140,8 +142,8 @@ def rejected_batch(table: str, reason: str, rows: list[dict[str, Any]], run_id: 
     """Rows that did not fit ``table``, kept as JSON so nothing vanishes silently."""
     n = len(rows)
     return pa.table({
-        "run_id": pa.array([run_id] * n, type=pa.string()),
-        "table_name": pa.array([table] * n, type=pa.string()),
-        "reason": pa.array([reason] * n, type=pa.string()),
-        "row": pa.array([json.dumps(r, default=repr) for r in rows], type=pa.string()),
+        "run_id": const(run_id, n, pa.string()),
+        "table_name": const(table, n, pa.string()),
+        "reason": const(reason, n, pa.string()),
+        "row": arrays.array([json.dumps(r, default=repr) for r in rows], pa.string()),
     })

@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from rlmesh.launch import output
 from rlmesh.launch.output import ProcLine, StackDump, Stream
-from rlmesh.telemetry import api
-from rlmesh.telemetry.columnar import TS_TYPE, const
+from rlmesh.telemetry import api, arrays
+from rlmesh.telemetry.columnar import const
 
 # logs column <- ProcMeta attribute, Arrow type (as the catalog declares them)
 _PROC_COLUMNS = (("mesh", "proc_mesh", pa.string()), ("rank", "rank", pa.int64()), ("proc", "proc_id", pa.string()),
@@ -40,20 +40,20 @@ def lines_table(lines: list[ProcLine]) -> pa.Table:
     p0 = procs[0]
     one = all(p is p0 for p in procs)
     stamps = np.fromiter((ln.ts for ln in lines), np.float64, n)
-    cols: dict[str, pa.Array] = {"ts": pa.array((stamps * 1e6).astype(np.int64), type=TS_TYPE)}
+    cols: dict[str, pa.Array] = {"ts": arrays.timestamps((stamps * 1e6).astype(np.int64))}
     for name, attr, typ in _PROC_COLUMNS:
         cols[name] = (const(getattr(p0, attr), n, typ) if one
-                      else pa.array([getattr(p, attr) for p in procs], type=typ))
+                      else arrays.array([getattr(p, attr) for p in procs], typ))
     streams = [ln.stream for ln in lines]
     s0 = streams[0]
-    cols["stream"] = const(s0.value, n, pa.string()) if streams.count(s0) == n else pa.array([s.value for s in streams])
-    cols["message"] = pa.array([ln.message for ln in lines], type=pa.string())
+    cols["stream"] = const(s0.value, n, pa.string()) if streams.count(s0) == n else arrays.array([s.value for s in streams], pa.string())
+    cols["message"] = arrays.array([ln.message for ln in lines], pa.string())
     if all(ln.stream is not Stream.LOG for ln in lines):  # stdout/stderr lines: no record fields
         for name in _RECORD_COLUMNS:
             cols[name] = pa.nulls(n, pa.string())
     else:
         for name in _RECORD_COLUMNS:
-            cols[name] = pa.array([getattr(ln, name) for ln in lines], type=pa.string())
+            cols[name] = arrays.array([getattr(ln, name) for ln in lines], pa.string())
     return pa.table(cols)
 
 
