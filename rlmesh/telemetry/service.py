@@ -28,7 +28,7 @@ import pyarrow as pa
 import zmq
 
 from rlmesh.telemetry import run as runs
-from rlmesh.telemetry import snapshots, wire
+from rlmesh.telemetry import arrays, snapshots, wire
 from rlmesh.telemetry.schema import SchemaError
 from rlmesh.telemetry.store import Store
 from rlmesh.telemetry.client import telemetry_context
@@ -276,9 +276,9 @@ class TelemetryService:
             try:
                 if kind == "sync":
                     self.sync()
-                    result = pa.table({"ok": [True]})
+                    result = pa.table({"ok": arrays.array([True], pa.bool_())})  # no pandas (telemetry.arrays)
                 elif kind == "acked":  # a closing sink asks which of its batches arrived (``sql`` is its id)
-                    result = pa.table({"seq": [self._batch_seq.get(str(sql), 0)]})
+                    result = pa.table({"seq": arrays.array([self._batch_seq.get(str(sql), 0)], pa.int64())})
                 else:
                     result = self.query(sql)
                 reply = wire.encode(out, "ok", None, [result])
