@@ -21,8 +21,6 @@ import pyarrow as pa
 TS_TYPE = pa.timestamp("us", tz="UTC")
 
 _NUMPY = {pa.int64(): np.int64, pa.float64(): np.float64, TS_TYPE: np.int64}
-
-
 _NONE = type(None)
 
 
@@ -91,8 +89,9 @@ def _binary(type_: pa.DataType, values: Sequence[Any], py_type: type) -> pa.Arra
 
 def exact(values: Sequence[Any], type_: pa.DataType) -> pa.Array | None:
     """``values`` as an array of ``type_`` if every one is ``None`` or exactly that type's Python type
-    (``int`` for int64 and for timestamps in microseconds, ``float`` for float64, ``bool``, ``str`` for string, ``bytes`` for binary);
-    else ``None`` (convert with ``pa.array``, which decides what else it accepts)."""
+    (``int`` for int64 and for timestamps in microseconds, ``float`` for float64, ``bool``, ``str``
+    for string, ``bytes`` for binary); else ``None`` (convert with ``pa.array``, which decides what
+    else it accepts)."""
     if type_ == pa.int64() or type_ == TS_TYPE:  # timestamps: int microseconds since the epoch
         return _numbers(type_, values, int)
     if type_ == pa.float64():
@@ -135,9 +134,15 @@ def repeat(value: Any, n: int, type_: pa.DataType) -> pa.Array:
     """``n`` copies of one value (a run's id, a proc's name on every row of a batch)."""
     if type_ == TS_TYPE and type(value) is int:
         return timestamps(np.full(n, value, dtype=np.int64))
-    if value is not None and type_ in (pa.string(), pa.binary()) and type(value) is (str if type_ == pa.string() else bytes):
-        raw = value.encode() if type_ == pa.string() else value
-        if len(raw) * n < 2**31:
-            offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-            return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+    raw = None
+    if type(value) is str and type_ == pa.string():
+        try:
+            raw = value.encode()
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: pa.array below says what is wrong
+    elif type(value) is bytes and type_ == pa.binary():
+        raw = value
+    if raw is not None and len(raw) * n < 2**31:
+        offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+        return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
     return array([value] * n, type_)

@@ -73,6 +73,10 @@ def test_repeat_and_timestamps():
     assert arrays.repeat(7, 2, pa.int64()).equals(pa.array([7, 7], type=pa.int64()))
     assert arrays.repeat(None, 2, pa.string()).equals(pa.array([None, None], type=pa.string()))
     assert arrays.repeat(5, 2, TS_TYPE).equals(pa.array([5, 5], type=TS_TYPE))
+    assert arrays.repeat(b"\x00", 2, pa.binary()).equals(pa.array([b"\x00"] * 2, type=pa.binary()))
+    assert arrays.repeat("✓", 2, pa.string()).equals(pa.array(["✓"] * 2, type=pa.string()))
+    with pytest.raises((pa.ArrowException, UnicodeEncodeError)):  # pyarrow's own refusal of a lone surrogate
+        arrays.repeat("\ud800", 2, pa.string())
     us = np.array([1, 2_000_000], dtype=np.int64)
     assert arrays.timestamps(us).equals(pa.array(us, type=TS_TYPE))
 
