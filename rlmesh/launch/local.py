@@ -65,6 +65,9 @@ def _wake_supervisor() -> None:
 # Start-up templates are shared by all LocalLaunchers (every ``this_host()``) of the process, keyed by
 # interpreter and environment; the controller's shutdown (which closes every launcher) stops them.
 _STARTERS: dict[str, ForkServer] = {}
+_SET_BY_IMPORTS = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+"""Variables that importing torch sets in the importing process itself (to the same default in the
+template): a controller that imported torch after :func:`prewarm` must still find that template."""
 _STARTERS_LOCK = threading.Lock()
 
 
@@ -164,11 +167,12 @@ class LocalLauncher:
             srv.dead = True
             return None
 
-    def _starter(self, env: dict[str, str]) -> ForkServer | None:
+    def _starter(self, env: dict[str, str], heavy: tuple[str, ...] = ()) -> ForkServer | None:
         """The start-up template for ``env``: rlmesh's own variables (the run's telemetry address, the
         job secret) are read at run time, not import time, so they may differ from the template's."""
         key = hashlib.sha1(repr((self.python, sorted((k, v) for k, v in env.items()
-                                                     if not k.startswith("RLMESH_")))).encode()).hexdigest()
+                                                     if not k.startswith("RLMESH_") and k not in _SET_BY_IMPORTS))
+                                ).encode()).hexdigest()
         with _STARTERS_LOCK:
             srv = self._starters.get(key)
             if srv is not None and not srv.dead:
@@ -182,18 +186,21 @@ class LocalLauncher:
                 logger.warning("the start-up template died; starting a new one")
             try:
                 srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(),
-                                                       (*forkserver.STARTER_PRELOAD, *_controller_heavy()),
+                                                       (*forkserver.STARTER_PRELOAD,
+                                                        *dict.fromkeys((*heavy, *_controller_heavy()))),
                                                        name=f"starter{len(self._starters)}", on_exit=_wake_supervisor)
             except Exception:  # noqa: BLE001 - procs still start the plain way
                 logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
                 return None
             return srv
 
-    def prestart(self, env: dict[str, str] | None = None) -> None:
+    def prestart(self, env: dict[str, str] | None = None, heavy: tuple[str, ...] = ()) -> None:
         """Start the start-up template now (on the supervisor thread: it must outlive the call), so its
-        imports overlap the controller's own start (the telemetry service) instead of following it."""
+        imports overlap the controller's own start (the telemetry service) instead of following it.
+        ``heavy``: modules it imports before its first fork even though this controller has not yet
+        (a recipe's torch, while the controller is still importing it too)."""
         if self._fork_enabled():
-            self._starter(self._env(LaunchRequest("", "", "", 0, 0, env or {})))
+            self._starter(self._env(LaunchRequest("", "", "", 0, 0, env or {})), heavy)
 
     def _prepare_capture(self, req: LaunchRequest, fork: bool) -> capture.Prepared | None:
         """FIFOs for this launch's output (the ``logs``/``stacks`` tables, the terminal echo), unless RLMESH_CAPTURE=0."""
@@ -290,6 +297,22 @@ class HostMesh:
             Controller.get().submit(lambda: self.launcher.prestart(env))
         return ProcMesh.launch(name or ("procs" if n == 0 else f"procs{n}"), dims, self.launcher, restart, env,
                                timeout)
+
+
+def prewarm(heavy: tuple[str, ...] = ("numpy", "torch")) -> None:
+    """Start this host's start-up template now, importing ``heavy``, for procs a later
+    ``this_host().spawn_procs`` will fork from it.
+
+    Why: the template imports what its procs will (torch: ~2.5 s of CPU), and it used to start at
+    ``spawn_procs``, after the controller had imported the same modules itself, so a recipe paid
+    both imports one after the other. Called before a recipe resolves its actor classes, the two
+    run side by side. When: only where procs will be forked on this host (the local launcher); a
+    template whose environment no longer matches at ``spawn_procs`` is left unused (and stopped
+    with the others at shutdown).
+    """
+    launcher = LocalLauncher()
+    if launcher._fork_enabled():
+        Controller.get().submit(lambda: launcher.prestart(None, heavy))
 
 
 def this_host(**launcher_opts: Any) -> HostMesh:

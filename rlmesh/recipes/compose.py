@@ -33,6 +33,7 @@ from omegaconf.errors import MissingMandatoryValue, ValidationError
 
 from rlmesh.dashboard.attach import watching
 from rlmesh.errors import ConfigError
+from rlmesh.launch.local import prewarm
 from rlmesh.recipes.config_store import SCHEMAS, register
 from rlmesh.recipes.workspace_option import activate_on_controller
 from rlmesh.telemetry.api import current_run_dir
@@ -204,6 +205,8 @@ def run_config(cfg: Any, launcher: str = "local") -> Any:
     :class:`rlmesh.recipes.loop.RunResult` for the shipped programs); its closing numbers are also
     written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
     activate_on_controller(cfg, launcher)  # workspace.sync: the recipe's _target_ classes import from workspace.path
+    if launcher == "local":  # the procs' template imports torch while this process does too, not after it
+        prewarm()
     with watching(cfg):  # telemetry.dashboard / telemetry.export: started with the run, stopped with it
         result = load_program(cfg.program).main(cfg, launcher)
     run_dir = current_run_dir()
