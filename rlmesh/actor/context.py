@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import threading
 from dataclasses import dataclass
 
 JOB_ID_ENV = "RLMESH_JOB_ID"
@@ -42,6 +43,26 @@ class Context:
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("rlmesh_context", default=None)
 _this_proc: ProcInfo | None = None
+
+
+_stopping = threading.Event()
+
+
+def proc_stopping() -> bool:
+    """True once this proc was asked to stop (its controller's ``stop``, SIGTERM).
+
+    Why: an endpoint still running when its proc stops holds the actor's thread, so ``on_stop``
+    and the exit wait behind it; one blocked in a framework wait that can no longer end (a
+    generator waiting for a weight version its stopped trainer will never publish) held every
+    run's teardown for the whole stop timeout (5 s) before the proc was killed, its last telemetry
+    rows lost. Framework waits (:meth:`rlmesh.weights.Subscriber.pull_into`) check this and give
+    up at once; a long user loop may too.
+    """
+    return _stopping.is_set()
+
+
+def _mark_stopping() -> None:
+    _stopping.set()
 
 
 def current_context() -> Context | None:

@@ -38,7 +38,7 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.beats import BoardSlot
 from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.client import error_payload
-from rlmesh.actor.context import ProcInfo, _set_proc, current_context
+from rlmesh.actor.context import ProcInfo, _mark_stopping, _set_proc, current_context
 from rlmesh.actor.server import ActorServer
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import loads
@@ -277,6 +277,7 @@ class Worker:
         """Ask the loop to shut down cleanly (actors' on_stop, shutdown hooks) and exit with ``code``."""
         if self._exit_code is None:
             self._exit_code = code
+            _mark_stopping()  # endpoints blocked in framework waits give up now, so on_stop is not held
             self.loop.call_soon_threadsafe(self._done.set)
 
     async def _main(self) -> int:

@@ -18,6 +18,7 @@ import os
 import time
 from typing import Any
 
+from rlmesh.actor.context import proc_stopping
 from rlmesh.weights import assemble
 from rlmesh.weights.base import Fetched, ReaderTransport
 from rlmesh.weights.cuda_ipc import CudaIpcReader
@@ -205,6 +206,8 @@ class Subscriber:
                 got = None
             if got is not None:
                 return got, t.name
+            if proc_stopping():  # nobody waits for this pull any more; the proc's stop should not wait for it
+                raise WeightSyncError(f"no version >= {min_version} of {self.name!r}: this proc is stopping")
             if time.monotonic() >= deadline:
                 if last_err is not None:
                     raise WeightSyncError(f"no version >= {min_version} of {self.name!r} within the timeout: "

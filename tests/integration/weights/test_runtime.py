@@ -6,7 +6,7 @@ import time
 import pytest
 
 import rlmesh as rm
-from weights_actors import Generator, Trainer
+from weights_actors import Generator, Trainer, Waiter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -97,3 +97,25 @@ def test_generator_follows_a_restarted_trainer_and_old_segments_go():
         # it found the successor on this host instead of trying the dead one's TCP address (a timeout)
         assert r["transport"] == "shm" and r["transports_tried"] == ["shm"]
         assert all(not os.path.exists(s) for s in old) and trainer.segments.call_one().get()
+
+
+def test_a_proc_stopped_while_an_endpoint_waits_for_weights_stops_at_once(tmp_path):
+    """A generator whose trainer stopped waits in ``pull_into`` for a version that will never come.
+    Its stop used to wait behind that endpoint (which holds the actor's thread) until the stop
+    timeout killed it, every run's last telemetry rows lost; now the wait gives up when the proc is
+    asked to stop, the caller hears why, and the proc exits by itself."""
+    started = tmp_path / "started"
+    procs = rm.this_host().spawn_procs(per_host={"procs": 2})
+    try:
+        trainer = procs.slice(procs=0).spawn("trainer_gone", Trainer, "stalled")
+        waiter = procs.slice(procs=1).spawn("waiter", Waiter, "stalled")
+        trainer.publish.call_one(1).get()
+        fut = waiter.pull_forever.call_one(99, str(started))
+        assert wait_for(lambda: started.exists())
+    finally:
+        t0 = time.monotonic()
+        procs.stop(timeout=30)
+        took = time.monotonic() - t0
+    assert took < 25, f"stop waited {took:.1f}s behind the blocked endpoint"  # a hang bound; the stop timeout is 30 s
+    with pytest.raises(rm.ActorError, match="this proc is stopping"):  # the endpoint's own answer, not a death
+        fut.get(timeout=30)

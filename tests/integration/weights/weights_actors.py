@@ -43,3 +43,16 @@ class Generator(rm.Actor):
         consistent = all(bool((t.float() == float(v)).all()) for t in self.model.values())
         return {"version": int(v), "transport": v.stats.transport, "reader": v.stats.reader, "consistent": consistent,
                 "latest": self.sub.latest_version(), "transports_tried": sorted(self.sub._logged)}
+
+
+class Waiter(rm.Actor):
+    """Pulls a version nobody will publish, after touching ``started`` (so a test knows it waits)."""
+
+    def __init__(self, name: str = "policy"):
+        self.sub = rm.weights.Subscriber(name)
+        self.model = versioned(0)
+
+    @rm.endpoint
+    def pull_forever(self, min_version: int, started: str) -> int:
+        open(started, "w").close()
+        return int(self.sub.pull_into(self.model, min_version=min_version, timeout=60))
