@@ -9,14 +9,17 @@ import pytest
 from rlmesh.actor.worker import EVENT_LOOP_ENV, new_event_loop
 
 
-def test_default_is_asyncio(monkeypatch):
-    monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
-    loop = new_event_loop()
+def _serves(loop: asyncio.AbstractEventLoop, package: str) -> None:
     try:
-        assert type(loop).__module__.startswith("asyncio")
+        assert type(loop).__module__.startswith(package)
         assert loop.run_until_complete(asyncio.sleep(0, result=7)) == 7
     finally:
         loop.close()
+
+
+def test_default_is_asyncio(monkeypatch):
+    monkeypatch.delenv(EVENT_LOOP_ENV, raising=False)
+    _serves(new_event_loop(), "asyncio")
 
 
 def test_uvloop_when_asked_or_a_clear_error_without_it(monkeypatch):
@@ -25,12 +28,7 @@ def test_uvloop_when_asked_or_a_clear_error_without_it(monkeypatch):
         with pytest.raises(RuntimeError, match="RLMESH_EVENT_LOOP=uvloop but uvloop is not installed"):
             new_event_loop()
         return
-    loop = new_event_loop()
-    try:
-        assert type(loop).__module__.startswith("uvloop")
-        assert loop.run_until_complete(asyncio.sleep(0, result=7)) == 7
-    finally:
-        loop.close()
+    _serves(new_event_loop(), "uvloop")
 
 
 def test_an_unknown_loop_names_the_key(monkeypatch):
