@@ -117,5 +117,17 @@ def test_a_proc_stopped_while_an_endpoint_waits_for_weights_stops_at_once(tmp_pa
         procs.stop(timeout=30)
         took = time.monotonic() - t0
     assert took < 25, f"stop waited {took:.1f}s behind the blocked endpoint"  # a hang bound; the stop timeout is 30 s
-    with pytest.raises(rm.ActorError, match="this proc is stopping"):  # the endpoint's own answer, not a death
+    with pytest.raises(rm.ActorError):  # its own answer, or (the reply lost as the proc exits) the proc's stop
         fut.get(timeout=30)
+
+    def ended() -> list:  # the endpoint's span: written when it returned, flushed before the proc exited
+        try:
+            return rm.telemetry.query("SELECT error FROM spans WHERE mesh = 'waiter' "
+                                      "AND endpoint = 'pull_forever'").column(0).to_pylist()
+        except Exception:
+            return []
+
+    # Without the change the endpoint was still blocked when the proc exited (after on_stop's 10 s
+    # wait), so it never ended and left no span.
+    assert wait_for(ended, timeout=30), "the blocked endpoint never ended"
+    assert "this proc is stopping" in ended()[0]
