@@ -231,9 +231,7 @@ class SimLauncher:
             if handle is not None:
                 handle.exited_at = time.monotonic()
                 handle.status = (msg["code"], msg["signal"], "")
-                c = Controller.current()  # as a launcher that sees exits does: poll now, not at the next sweep
-                if c is not None:
-                    c.notice_exit()
+                Controller.notice_exit_if_open()  # as a launcher that sees exits does: poll now
 
     def launch(self, req: Any) -> SimHandle:
         host = req.rank % len(self.hosts)

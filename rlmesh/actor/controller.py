@@ -126,6 +126,14 @@ class Controller:
         self._sweep_now = True
         os.eventfd_write(self._efd, 1)
 
+    @classmethod
+    def notice_exit_if_open(cls) -> None:
+        """For launchers' exit callbacks (any thread): :meth:`notice_exit` on this process's controller,
+        if one is open; an exit reported while none is (during or after shutdown) needs no sweep."""
+        c = cls.current()
+        if c is not None and not c.closed:
+            c.notice_exit()
+
     def plugin_env(self) -> dict[str, str]:
         """Env from the controller plugins; re-run after ``hooks.invalidate_controller_plugins()``."""
         gen = hooks.controller_plugins_generation()

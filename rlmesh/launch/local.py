@@ -55,13 +55,6 @@ class LocalProcHandle:
         return self.pid
 
 
-def _wake_supervisor() -> None:
-    """A forked proc's exit was reported: have the supervisor poll now rather than at its next sweep."""
-    c = Controller.current()
-    if c is not None and not c.closed:
-        c.notice_exit()
-
-
 # Start-up templates are shared by all LocalLaunchers (every ``this_host()``) of the process, keyed by
 # interpreter and environment; the controller's shutdown (which closes every launcher) stops them.
 _STARTERS: dict[str, ForkServer] = {}
@@ -188,7 +181,8 @@ class LocalLauncher:
                 srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(),
                                                        (*forkserver.STARTER_PRELOAD,
                                                         *dict.fromkeys((*heavy, *_controller_heavy()))),
-                                                       name=f"starter{len(self._starters)}", on_exit=_wake_supervisor)
+                                                       name=f"starter{len(self._starters)}",
+                                                       on_exit=Controller.notice_exit_if_open)
             except Exception:  # noqa: BLE001 - procs still start the plain way
                 logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
                 return None
@@ -219,8 +213,9 @@ class LocalLauncher:
             srv = self._servers.get(req.proc_mesh)
             if srv is None and req.incarnation == 0:
                 try:
-                    self._servers[req.proc_mesh] = ForkServer(self.python, env, os.getcwd(), self.fork_preload,
-                                                              name=req.proc_mesh, on_exit=_wake_supervisor)
+                    self._servers[req.proc_mesh] = ForkServer(
+                        self.python, env, os.getcwd(), self.fork_preload, name=req.proc_mesh,
+                        on_exit=Controller.notice_exit_if_open)
                 except Exception:  # noqa: BLE001 - procs still start the plain way
                     logger.warning("could not start a fork server for %s; its restarts start Python afresh",
                                    req.proc_mesh, exc_info=True)
@@ -311,8 +306,7 @@ def prewarm(heavy: tuple[str, ...] = ("numpy", "torch")) -> None:
     with the others at shutdown).
     """
     launcher = LocalLauncher()
-    if launcher._fork_enabled():
-        Controller.get().submit(lambda: launcher.prestart(None, heavy))
+    Controller.get().submit(lambda: launcher.prestart(None, heavy))
 
 
 def this_host(**launcher_opts: Any) -> HostMesh:

@@ -177,9 +177,7 @@ class KubernetesLauncher:
 
     def pod_finished(self, handle: PodHandle, out: Outcome) -> None:
         """A pod's proc ended: remove the pod, unless it is gone or kept for ``kubectl logs``."""
-        c = Controller.current()  # the supervisor polls every handle at once, not at its next sweep
-        if c is not None and not c.closed:
-            c.notice_exit()
+        Controller.notice_exit_if_open()  # the supervisor polls every handle at once, not at its next sweep
         failed = out.kind != "exited" or out.exit_code != 0
         if out.kind != "deleted" and not (failed and self.config.keep_failed_pods):
             self.submit(self.delete_pod, handle.name)
