@@ -11,6 +11,16 @@ bytes over one TCP socket per receiver, in turn, into a file (a floor for one co
 Each contender starts after an ``os.sync()`` (untimed), so none pays for the writeback of
 the bytes the one before it wrote (the first sample used to, after ``make_trees``).
 Last: a re-sync after a one-line edit in the small-file tree (warm store, N=1).
+
+``--link-mbit R`` (root only; iproute2): each receiver, and the source, in a network namespace of
+its own behind a veth shaped to R Mbit/s each way (``benchmarks/_netns.py``), so every simulated
+host has a link of its own, as real hosts do. The chain then runs over CurveZMQ (off
+loopback), rsync goes to an ``rsync --daemon`` in each receiver's namespace, and the raw
+stream crosses the same links. On loopback all N "hosts" share one memory copy and two
+cores, and the fan-out design cannot show; with links of their own it can, as long as N
+hosts' processing at R fits in the cores (the load column says when it did not).
+
+    sudo PYTHONPATH=. python benchmarks/workspace_sync.py --link-mbit 200 --big-mib 256 --work-dir /dev/shm
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import _netns
 
 from rlmesh.transport import Authenticator
 from rlmesh.workspace import build_manifest
@@ -44,16 +56,31 @@ def make_trees(base: str, big_mib: int, files: int) -> tuple[str, str]:
     return big, small
 
 
-def rlmesh_sync(src: str, work: str, n: int) -> tuple[float, list[dict]]:
+class Net:
+    """Where each simulated host runs and which address it serves on: loopback (``mbit`` 0) or a network
+    namespace of its own behind a shaped link (``_netns``; the benchmark itself then runs in the source's)."""
+
+    def __init__(self, mbit: int):
+        self.mbit = mbit
+
+    def host(self, i: int | str) -> str:
+        return _netns.address(i) if self.mbit else "127.0.0.1"
+
+    def prefix(self, i: int) -> list[str]:
+        return _netns.prefix(i) if self.mbit else []
+
+
+def rlmesh_sync(src: str, work: str, n: int, net: Net) -> tuple[float, list[dict]]:
     """N receivers started and idle first (as the procs of a mesh are), then timed from handing out the
     chain's upstream addresses to the last tree materialised (the manifest walk included)."""
-    procs = [subprocess.Popen([sys.executable, "-m", "rlmesh.workspace.node", "--upstream", "-", "--store",
-                               os.path.join(work, f"store{i}"), "--dest", os.path.join(work, f"dest{i}")],
+    procs = [subprocess.Popen([*net.prefix(i), sys.executable, "-m", "rlmesh.workspace.node", "--upstream", "-",
+                               "--store", os.path.join(work, f"store{i}"), "--dest", os.path.join(work, f"dest{i}"),
+                               "--host", net.host(i), "--timeout", "600"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)]
     addrs = [p.stdout.readline().strip() for p in procs]
     t0 = time.perf_counter()
     m = build_manifest(src)
-    server = ChunkServer(m.to_json(), source_lookup(src, m))
+    server = ChunkServer(m.to_json(), source_lookup(src, m), host=net.host(_netns.SRC) if net.mbit else None)
     for p, up in zip(procs, [server.addr, *addrs[:-1]]):
         p.stdin.write(up + "\n")
         p.stdin.flush()
@@ -63,34 +90,71 @@ def rlmesh_sync(src: str, work: str, n: int) -> tuple[float, list[dict]]:
         p.stdin.close()
         p.wait()
     server.close()
+    bad = [s["error"] for s in stats if s.get("error")]
+    if bad:
+        raise RuntimeError(f"a receiver failed: {bad[0]}")
     return wall, stats
 
 
-def rsync_seq(src: str, work: str, n: int) -> float:
-    t0 = time.perf_counter()
-    for i in range(n):
-        subprocess.run(["rsync", "-a", src + "/", os.path.join(work, f"rsync{i}") + "/"], check=True)
-    return time.perf_counter() - t0
+def rsync_seq(src: str, work: str, n: int, net: Net) -> float:
+    """``rsync -a`` to each destination in turn: local mode on loopback; over the links, to an
+    ``rsync --daemon`` in each receiver's namespace (started before the clock, as sshd would be)."""
+    if not net.mbit:
+        t0 = time.perf_counter()
+        for i in range(n):
+            subprocess.run(["rsync", "-a", src + "/", os.path.join(work, f"rsync{i}") + "/"], check=True)
+        return time.perf_counter() - t0
+    daemons = []
+    try:
+        for i in range(n):
+            conf = os.path.join(work, f"rsyncd{i}.conf")
+            with open(conf, "w") as f:
+                f.write(f"[ws]\npath = {work}\nread only = false\nuse chroot = false\nuid = 0\ngid = 0\n")
+            daemons.append(subprocess.Popen([*net.prefix(i), "rsync", "--daemon", "--no-detach", f"--config={conf}",
+                                             f"--address={net.host(i)}", "--port=8730"]))
+        for i in range(n):
+            _wait_port(net.host(i), 8730)
+        t0 = time.perf_counter()
+        for i in range(n):
+            subprocess.run(["rsync", "-a", src + "/", f"rsync://{net.host(i)}:8730/ws/rsync{i}/"], check=True)
+        return time.perf_counter() - t0
+    finally:
+        for d in daemons:
+            d.terminate()
+            d.wait()
 
 
-def raw_seq(path: str, work: str, n: int, tries: int = 3) -> float:
+def _wait_port(host: str, port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def raw_seq(path: str, work: str, n: int, net: Net, tries: int = 3) -> float:
     """Each receiver in turn; a sample whose socket broke (seen once on a host at load 20) is taken again."""
     for _ in range(tries - 1):
         try:
-            return _raw_seq(path, work, n)
+            return _raw_seq(path, work, n, net)
         except OSError as exc:
             print(f"raw baseline sample failed ({exc}); again", file=sys.stderr)
-    return _raw_seq(path, work, n)
+    return _raw_seq(path, work, n, net)
 
 
-def _raw_seq(path: str, work: str, n: int) -> float:
+def _raw_seq(path: str, work: str, n: int, net: Net) -> float:
     t0 = time.perf_counter()
+    src = net.host(_netns.SRC) if net.mbit else "127.0.0.1"
     for i in range(n):
-        srv = socket.create_server(("127.0.0.1", 0))
+        srv = socket.create_server((src, 0))
         port = srv.getsockname()[1]
-        rx = subprocess.Popen([sys.executable, "-c", (
-            "import socket,sys\ns=socket.create_connection(('127.0.0.1',%d))\nf=open(sys.argv[1],'wb')\n"
-            "while b:=s.recv(1<<20): f.write(b)\n") % port, os.path.join(work, f"raw{i}")])
+        rx = subprocess.Popen([*net.prefix(i), sys.executable, "-c", (
+            "import socket,sys\ns=socket.create_connection((%r,%d))\nf=open(sys.argv[1],'wb')\n"
+            "while b:=s.recv(1<<20): f.write(b)\n") % (src, port), os.path.join(work, f"raw{i}")])
         conn, _ = srv.accept()
         with open(path, "rb") as f:
             conn.sendfile(f)
@@ -115,16 +179,28 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--repeat", type=int, default=3, help="samples per cell (median [min-max] printed)")
     ap.add_argument("--trees", nargs="*", default=["big", "small"], choices=["big", "small"])
+    ap.add_argument("--link-mbit", type=int, default=0,
+                    help="give each simulated host (and the source) a network namespace of its own behind a link "
+                         "shaped to this many Mbit/s each way (root; see benchmarks/_netns.py); 0: all on loopback")
+    ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)  # set when re-run in the source's
     ap.add_argument("--work-dir", default=None,
                     help="where the receivers' stores and trees (and rsync's and raw's copies) go, e.g. /dev/shm: "
                          "memory as each simulated host's own disk, instead of one disk shared by all of them")
     a = ap.parse_args()
     os.environ.setdefault("RLMESH_SECRET", Authenticator.new_secret().hex())
+    if a.link_mbit and not a.in_netns:  # build the hosts and their links, then run this inside the source's
+        _netns.up(max(a.n), a.link_mbit)
+        try:
+            sys.exit(subprocess.call([*_netns.prefix(_netns.SRC), sys.executable, *sys.argv, "--in-netns"]))
+        finally:
+            _netns.down(max(a.n))
+    net = Net(a.link_mbit)
     base = tempfile.mkdtemp(prefix="rlmesh-wsbench-")
     try:
         big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files)
+        links = f"each host's link {a.link_mbit} Mbit/s each way (network namespaces)" if a.link_mbit else "loopback"
         print(f"big file {a.big_mib} MiB; {a.files} small files; {a.repeat} samples per cell, seconds median [min-max]; "
-              f"receivers write to {a.work_dir or base}")
+              f"receivers write to {a.work_dir or base}; {links}")
         print(f"{'tree':>6} {'N':>3} {'rlmesh':>20} {'max host':>20} {'rsync seq':>20} {'raw seq':>20} {'load':>5}")
         for name, src in [(t, big if t == "big" else small) for t in a.trees]:
             for n in a.n:
@@ -133,25 +209,26 @@ def main() -> None:
                     work = tempfile.mkdtemp(dir=a.work_dir or base, prefix="rlmesh-wsbench-")
                     try:
                         os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
-                        wall, stats = rlmesh_sync(src, work, n)
+                        wall, stats = rlmesh_sync(src, work, n, net)
                         walls.append(wall)
                         hosts.append(max(s["duration_s"] for s in stats))
                         os.sync()
-                        rss.append(rsync_seq(src, work, n))
+                        rss.append(rsync_seq(src, work, n, net))
                         os.sync()
-                        raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n) if name == "big" else float("nan"))
+                        raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n, net) if name == "big"
+                                    else float("nan"))
                     finally:
                         shutil.rmtree(work, ignore_errors=True)  # a --work-dir in /dev/shm is memory
                 print(f"{name:>6} {n:>3} {spread(walls):>20} {spread(hosts):>20} {spread(rss):>20} {spread(raws):>20} "
                       f"{os.getloadavg()[0]:5.1f}", flush=True)
         work = tempfile.mkdtemp(dir=base)
-        rlmesh_sync(small, work, 1)
+        rlmesh_sync(small, work, 1, net)
         path = os.path.join(small, "d0", "f7.py")
         walls, hosts = [], []
         for i in range(a.repeat):
             with open(path, "a") as f:
                 f.write(f"y = {i}\n")
-            wall, stats = rlmesh_sync(small, work, 1)
+            wall, stats = rlmesh_sync(small, work, 1, net)
             walls.append(wall)
             hosts.append(stats[0]["duration_s"])
         print(f"re-sync after a one-line edit: {spread(walls)} s wall (manifest walk included, receiver's Python start-up not), "

@@ -24,8 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", required=True)
     ap.add_argument("--dest", required=True)
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--host", default=None, help="address to serve downstream on (default: loopback); off "
+                    "loopback the channel is CurveZMQ, as between real hosts")
     a = ap.parse_args(argv)
-    rx = Receiver(ChunkStore(a.store), a.dest)
+    rx = Receiver(ChunkStore(a.store), a.dest, host=a.host)
     print(rx.addr, flush=True)
     upstream = sys.stdin.readline().strip() if a.upstream == "-" else a.upstream
     try:
