@@ -55,8 +55,8 @@ def proc_stopping() -> bool:
     and the exit wait behind it; one blocked in a framework wait that can no longer end (a
     generator waiting for a weight version its stopped trainer will never publish) held every
     run's teardown for the whole stop timeout (5 s) before the proc was killed, its last telemetry
-    rows lost. Framework waits (:meth:`rlmesh.weights.Subscriber.pull_into`) check this and give
-    up at once; a long user loop may too.
+    rows lost. Framework waits (:meth:`rlmesh.weights.Subscriber.pull_into`, a worker's
+    ``rm.actor.kv.get``) check this and give up at once; a long user loop may too.
     """
     return _stopping.is_set()
 

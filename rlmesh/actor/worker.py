@@ -38,7 +38,7 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.beats import BoardSlot
 from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.client import error_payload
-from rlmesh.actor.context import ProcInfo, _mark_stopping, _set_proc, current_context
+from rlmesh.actor.context import ProcInfo, _mark_stopping, _set_proc, current_context, proc_stopping
 from rlmesh.actor.server import ActorServer
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import loads
@@ -66,6 +66,14 @@ class _WhereFilter(logging.Filter):
         return True
 
 
+def _resolve(fut: concurrent.futures.Future, reply: dict) -> None:
+    """Set a request's reply unless it was answered already (the link thread and a stop can race)."""
+    try:
+        fut.set_result(reply)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
 class RemoteKV:
     """KV backend for workers: requests go to the controller's table over the control link."""
 
@@ -83,7 +91,18 @@ class RemoteKV:
         self._req("put", key, value)
 
     def get(self, key: str, timeout: float | None = None) -> Any:
-        return self._req("get", key, timeout=timeout)
+        """Waits (up to ``timeout``) for ``key`` to appear, but not past this proc's stop: a wait
+        for a key that a stopped peer will never write (a weight publisher's record) would hold the
+        endpoint, and so ``on_stop`` and the proc's exit, for its whole timeout."""
+        if timeout is not None and timeout <= 0:
+            return self._req("get", key, timeout=timeout)
+        if proc_stopping():
+            raise KeyError(f"kv key {key!r}: not waited for, this proc is stopping")
+        fut = self.link.request(P.KV_REQ, waits=True, op="get", key=key, value=None, timeout=timeout)
+        rep = fut.result(None if timeout is None else timeout + 10)
+        if not rep["ok"]:
+            raise KeyError(rep["error"])
+        return rep.get("value")
 
     def delete(self, key: str) -> None:
         self._req("delete", key)
@@ -101,6 +120,7 @@ class ControlLink(threading.Thread):
         self.outq: deque = deque()  # (kind, fields): signed on this thread, so counters leave in order
         self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.reqs: dict[int, concurrent.futures.Future] = {}
+        self.waits: set[int] = set()  # requests whose reply may be held (KV gets): answered at stop
         self.ids = itertools.count(1)
         self.hb_s = float(os.environ.get(HEARTBEAT_S_ENV, "0.2"))
         self.controller_timeout = float(os.environ.get(CONTROLLER_TIMEOUT_ENV, "10"))
@@ -112,12 +132,24 @@ class ControlLink(threading.Thread):
         self.outq.append((kind, fields))
         os.eventfd_write(self.efd, 1)
 
-    def request(self, kind: str, **fields: Any) -> concurrent.futures.Future:
+    def request(self, kind: str, waits: bool = False, **fields: Any) -> concurrent.futures.Future:
+        """Send a request; its reply resolves the future. ``waits``: the controller may hold the reply
+        (a KV get for a key not there yet), so :meth:`give_up_waits` answers it when the proc stops."""
         rid = next(self.ids)
         fut: concurrent.futures.Future = concurrent.futures.Future()
         self.reqs[rid] = fut
+        if waits:
+            self.waits.add(rid)
         self.send(kind, req=rid, **fields)
         return fut
+
+    def give_up_waits(self, why: str) -> None:
+        """Answer every waiting request now with ``why`` (any thread; a reply that comes later is dropped)."""
+        for rid in list(self.waits):
+            fut = self.reqs.pop(rid, None)
+            self.waits.discard(rid)
+            if fut is not None:
+                _resolve(fut, {"ok": False, "error": why})
 
     def run(self) -> None:
         w = self.w
@@ -198,8 +230,9 @@ class ControlLink(threading.Thread):
             w.directory_update(msg, up=False)
         elif kind == P.KV_REP:
             fut = self.reqs.pop(msg["req"], None)
+            self.waits.discard(msg["req"])
             if fut is not None:
-                fut.set_result(msg)
+                _resolve(fut, msg)
         elif kind == P.STOP:
             w.exit_soon(0)
         elif kind == P.HANG:
@@ -278,6 +311,7 @@ class Worker:
         if self._exit_code is None:
             self._exit_code = code
             _mark_stopping()  # endpoints blocked in framework waits give up now, so on_stop is not held
+            self.link.give_up_waits("not waited for any longer: this proc is stopping")
             self.loop.call_soon_threadsafe(self._done.set)
 
     async def _main(self) -> int:

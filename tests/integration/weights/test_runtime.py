@@ -99,19 +99,25 @@ def test_generator_follows_a_restarted_trainer_and_old_segments_go():
         assert all(not os.path.exists(s) for s in old) and trainer.segments.call_one().get()
 
 
-def test_a_proc_stopped_while_an_endpoint_waits_for_weights_stops_at_once(tmp_path):
-    """A generator whose trainer stopped waits in ``pull_into`` for a version that will never come.
-    Its stop used to wait behind that endpoint (which holds the actor's thread) until the stop
-    timeout killed it, every run's last telemetry rows lost; now the wait gives up when the proc is
-    asked to stop, the caller hears why, and the proc exits by itself."""
+@pytest.mark.parametrize("publisher", ["stopped_with_it", "never_created"])
+def test_a_proc_stopped_while_an_endpoint_waits_for_weights_stops_at_once(tmp_path, publisher):
+    """A generator waits in ``pull_into`` for a version that will never come: its trainer is stopped
+    with it (the wait may be in the transport or, once the publisher's record is gone, in the KV
+    lookup of it), or no trainer ever published (the wait is in the KV lookup). Its stop used to
+    wait behind that endpoint (which holds the actor's thread) until the stop timeout killed it,
+    every run's last telemetry rows lost; now the wait gives up when the proc is asked to stop, the
+    caller hears why, and the proc exits by itself."""
     started = tmp_path / "started"
+    name = f"stalled_{publisher}"
     procs = rm.this_host().spawn_procs(per_host={"procs": 2})
     try:
-        trainer = procs.slice(procs=0).spawn("trainer_gone", Trainer, "stalled")
-        waiter = procs.slice(procs=1).spawn("waiter", Waiter, "stalled")
-        trainer.publish.call_one(1).get()
+        if publisher == "stopped_with_it":
+            trainer = procs.slice(procs=0).spawn("trainer_gone", Trainer, name)
+            trainer.publish.call_one(1).get()
+        waiter = procs.slice(procs=1).spawn("waiter", Waiter, name)
         fut = waiter.pull_forever.call_one(99, str(started))
         assert wait_for(lambda: started.exists())
+        time.sleep(0.3)  # into its wait (a stop before it would also end it: the test would still pass)
     finally:
         t0 = time.monotonic()
         procs.stop(timeout=30)
