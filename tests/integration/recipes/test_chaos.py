@@ -237,7 +237,9 @@ def test_grpo_with_reward_procs_killed(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     db = only_run(tmp_path)
     acc = assert_invariants(db)
-    assert q(db, "SELECT count(*) FROM actors WHERE event = 'restarted' AND actors LIKE '%reward%'")[0][0] == 2
+    restarts = q(db, "SELECT count(*) FROM actors WHERE event = 'restarted' AND actors LIKE '%reward%'")[0][0]
+    assert restarts == 2, q(db, "SELECT ts, event, proc_id, incarnation, actors, reason FROM actors "  # seen once: 1
+                              "WHERE event IN ('fault_injected', 'died', 'restarted', 'gave_up') ORDER BY ts")
     assert q(db, "SELECT max(step) FROM train_steps")[0][0] == 150
     # every completion was scored by a reward actor exactly as its rollout row says ...
     differ = q(db, "SELECT count(*) FROM rollouts r JOIN rewards w USING (rollout_id) WHERE w.reward <> r.reward")
