@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -58,7 +58,7 @@ class ChunkStore:
     def path(self, h: str) -> str:
         if not _HEX64.fullmatch(h):
             raise CorruptChunkError(f"{h!r} is not a chunk hash")
-        return os.path.join(self.root, h[:2], h)
+        return f"{self.root}{os.sep}{h[:2]}{os.sep}{h}"  # not os.path.join: called ~5 times per chunk
 
     def ref_path(self, h: str) -> str:
         return self.path(h) + ".ref"
@@ -78,11 +78,8 @@ class ChunkStore:
         """Verify and store; :class:`CorruptChunkError` if ``data`` does not hash to ``h``."""
         _check(h, data)
         dst = self.path(h)
-        fd, tmp = tempfile.mkstemp(dir=self._folder_of(dst), prefix=".part-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o444)  # hard-linked into destinations: nobody edits a chunk in place
-        os.replace(tmp, dst)
+        self._folder_of(dst)
+        _write_new(dst, data, 0o444)  # hard-linked into destinations: nobody edits a chunk in place
 
     def put_in_object(self, h: str, data: bytes | memoryview, oid: str, offset: int, size: int) -> None:
         """Verify ``data`` and write it at ``offset`` of file object ``oid`` (a file of ``size``
@@ -151,11 +148,34 @@ def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def _write_ref(path: str, oid: str, offset: int, size: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ref-")
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{oid} {offset} {size}")
+_TMP_IDS = itertools.count()
+
+
+def _write_new(path: str, data: bytes | memoryview, mode: int) -> None:
+    """``path`` appears complete or not at all: written under a temporary name in its folder (made
+    with ``mode``), then renamed. Why not ``tempfile.mkstemp``: a tree of 10,000 small files
+    stores 10,000 chunks, and mkstemp's random names, ``fdopen`` and a separate ``chmod`` were
+    about half of a receiver's time per chunk. The name (pid, counter) is unique among live
+    writers; one left by a killed writer whose pid came back is replaced."""
+    tmp = f"{path}.part-{os.getpid()}-{next(_TMP_IDS)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, mode)
+    except FileExistsError:
+        os.unlink(tmp)
+        fd = os.open(tmp, flags, mode)
+    try:
+        _pwrite_all(fd, data, 0)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
+
+
+def _write_ref(path: str, oid: str, offset: int, size: int) -> None:
+    _write_new(path, f"{oid} {offset} {size}".encode(), 0o644)
 
 
 def object_id(e: Entry) -> str:

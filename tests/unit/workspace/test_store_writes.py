@@ -1,0 +1,40 @@
+"""The chunk store's writes: complete or absent, read-only chunks, and a temp name left by a dead writer."""
+
+import os
+import stat
+
+import pytest
+
+from rlmesh.workspace import store as store_mod
+from rlmesh.workspace.store import ChunkStore, CorruptChunkError, chunk_hash
+
+
+def test_a_put_chunk_is_read_only_and_leaves_no_temporary_file(tmp_path):
+    s = ChunkStore(str(tmp_path / "store"))
+    data = b"x = 1\n" * 10
+    h = chunk_hash(data)
+    s.put(h, data)
+    assert s.read_verified(h) == data
+    assert stat.S_IMODE(os.stat(s.path(h)).st_mode) == 0o444
+    assert os.listdir(os.path.dirname(s.path(h))) == [h]
+
+
+def test_a_temporary_name_left_by_a_killed_writer_is_replaced(tmp_path, monkeypatch):
+    s = ChunkStore(str(tmp_path / "store"))
+    data = b"payload"
+    h = chunk_hash(data)
+    monkeypatch.setattr(store_mod, "_TMP_IDS", iter([7]))
+    os.makedirs(os.path.dirname(s.path(h)))
+    stale = f"{s.path(h)}.part-{os.getpid()}-7"
+    with open(stale, "wb") as f:  # a writer with this pid (reused) and counter died mid-write
+        f.write(b"half")
+    s.put(h, data)
+    assert s.read_verified(h) == data and not os.path.exists(stale)
+
+
+def test_a_corrupt_chunk_is_never_written(tmp_path):
+    s = ChunkStore(str(tmp_path / "store"))
+    with pytest.raises(CorruptChunkError):
+        s.put(chunk_hash(b"right"), b"wrong")
+    assert not s.has(chunk_hash(b"right"))
+    assert all(not files for _, _, files in os.walk(tmp_path / "store"))
