@@ -166,7 +166,7 @@ def _raw_seq(path: str, work: str, n: int, net: Net) -> float:
 
 def spread(xs: list[float]) -> str:
     """median [min-max] of repeated samples."""
-    if not xs or xs[0] != xs[0]:
+    if not xs:
         return "-"
     xs = sorted(xs)
     return f"{xs[len(xs) // 2]:.2f} [{xs[0]:.2f}-{xs[-1]:.2f}]"
@@ -178,6 +178,8 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=10000)
     ap.add_argument("--n", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--repeat", type=int, default=3, help="samples per cell (median [min-max] printed)")
+    ap.add_argument("--contenders", nargs="+", default=["rlmesh", "rsync", "raw"], choices=["rlmesh", "rsync", "raw"],
+                    help="which to time (the sequential baselines to 8 slow links take 8x one's time)")
     ap.add_argument("--trees", nargs="*", default=["big", "small"], choices=["big", "small"])
     ap.add_argument("--link-mbit", type=int, default=0,
                     help="give each simulated host (and the source) a network namespace of its own behind a link "
@@ -209,18 +211,22 @@ def main() -> None:
                     work = tempfile.mkdtemp(dir=a.work_dir or base, prefix="rlmesh-wsbench-")
                     try:
                         os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
-                        wall, stats = rlmesh_sync(src, work, n, net)
-                        walls.append(wall)
-                        hosts.append(max(s["duration_s"] for s in stats))
+                        if "rlmesh" in a.contenders:
+                            wall, stats = rlmesh_sync(src, work, n, net)
+                            walls.append(wall)
+                            hosts.append(max(s["duration_s"] for s in stats))
                         os.sync()
-                        rss.append(rsync_seq(src, work, n, net))
+                        if "rsync" in a.contenders:
+                            rss.append(rsync_seq(src, work, n, net))
                         os.sync()
-                        raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n, net) if name == "big"
-                                    else float("nan"))
+                        if "raw" in a.contenders and name == "big":
+                            raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n, net))
                     finally:
                         shutil.rmtree(work, ignore_errors=True)  # a --work-dir in /dev/shm is memory
                 print(f"{name:>6} {n:>3} {spread(walls):>20} {spread(hosts):>20} {spread(rss):>20} {spread(raws):>20} "
                       f"{os.getloadavg()[0]:5.1f}", flush=True)
+        if "rlmesh" not in a.contenders or "small" not in a.trees:
+            return
         work = tempfile.mkdtemp(dir=base)
         rlmesh_sync(small, work, 1, net)
         path = os.path.join(small, "d0", "f7.py")
