@@ -134,6 +134,7 @@ class EnvClient(Protocol):
 class _Live:
     traj: Trajectory
     context: list[int]
+    ordinal: int = 0  # its place in ``episodes``: a call's rows go in this order (see run_episodes)
     sent_at: float = 0.0
 
 
@@ -160,6 +161,7 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
     def watch(eid: str, kind: str, fut: concurrent.futures.Future) -> None:
         fut.add_done_callback(lambda f: done_q.put((eid, kind, f)))
 
+    ordinal = {eid: i for i, (eid, _) in enumerate(episodes)}
     for eid, task in episodes:
         watch(eid, "reset", env.reset(eid, task))
     waiting = len(episodes)
@@ -183,7 +185,7 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
                 result = fut.result()  # an environment proc's death surfaces here
                 if kind == "reset":
                     prompt = list(prompt_prefix or []) + encode(result)
-                    ep = live[eid] = _Live(Trajectory(eid, prompt), list(prompt))
+                    ep = live[eid] = _Live(Trajectory(eid, prompt), list(prompt), ordinal[eid])
                     ready.append(ep)
                 elif _absorb(live[eid], result, encode, limits, time.perf_counter()):
                     ready.append(live[eid])
@@ -194,6 +196,10 @@ def run_episodes(backend: GenerationBackend, env: EnvClient, episodes: list[tupl
                 continue
             v = version()
             take, ready = (ready, []) if max_batch is None else (ready[:max_batch], ready[max_batch:])
+            # Rows in a fixed order, not the order the environments answered in: episodes that were
+            # neighbours in the last call are neighbours again, so the backend's prefix cache seeds
+            # them as one block copy per layer instead of a copy per row (35 ms -> a few ms a call).
+            take.sort(key=lambda ep: ep.ordinal)
             by_cap: dict[int, list[_Live]] = {}
             for ep in take:
                 cap = min(limits.turn_tokens, limits.max_tokens - len(ep.traj.token_ids))

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlmesh.rl.models.buffers import kv_buffers
+
 
 @dataclass
 class TransformerConfig:
@@ -56,8 +58,9 @@ class TransformerConfig:
 class KVCache:
     """Preallocated keys and values, ``[B, H, max_len, head_dim]`` per layer, and the filled length.
 
-    Not zeroed (a multi-turn step made ~25 MB of caches a call, and zeroing them was 4 % of its
-    time): a forward writes every column before it attends to it, padding included, and
+    Its tensors come from :data:`~rlmesh.rl.models.buffers.kv_buffers` (on CPU, buffers a finished
+    call no longer holds: fresh pages cost a fault each on first write). Not zeroed (a multi-turn
+    step made ~25 MB of caches a call, and zeroing them was 4 % of its time): a forward writes every column before it attends to it, padding included, and
     :func:`~rlmesh.rl.models.prefix_cache.seed` zeroes the padding it does not fill. A column is
     never read unwritten, so the garbage an empty tensor holds (NaN bit patterns included, which a
     masked weight of 0 would not cancel) never reaches a softmax.
@@ -66,9 +69,13 @@ class KVCache:
     def __init__(self, config: TransformerConfig, batch: int, max_len: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu") -> None:
         head_dim = config.d_model // config.n_heads
-        shape = (batch, config.n_heads, max_len, head_dim)
-        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.n_layers)]
-        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(config.n_layers)]
+        # Columns rounded up (to 64, within max_seq_len): calls whose lengths differ a little share
+        # buffer shapes, so the pool can hand one call's freed buffers to the next. Only the filled
+        # columns are ever read.
+        cols = max(max_len, min(-(-max_len // 64) * 64, config.max_seq_len))
+        shape = (batch, config.n_heads, cols, head_dim)
+        self.keys = [kv_buffers.empty(shape, dtype, device) for _ in range(config.n_layers)]
+        self.values = [kv_buffers.empty(shape, dtype, device) for _ in range(config.n_layers)]
         self.length = 0
         self.max_len = max_len
 

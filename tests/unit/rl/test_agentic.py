@@ -274,3 +274,38 @@ def test_max_batch_caps_every_generation_call_and_runs_cohorts_to_the_end():
     assert max(calls) == 4, f"calls of sizes {calls}"
     with pytest.raises(ConfigError, match="generator.max_batch"):
         AgenticGeneratorConfig(max_batch=-1)
+
+
+def test_a_calls_rows_follow_the_episodes_order_not_the_order_tools_answered_in():
+    """Tools answer in reverse order; each call still lists its episodes in their given order, so
+    neighbours in one call are neighbours in the next and the prefix cache seeds them as one block."""
+    backend = tiny_backend()
+    orders: list[list[str]] = []
+    generate_one = backend.generate
+    by_prompt: dict[tuple, str] = {}
+
+    def recording(prompts, p):
+        orders.append([by_prompt[tuple(pr[:4])] for pr in prompts])
+        return generate_one(prompts, p)
+
+    backend.generate = recording
+
+    class Reversed(EchoEnv):
+        def reset(self, task: int) -> str:
+            super().reset(task)
+            self.delay = (8 - task) * 0.01  # episode 7 answers first, episode 0 last
+            time.sleep(self.delay)
+            return f"{task}*34="
+
+        def step(self, model_text: str) -> StepResult:
+            time.sleep(self.delay)
+            return super().step(model_text)
+
+    for i in range(8):
+        by_prompt[tuple([TOK.BOS] + TOK.encode(f"{i}*34=")[:3])] = f"e{i}"
+    env = LocalEnvClient(Reversed, max_workers=8)
+    run_episodes(backend, env, [(f"e{i}", i) for i in range(8)], TOK.encode,
+                 EpisodeLimits(max_turns=3, max_tokens=30, turn_tokens=4), SamplingParams(),
+                 prompt_prefix=[TOK.BOS], decode=TOK.decode)
+    env.shutdown()
+    assert orders and all(o == sorted(o, key=lambda e: int(e[1:])) for o in orders), orders
