@@ -12,6 +12,9 @@ restarts within T seconds) decides on a replacement, which gets its actors
 re-created from their original constructor arguments. A death while a proc starts
 or while its actors are being created is handled the same way: the spawn caller
 waits for the replacement instead of failing.
+
+The exit and restart path lives in :mod:`rlmesh.actor.recovery` (a mixin of :class:`Controller`),
+the KV table's request handling in :mod:`rlmesh.actor.kv_service`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from rlmesh.actor import protocol as P
 from rlmesh.actor.beats import BOARD_ENV, BOARD_EVERY, HeartbeatBoard
 from rlmesh.actor.client import Client, reset_client, set_client_factory
 from rlmesh.actor.context import JOB_ID_ENV
+from rlmesh.actor.kv_service import KVService
+from rlmesh.actor.recovery import RecoveryMixin
 from rlmesh.actor.payload import modules_in_payload
 from rlmesh.actor.proc_state import ENDED, ProcState
 from rlmesh.actor.procs import Launcher, LaunchRequest, ProcHandle, ProcRecord, call_launchers  # noqa: F401
@@ -54,7 +59,7 @@ SWEEP_EVERY = BOARD_EVERY  # ticks between full sweeps (0.2 s): the board is rea
 CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
 
 
-class Controller:
+class Controller(RecoveryMixin):
     _instance: "Controller | None" = None
     _lock = threading.Lock()
 
@@ -97,7 +102,7 @@ class Controller:
         self.procs: dict[str, ProcRecord] = {}
         self.by_ident: dict[bytes, ProcRecord] = {}
         self.kv = kv.LocalKV()
-        self._kv_waiters: list[tuple[float | None, bytes, int, str]] = []
+        self._kv_service = KVService(self.kv, self._kv_reply)
         self._spawn_waits: dict[int, tuple[ProcRecord, concurrent.futures.Future]] = {}
         self._req_ids = iter(range(1, 1 << 62))
         self._tasks: deque = deque()
@@ -485,7 +490,7 @@ class Controller:
                     rank=spec["rank"], endpoint="__init__", remote_type=err["type"],
                     remote_traceback=err["traceback"]))
         elif kind == P.KV_REQ:
-            self._kv(rec.ident, msg)
+            self._kv_service.handle(rec.ident, msg)
         elif kind == P.BYE:
             rec.stop_deadline = min(rec.stop_deadline or now + 5, now + 5)
 
@@ -503,47 +508,6 @@ class Controller:
                 mine = [(r.proc_id, r.addr, r.incarnation) for r in ups if r is not other and r.state == ProcState.ALIVE]
                 if mine:
                     self._send(other, P.DIRECTORY, up=mine)
-
-    def _rejoin(self, rec: ProcRecord) -> None:
-        """A replacement proc joined: re-create its actors (``__init__`` then ``on_restart``)."""
-        rec.state = ProcState.REJOINING
-        rec.rejoin_pending = len(rec.actors)
-        if not rec.actors:
-            self._restarted(rec)
-            return
-        for spec, cls_payload in rec.actors:
-            fut: concurrent.futures.Future = concurrent.futures.Future()
-            fut.add_done_callback(lambda f, rec=rec, inc=rec.incarnation: self.submit(
-                lambda: self._rejoined_one(rec, inc, f)))
-            self._send_spawn(rec, [spec], cls_payload, True, fut)
-
-    def _rejoined_one(self, rec: ProcRecord, inc: int, f: concurrent.futures.Future) -> None:
-        if rec.incarnation != inc or rec.state != ProcState.REJOINING:
-            return
-        exc = f.exception()
-        if exc is not None:
-            logger.error("re-creating actors on %s failed: %s", rec.proc_id, exc)
-            if rec.handle is not None:
-                rec.handle.kill()
-            return  # the tick sees the exit and applies the restart policy again
-        rec.rejoin_pending -= 1
-        if rec.rejoin_pending == 0:
-            self._restarted(rec)
-
-    def _restarted(self, rec: ProcRecord) -> None:
-        self._mark_alive(rec)
-        took = None if rec.down_at is None else time.time() - rec.down_at
-        rec.down_at = None
-        self._emit("restarted", rec, recovery_s=took)
-        if not rec.ready.done():  # killed before it first joined: the launch waits for this one
-            rec.ready.set_result(rec)
-        for fut in rec.awaiting:  # first-time spawns its predecessor died in: the rejoin created them
-            if not fut.done():
-                fut.set_result(True)
-        rec.awaiting.clear()
-        deferred, rec.deferred = rec.deferred, []
-        for spec, cls_payload, fut in deferred:
-            self._send_spawn(rec, [spec], cls_payload, False, fut, first=True)
 
     def _kill(self, rec: ProcRecord) -> None:
         """SIGKILL (or delete) the proc and keep polling its handle until the exit is collected (no zombies)."""
@@ -606,117 +570,18 @@ class Controller:
                     self._on_exit(rec, None, None, reason=why)
         if self._reaping:
             self._reaping = [h for h in self._reaping if h.poll() is None]
-        if self._kv_waiters:
-            self._kv_expire(now)
-
-    def _on_exit(self, rec: ProcRecord, exit_code: int | None, sig: int | None, reason: str) -> None:
-        stopping = rec.state == ProcState.STOPPING
-        rec.state = ProcState.STOPPED if stopping else ProcState.DEAD
-        if not stopping and rec.down_at is None:
-            rec.down_at = time.time()
-        why = reason or ("clean exit" if exit_code == 0 else "")
-        # The event goes out first, so a caller woken by ActorDied already finds the death recorded.
-        self._emit("stopped" if stopping else "died", rec, exit_code=exit_code, signal=sig, reason=why)
-        self.client.proc_down(rec.proc_id, rec.incarnation, exit_code, sig, why)
-        if self._ups:
-            self._announce_ups()  # an up still queued must not arrive after this down
-        self._broadcast(rec, P.PROC_DOWN, proc_id=rec.proc_id, incarnation=rec.incarnation,
-                        exit_code=exit_code, signal=sig, reason=why)
-        for req, (r, fut) in list(self._spawn_waits.items()):
-            if r is rec:
-                del self._spawn_waits[req]
-                if getattr(fut, "_rlmesh_first", False):
-                    rec.awaiting.append(fut)  # the replacement re-creates it (or fail_waiters below says why not)
-                    continue
-                spec = fut._rlmesh_specs[0]
-                fut.set_exception(Client._died(spec["mesh"], spec["rank"], "__init__", exit_code, sig, why))
-        rec.spawns_pending = 0
-        rec.awaiting.extend(fut for _, _, fut in rec.deferred)  # they are in rec.actors: the rejoin makes them
-        rec.deferred = []
-        how = f"signal {sig}" if sig is not None else f"exit code {exit_code}" if exit_code is not None else why
-        if stopping:
-            rec.fail_waiters(f"stopped ({how})", exit_code, sig)
-            return
-        now = time.monotonic()
-        if not rec.joined and sig is None:
-            # It never joined and ended by itself (an import error, a bad interpreter) or by the start
-            # timeout: a restart would do the same again. Killed by a signal, it is retried below.
-            rec.state = "failed"
-            rec.fail_waiters(how, exit_code, sig)
-        elif rec.policy.allows(rec.restart_times, now):
-            rec.restarts_used += 1
-            rec.restart_times.append(now)
-            while rec.policy.within_s is not None and now - rec.restart_times[0] >= rec.policy.within_s:
-                rec.restart_times.popleft()
-            rec.state = "restarting"
-            rec.restart_at = now + rec.policy.backoff_s
-        else:
-            rec.state = "failed"
-            rec.gave_up_reason = f"{rec.policy.describe()} used up"
-            if rec.policy.max_restarts:
-                self._emit("gave_up", rec, exit_code=exit_code, signal=sig,
-                           reason=f"max_restarts={rec.policy.max_restarts} exhausted ({rec.gave_up_reason})")
-            rec.fail_waiters(f"{how}; {rec.gave_up_reason or 'restarts are off'}", exit_code, sig)
-
-    def _relaunch(self, rec: ProcRecord) -> None:
-        self.by_ident.pop(rec.ident, None)
-        rec.incarnation += 1
-        rec.state = ProcState.STARTING
-        rec.addr = ""
-        self._launch(rec)
+        if self._kv_service:
+            self._kv_service.expire(now)
 
     def _emit(self, kind: str, rec: ProcRecord, **kw: Any) -> None:
         hooks.emit_event(hooks.ProcEvent(kind=kind, proc_mesh=rec.proc_mesh, rank=rec.rank, proc_id=rec.proc_id,
                                          pid=rec.pid, host=rec.host, incarnation=rec.incarnation,
                                          actors=rec.actor_ids(), **kw))
 
-    # ------------------------------------------------------------------ KV
-    def _kv(self, ident: bytes, msg: dict) -> None:
-        op, key, req = msg["op"], msg["key"], msg["req"]
-        rec = self.by_ident[ident]
-        if op == "put":
-            self.kv.put(key, msg["value"])
-            self._send(rec, P.KV_REP, req=req, ok=True)
-            self._kv_wake(key)
-        elif op == "delete":
-            self.kv.delete(key)
-            self._send(rec, P.KV_REP, req=req, ok=True)
-        elif op == "keys":
-            self._send(rec, P.KV_REP, req=req, ok=True, value=self.kv.keys(key))
-        elif op == "get":
-            try:
-                self._send(rec, P.KV_REP, req=req, ok=True, value=self.kv.get_nowait(key))
-            except KeyError:
-                t = msg.get("timeout")
-                deadline = None if t is None else time.monotonic() + t
-                self._kv_waiters.append((deadline, ident, req, key))
-
-    def _kv_wake(self, key: str) -> None:
-        keep = []
-        for w in self._kv_waiters:
-            rec = self.by_ident.get(w[1])
-            if w[3] == key and rec is not None:
-                self._send(rec, P.KV_REP, req=w[2], ok=True, value=self.kv.get_nowait(key))
-            else:
-                keep.append(w)
-        self._kv_waiters = keep
-
-    def _kv_expire(self, now: float) -> None:
-        for k in {w[3] for w in self._kv_waiters}:
-            try:
-                self.kv.get_nowait(k)
-                self._kv_wake(k)  # put by the controller itself
-            except KeyError:
-                pass
-        keep = []
-        for w in self._kv_waiters:
-            if w[0] is not None and w[0] <= now:
-                rec = self.by_ident.get(w[1])
-                if rec is not None:
-                    self._send(rec, P.KV_REP, req=w[2], ok=False, error=f"kv key {w[3]!r} not present in time")
-            else:
-                keep.append(w)
-        self._kv_waiters = keep
+    def _kv_reply(self, ident: bytes, req: int, ok: bool, **fields: Any) -> None:
+        rec = self.by_ident.get(ident)
+        if rec is not None:
+            self._send(rec, P.KV_REP, req=req, ok=ok, **fields)
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
