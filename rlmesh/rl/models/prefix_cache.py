@@ -56,6 +56,8 @@ class PrefixKV:
     """The row's real columns, in order (left padding and masked tokens left out)."""
     nbytes: int = -1
     """What this row holds alive: its whole row of the batch's keys and values."""
+    filled: int = 0
+    """Columns the batch's cache had filled when the entry was made (its call's ``cache.length``)."""
 
     def __post_init__(self) -> None:
         if self.nbytes < 0:
@@ -199,5 +201,60 @@ def extract(cache: KVCache, input_ids: torch.Tensor, attention_mask: torch.Tenso
     out = []
     for r, (row_ids, row_mask) in enumerate(zip(ids, mask)):
         cols = [c for c, keep in enumerate(row_mask) if keep]
-        out.append(PrefixKV(tuple(row_ids[c] for c in cols), cache.keys, cache.values, r, cols, row_bytes))
+        out.append(PrefixKV(tuple(row_ids[c] for c in cols), cache.keys, cache.values, r, cols, row_bytes, n))
     return out
+
+
+@dataclass
+class Continuation:
+    """A call that goes on writing the cache its rows' prefixes live in (:func:`continue_in_place`)."""
+
+    cache: KVCache
+    input_ids: torch.Tensor
+    """``[B, width + max_new]``: each row's cached tokens at their columns, its unread suffix ending at ``width``."""
+    attention_mask: torch.Tensor
+    width: int
+    start: int
+    """The first column to read (the cache's filled length)."""
+
+
+def continue_in_place(prompts: list[list[int]], prefixes: list[PrefixKV | None], max_new_tokens: int,
+                      pad_id: int, max_seq_len: int) -> Continuation | None:
+    """The cheapest seeding: none. When every row of a call continues the same row of one earlier
+    call (a batch of episodes taking their next turn together, ``n`` = 1), that call's cache already
+    holds every row's context at its columns, so the new tokens are written after them and no key or
+    value is copied. Each row's unread suffix (the last sampled token, the observation) is right-aligned
+    in the new columns, padding masked. ``None`` when the rows are not exactly that (another order,
+    other calls, rows left out) or the cache has too few columns left: the caller seeds a new cache.
+
+    Why: seeding copies every row's keys and values once a turn (4-7 ms a call at B = 64, d_model
+    256, 4 layers, about 5-8 % of a 3-turn episode's generation), for a layout the cache already has.
+    Safe because the prefixes were taken out of the store (:meth:`PrefixCache.take`): nothing else
+    reads those rows, and the columns written here lie past every entry's ``cols``.
+    """
+    first = prefixes[0] if prefixes else None
+    if first is None or len(prompts) != first.keys[0].shape[0]:
+        return None
+    for r, p in enumerate(prefixes):
+        if p is None or p.row != r or p.keys is not first.keys or p.filled != first.filled:
+            return None
+    start = first.filled
+    suffix = [len(pr) - len(p.tokens) for pr, p in zip(prompts, prefixes)]
+    width = start + max(suffix)
+    if width + max_new_tokens > min(first.keys[0].shape[2], max_seq_len):
+        return None
+    total = width + max_new_tokens
+    ids_rows, mask_rows = [], []  # built as lists, one tensor each: per-row tensor ops cost ~4 ms at B = 64
+    for pr, p, k in zip(prompts, prefixes, suffix):
+        ids, mask = [pad_id] * total, [0] * total
+        for c, tok in zip(p.cols, p.tokens):
+            ids[c], mask[c] = tok, 1
+        ids[width - k:width] = pr[len(p.tokens):]
+        mask[width - k:width] = [1] * k
+        ids_rows.append(ids)
+        mask_rows.append(mask)
+    device = first.keys[0].device
+    input_ids = torch.tensor(ids_rows, dtype=torch.long, device=device)
+    attention_mask = torch.tensor(mask_rows, dtype=torch.long, device=device)
+    cache = KVCache.adopt(first.keys, first.values, start)
+    return Continuation(cache, input_ids, attention_mask, width, start)

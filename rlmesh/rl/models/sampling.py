@@ -96,20 +96,28 @@ def generate(
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate: every prompt needs at least one token")
     device = next(model.parameters()).device
-    width = max(len(p) for p in prompts)
     rows = len(prompts) * n
-    input_ids = torch.full((rows, width + max_new_tokens), pad_id, dtype=torch.long, device=device)
-    attention_mask = torch.zeros_like(input_ids)
-    for i, prompt in enumerate(prompts):
-        sl = slice(i * n, (i + 1) * n)
-        input_ids[sl, width - len(prompt):width] = torch.tensor(prompt, device=device)
-        attention_mask[sl, width - len(prompt):width] = 1
     logprobs = torch.zeros(rows, max_new_tokens, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     stops = torch.tensor(sorted({*stop_ids, *(() if eos_id is None else (eos_id,))}), dtype=torch.long, device=device)
-    cache = model.new_cache(rows, width + max_new_tokens)
-    start = 0
-    if prefixes is not None and any(p is not None for p in prefixes):
+    cont = None
+    if prefixes is not None and n == 1:
+        max_seq_len = getattr(getattr(model, "config", None), "max_seq_len", 0)
+        cont = prefix_cache.continue_in_place(prompts, prefixes, max_new_tokens, pad_id, max_seq_len)
+    if cont is not None:  # the rows' last call's cache goes on: nothing to seed
+        cache, input_ids, attention_mask, width, start = (cont.cache, cont.input_ids, cont.attention_mask,
+                                                          cont.width, cont.start)
+    else:
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((rows, width + max_new_tokens), pad_id, dtype=torch.long, device=device)
+        attention_mask = torch.zeros_like(input_ids)
+        for i, prompt in enumerate(prompts):
+            sl = slice(i * n, (i + 1) * n)
+            input_ids[sl, width - len(prompt):width] = torch.tensor(prompt, device=device)
+            attention_mask[sl, width - len(prompt):width] = 1
+        cache = model.new_cache(rows, width + max_new_tokens)
+        start = 0
+    if cont is None and prefixes is not None and any(p is not None for p in prefixes):
         # read only the columns some row has not cached: each row's unread suffix ends at `width`
         unread = max(len(pr) - (len(pf.tokens) if pf is not None else 0) for pr, pf in zip(prompts, prefixes))
         start = width - unread

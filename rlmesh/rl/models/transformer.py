@@ -79,6 +79,14 @@ class KVCache:
         self.length = 0
         self.max_len = max_len
 
+    @classmethod
+    def adopt(cls, keys: list[torch.Tensor], values: list[torch.Tensor], length: int) -> "KVCache":
+        """A cache over an earlier call's tensors, ``length`` columns filled: a call that continues
+        exactly that call's rows writes after them (:func:`~rlmesh.rl.models.prefix_cache.continue_in_place`)."""
+        cache = cls.__new__(cls)
+        cache.keys, cache.values, cache.length, cache.max_len = keys, values, length, keys[0].shape[2]
+        return cache
+
 
 class _Block(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:

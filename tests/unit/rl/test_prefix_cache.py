@@ -130,3 +130,54 @@ def test_seed_copies_runs_of_rows_as_blocks_and_gathers_rows_with_gaps():
             assert torch.equal(got[2, :, 2:4], src_b[2, :, 5:7])
             assert torch.equal(got[3, :, 1:4], src_b[0][:, [1, 3, 4]])
             assert not got[:, :, 0].any() and not got[2, :, 1].any() and not got[4, :, :start].any()  # padding zeroed
+
+
+def test_a_batch_that_continues_its_last_call_row_for_row_writes_on_in_the_same_cache():
+    """No seeding at all when every row continues the same row of one earlier call: the new tokens go
+    after the old columns of that call's cache (its tensors are reused, not copied), and sampling is
+    still what a cold batch samples. A batch in another order cannot, and is seeded as before."""
+    from rlmesh.rl.models import prefix_cache
+
+    taken: list[bool] = []
+    real = prefix_cache.continue_in_place
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        taken.append(out is not None)
+        return out
+
+    prefix_cache.continue_in_place = spy
+    try:
+        prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10]]
+        obs = [[11, 12, 13], [14], [15, 16]]
+        warm = TorchBackend(_model(), pad_id=0, seed=0)
+        cold = TorchBackend(_model(), pad_id=0, seed=0, prefix_cache_mb=0)
+        keys_seen = []
+        generate_one = warm.generate
+
+        def recording(ps, p):
+            out = generate_one(ps, p)
+            keys_seen.append(next(iter(warm.prefixes._entries.values())).keys[0].data_ptr())
+            return out
+
+        warm.generate = recording
+        a, b = _turns(warm, prompts, obs), _turns(cold, prompts, obs)
+        assert taken[:3] == [False, True, True]  # the first call has nothing cached
+        assert len(set(keys_seen)) == 1  # turns 2 and 3 wrote on in the first call's tensors
+        for turn_a, turn_b in zip(a, b):
+            for (ta, la), (tb, lb) in zip(turn_a, turn_b):
+                assert ta == tb
+                assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-5)
+        # reversed rows: not the last call's layout, so seeded into a new cache; still the cold samples
+        ctx = [p + o for p, o in zip(prompts, obs)]
+        w2 = TorchBackend(_model(), pad_id=0, seed=0)
+        first = w2.generate(ctx, SamplingParams(max_tokens=3, seed=5))
+        nxt = [c + f[0].token_ids + [20] for c, f in zip(ctx, first)][::-1]
+        taken.clear()
+        got = w2.generate(nxt, SamplingParams(max_tokens=3, seed=6))
+        assert taken == [False]
+        cold2 = TorchBackend(_model(), pad_id=0, seed=0, prefix_cache_mb=0)
+        want = cold2.generate(nxt, SamplingParams(max_tokens=3, seed=6))
+        assert [g[0].token_ids for g in got] == [w[0].token_ids for w in want]
+    finally:
+        prefix_cache.continue_in_place = real
