@@ -99,6 +99,10 @@ class RemoteKV:
         if proc_stopping():
             raise KeyError(f"kv key {key!r}: not waited for, this proc is stopping")
         fut = self.link.request(P.KV_REQ, waits=True, op="get", key=key, value=None, timeout=timeout)
+        # A stop that came between the check above and the request may have given up the waits before
+        # this one was registered: the flag is set first, so looking again here closes that window.
+        if proc_stopping():
+            self.link.give_up_waits("not waited for any longer: this proc is stopping")
         rep = fut.result(None if timeout is None else timeout + 10)
         if not rep["ok"]:
             raise KeyError(rep["error"])

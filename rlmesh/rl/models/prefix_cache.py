@@ -233,7 +233,7 @@ def continue_in_place(prompts: list[list[int]], prefixes: list[PrefixKV | None],
     reads those rows, and the columns written here lie past every entry's ``cols``.
     """
     first = prefixes[0] if prefixes else None
-    if first is None or len(prompts) != first.keys[0].shape[0]:
+    if first is None or first.filled <= 0 or len(prompts) != first.keys[0].shape[0]:
         return None
     for r, p in enumerate(prefixes):
         if p is None or p.row != r or p.keys is not first.keys or p.filled != first.filled:
