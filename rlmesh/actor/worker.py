@@ -93,11 +93,11 @@ class RemoteKV:
     def get(self, key: str, timeout: float | None = None) -> Any:
         """Waits (up to ``timeout``) for ``key`` to appear, but not past this proc's stop: a wait
         for a key that a stopped peer will never write (a weight publisher's record) would hold the
-        endpoint, and so ``on_stop`` and the proc's exit, for its whole timeout."""
-        if timeout is not None and timeout <= 0:
-            return self._req("get", key, timeout=timeout)
-        if proc_stopping():
-            raise KeyError(f"kv key {key!r}: not waited for, this proc is stopping")
+        endpoint, and so ``on_stop`` and the proc's exit, for its whole timeout. Once the proc is
+        stopping (``on_stop`` included) a get still answers with a key that is there; it only no
+        longer waits for one that is not."""
+        if (timeout is not None and timeout <= 0) or proc_stopping():
+            return self._req("get", key, timeout=0)
         fut = self.link.request(P.KV_REQ, waits=True, op="get", key=key, value=None, timeout=timeout)
         # A stop that came between the check above and the request may have given up the waits before
         # this one was registered: the flag is set first, so looking again here closes that window.

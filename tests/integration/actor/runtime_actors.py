@@ -107,3 +107,28 @@ class BadInit(rm.Actor):
     @rm.endpoint
     def x(self):
         return 1
+
+
+class KVAtStop(rm.Actor):
+    """In ``on_stop``: reads a key that is there and waits for one that never comes; writes what happened."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    @rm.endpoint
+    def ready(self) -> bool:
+        return True
+
+    def on_stop(self) -> None:
+        import json
+        import time
+
+        got = rm.actor.kv.get("atstop/there", timeout=30)
+        t0 = time.monotonic()
+        try:
+            rm.actor.kv.get("atstop/never", timeout=30)
+            missing = "found?"
+        except KeyError as exc:
+            missing = str(exc)
+        with open(self.out, "w") as f:
+            json.dump({"there": got, "missing": missing, "waited_s": time.monotonic() - t0}, f)
