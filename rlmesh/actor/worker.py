@@ -80,8 +80,9 @@ class RemoteKV:
     def __init__(self, link: "ControlLink"):
         self.link = link
 
-    def _req(self, op: str, key: str = "", value: Any = None, timeout: float | None = None) -> Any:
-        fut = self.link.request(P.KV_REQ, op=op, key=key, value=value, timeout=timeout)
+    def _req(self, op: str, key: str = "", value: Any = None, timeout: float | None = None,
+             waits: bool = False) -> Any:
+        fut = self.link.request(P.KV_REQ, waits=waits, op=op, key=key, value=value, timeout=timeout)
         rep = fut.result(None if timeout is None else timeout + 10)
         if not rep["ok"]:
             raise KeyError(rep["error"])
@@ -98,15 +99,7 @@ class RemoteKV:
         longer waits for one that is not."""
         if (timeout is not None and timeout <= 0) or proc_stopping():
             return self._req("get", key, timeout=0)
-        fut = self.link.request(P.KV_REQ, waits=True, op="get", key=key, value=None, timeout=timeout)
-        # A stop that came between the check above and the request may have given up the waits before
-        # this one was registered: the flag is set first, so looking again here closes that window.
-        if proc_stopping():
-            self.link.give_up_waits("not waited for any longer: this proc is stopping")
-        rep = fut.result(None if timeout is None else timeout + 10)
-        if not rep["ok"]:
-            raise KeyError(rep["error"])
-        return rep.get("value")
+        return self._req("get", key, timeout=timeout, waits=True)
 
     def delete(self, key: str) -> None:
         self._req("delete", key)
@@ -145,15 +138,20 @@ class ControlLink(threading.Thread):
         if waits:
             self.waits.add(rid)
         self.send(kind, req=rid, **fields)
+        # A stop that came after the caller looked, but before this wait was registered, gave up the
+        # waits without it: the flag is set before they are given up, so looking again closes that window.
+        if waits and proc_stopping():
+            self.give_up_waits()
         return fut
 
-    def give_up_waits(self, why: str) -> None:
-        """Answer every waiting request now with ``why`` (any thread; a reply that comes later is dropped)."""
+    def give_up_waits(self) -> None:
+        """Answer every waiting request now: this proc is stopping (any thread; a reply that comes later
+        is dropped)."""
         for rid in list(self.waits):
             fut = self.reqs.pop(rid, None)
             self.waits.discard(rid)
             if fut is not None:
-                _resolve(fut, {"ok": False, "error": why})
+                _resolve(fut, {"ok": False, "error": "not waited for any longer: this proc is stopping"})
 
     def run(self) -> None:
         w = self.w
@@ -315,7 +313,7 @@ class Worker:
         if self._exit_code is None:
             self._exit_code = code
             _mark_stopping()  # endpoints blocked in framework waits give up now, so on_stop is not held
-            self.link.give_up_waits("not waited for any longer: this proc is stopping")
+            self.link.give_up_waits()
             self.loop.call_soon_threadsafe(self._done.set)
 
     async def _main(self) -> int:
