@@ -117,12 +117,12 @@ def generate(
             attention_mask[sl, width - len(prompt):width] = 1
         cache = model.new_cache(rows, width + max_new_tokens)
         start = 0
-    if cont is None and prefixes is not None and any(p is not None for p in prefixes):
-        # read only the columns some row has not cached: each row's unread suffix ends at `width`
-        unread = max(len(pr) - (len(pf.tokens) if pf is not None else 0) for pr, pf in zip(prompts, prefixes))
-        start = width - unread
-        prefix_cache.seed(cache, [pf for pf in prefixes for _ in range(n)],
-                          [len(pr) for pr in prompts for _ in range(n)], width, start)
+        if prefixes is not None and any(p is not None for p in prefixes):
+            # read only the columns some row has not cached: each row's unread suffix ends at `width`
+            unread = max(len(pr) - (len(pf.tokens) if pf is not None else 0) for pr, pf in zip(prompts, prefixes))
+            start = width - unread
+            prefix_cache.seed(cache, [pf for pf in prefixes for _ in range(n)],
+                              [len(pr) for pr in prompts for _ in range(n)], width, start)
     logits = model(input_ids[:, start:width], attention_mask[:, :width], cache)[:, -1]
     steps = 0
     for t in range(max_new_tokens):

@@ -60,7 +60,8 @@ class KVCache:
 
     Its tensors come from :data:`~rlmesh.rl.models.buffers.kv_buffers` (on CPU, buffers a finished
     call no longer holds: fresh pages cost a fault each on first write). Not zeroed (a multi-turn
-    step made ~25 MB of caches a call, and zeroing them was 4 % of its time): a forward writes every column before it attends to it, padding included, and
+    step made ~25 MB of caches a call, and zeroing them was 4 % of its time): a forward writes
+    every column before it attends to it, padding included, and
     :func:`~rlmesh.rl.models.prefix_cache.seed` zeroes the padding it does not fill. A column is
     never read unwritten, so the garbage an empty tensor holds (NaN bit patterns included, which a
     masked weight of 0 would not cancel) never reaches a softmax.
