@@ -117,7 +117,11 @@ def test_a_proc_stopped_while_an_endpoint_waits_for_weights_stops_at_once(tmp_pa
         waiter = procs.slice(procs=1).spawn("waiter", Waiter, name)
         fut = waiter.pull_forever.call_one(99, str(started))
         assert wait_for(lambda: started.exists())
-        time.sleep(0.3)  # into its wait (a stop before it would also end it: the test would still pass)
+        if publisher == "never_created":  # its lookup of the publisher is held by the controller: stop it there
+            held = rm.actor.controller.Controller.current()._kv_service
+            assert wait_for(lambda: len(held) > 0), "the waiter's KV lookup never reached the controller"
+        else:
+            time.sleep(0.3)  # into its pull's wait (nothing to observe; a stop before it ends it the same way)
     finally:
         t0 = time.monotonic()
         procs.stop(timeout=30)
