@@ -148,7 +148,7 @@ def raw_seq(path: str, work: str, n: int, net: Net, tries: int = 3) -> float:
 
 def _raw_seq(path: str, work: str, n: int, net: Net) -> float:
     t0 = time.perf_counter()
-    src = net.host(_netns.SRC) if net.mbit else "127.0.0.1"
+    src = net.host(_netns.SRC)
     for i in range(n):
         srv = socket.create_server((src, 0))
         port = srv.getsockname()[1]
