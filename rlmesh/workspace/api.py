@@ -29,6 +29,7 @@ from rlmesh.workspace.editable import EditableRoot, editable_roots
 from rlmesh.workspace.manifest import Kind, Manifest, build_manifest, with_extras
 from rlmesh.workspace.reload import ProcReload, ReloadMode, reload_changed
 from rlmesh.workspace.store import DEFAULT_STORE, ChunkStore
+from rlmesh.workspace.onesided import ChunkTransport, transport_from_env
 from rlmesh.workspace.transfer import ChunkServer, Receiver, SyncStats, source_lookup
 
 logger = logging.getLogger(__name__)
@@ -45,9 +46,10 @@ class WorkspaceAgent(Actor):
         self._error = ""
 
     @endpoint
-    def start(self, upstream: str, store: str, dest: str, timeout: float) -> str:
-        """Begin pulling from ``upstream`` in the background; returns this host's serve address."""
-        self._rx = Receiver(ChunkStore(store), dest)
+    def start(self, upstream: str, store: str, dest: str, timeout: float, transport: str | None = None) -> str:
+        """Begin pulling from ``upstream`` in the background; returns this host's serve address.
+        ``transport``: a :class:`~rlmesh.workspace.onesided.ChunkTransport` value (None: this host's env)."""
+        self._rx = Receiver(ChunkStore(store), dest, transport=transport)
 
         def run() -> None:
             try:
@@ -138,7 +140,8 @@ def _changed(old: Manifest | None, new: Manifest) -> list[str]:
 def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[str] = (), *,
                    store_dir: str = DEFAULT_STORE, dest_root: str | None = None, run_id: str = "",
                    simulate_hosts: bool = False, chdir: bool = False, editable: bool = True,
-                   reload: bool | str | ReloadMode = ReloadMode.OFF, timeout: float = 120.0) -> list[HostSync]:
+                   reload: bool | str | ReloadMode = ReloadMode.OFF, timeout: float = 120.0,
+                   transport: ChunkTransport | str | None = None) -> list[HostSync]:
     """Land ``path`` on every host of ``procs`` (a ProcMesh) and make it importable by all its procs.
 
     ``simulate_hosts=True`` treats every proc as its own host (own store ``store_dir/host-i``
@@ -148,8 +151,11 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
     ``reload`` (``True`` = ``"auto"``): what running procs do with changed modules (:mod:`.reload`).
     The same ``path`` synced again to the same procs lands in the same destination (``run_id``
     defaults to one per controller process and root). Raises ``RuntimeError`` naming the host when
-    a host's sync failed.
+    a host's sync failed. ``transport`` (default ``RLMESH_WORKSPACE_TRANSPORT``, else ``auto``): how
+    chunks cross each link (:class:`~rlmesh.workspace.onesided.ChunkTransport`; RDMA READs where both
+    hosts of a link have a device, TCP otherwise); each host's ``file_syncs`` row says which it used.
     """
+    transport = ChunkTransport(transport) if transport is not None else transport_from_env()
     mode = ReloadMode.AUTO if reload is True else ReloadMode.OFF if reload is False else ReloadMode(reload)
     root = os.path.abspath(path)
     run_id = run_id or f"ws-{os.getpid()}-{hashlib.blake2b(root.encode(), digest_size=4).hexdigest()}"
@@ -181,7 +187,7 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
     out: list[HostSync] = []
     try:
         out += _feed_chain(hosts, one, server.addr, me, root, manifest, simulate_hosts, store_dir, dest_root,
-                           run_id, timeout)
+                           run_id, timeout, transport)
     finally:
         server.close()
     failed = [hs for hs in out if hs.stats.error]
@@ -223,7 +229,7 @@ class _Hop:
 
 def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: str, me: str, root: str,
                 manifest: Manifest, simulate_hosts: bool, store_dir: str, dest_root: str, run_id: str,
-                timeout: float) -> list[HostSync]:
+                timeout: float, transport: ChunkTransport = ChunkTransport.AUTO) -> list[HostSync]:
     """Start every host's pull along the chain (source -> host0 -> host1 ...) and wait for them all.
 
     A host whose proc dies (before or during its pull), or whose pull fails, is cut out of the
@@ -239,7 +245,7 @@ def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: 
         dest = os.path.join(dest_root, f"host-{i}" if simulate_hosts else "", run_id)
         store = os.path.join(store_dir, f"host-{i}") if simulate_hosts else store_dir
         try:
-            addr = one(ranks[0]).start.call_one(up, store, dest, timeout).get()
+            addr = one(ranks[0]).start.call_one(up, store, dest, timeout, transport.value).get()
         except ActorError as exc:  # its proc died: the next host pulls from this one's upstream
             out.append(HostSync(host, dest, SyncStats(error=f"{type(exc).__name__}: {exc}")))
             continue

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import sys
 
+from rlmesh.workspace.onesided import ChunkTransport
 from rlmesh.workspace.store import ChunkStore
 from rlmesh.workspace.transfer import Receiver
 
@@ -26,8 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--host", default=None, help="address to serve downstream on (default: loopback); off "
                     "loopback the channel is CurveZMQ, as between real hosts")
+    ap.add_argument("--transport", default=None, choices=[t.value for t in ChunkTransport],
+                    help="how chunks come from upstream (default: RLMESH_WORKSPACE_TRANSPORT, else auto)")
     a = ap.parse_args(argv)
-    rx = Receiver(ChunkStore(a.store), a.dest, host=a.host)
+    rx = Receiver(ChunkStore(a.store), a.dest, host=a.host, transport=a.transport)
     print(rx.addr, flush=True)
     upstream = sys.stdin.readline().strip() if a.upstream == "-" else a.upstream
     try:

@@ -8,6 +8,11 @@ it holds go back several to a message (up to ~1 MiB: a tree of small files is no
 message per file); a hash it does not hold yet is parked and sent the moment
 :meth:`ChunkServer.arrived` announces it. A :class:`Receiver` asks its upstream only for the chunks its store
 lacks, verifies each before storing it, and then materialises the tree.
+
+Between hosts with RDMA devices the chunks themselves skip the channel: a receiver opens a
+window on its upstream (``onesided`` request), and each reply then says where in that window
+its batch lies; the receiver READs it, verifies and stores it as before, and acknowledges it
+(:mod:`rlmesh.workspace.onesided`). A link where that is refused stays on TCP.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import zmq
 from rlmesh.transport import Authenticator, AuthError, bind_channel, connect_channel, zmq_context
 from rlmesh.transport.sockets import tune
 from rlmesh.workspace.manifest import Kind, Manifest
+from rlmesh.workspace.onesided import ChunkTransport, transport_from_env
+from rlmesh.workspace.onesided_io import OneSidedError, Puller, Window, new_puller, open_window
 from rlmesh.workspace.store import ChunkStore, CorruptChunkError, chunk_hash, materialise, placement
 
 logger = logging.getLogger(__name__)
@@ -33,6 +40,7 @@ GROUP_BYTES = 16 << 20  # one get request asks for about this much
 WINDOW = 3  # get requests in flight: the pipe never drains, memory per hop stays ~ WINDOW * GROUP_BYTES
 BATCH_BYTES = 1 << 20  # a reply carries the chunks held now up to about this much (small files: many per message)
 BATCH_CHUNKS = 512
+MAX_WINDOWS = 8  # one-sided windows a server holds open (one per downstream peer; a chain has one)
 
 
 class WorkspaceSyncError(RuntimeError):
@@ -74,6 +82,8 @@ class ChunkServer:
         self._parked: dict[str, list[tuple[bytes, object, object]]] = {}  # hash ("" = manifest) -> who waits
         self._stop = threading.Event()
         self.bytes_sent = 0
+        self._windows: dict[bytes, Window] = {}  # downstream peer -> its one-sided window
+        self._held: dict[bytes, list[tuple[object, object, list[str], list[bytes]]]] = {}  # batches awaiting ring room
         self._thread = threading.Thread(target=self._run, name="rlmesh-workspace-server", daemon=True)
         self._thread.start()
 
@@ -103,9 +113,62 @@ class ChunkServer:
             self._send_batch(ident, out, rid, batch, datas)
 
     def _send_batch(self, ident: bytes, out: object, rid: object, batch: list[str], datas: list[bytes]) -> None:
+        win = self._windows.get(ident)
+        if win is not None and sum(len(d) for d in datas) <= win.ring.capacity:
+            if self._held.get(ident):  # batches before it still wait for room: keep their order
+                self._held[ident].append((out, rid, batch, datas))
+                return
+            placed = win.place(datas)
+            if placed is None:
+                self._held.setdefault(ident, []).append((out, rid, batch, datas))
+                return
+            seq, at = placed
+            head = json.dumps({"rid": rid, "hs": batch, "seq": seq, "at": at}).encode()
+            self._sock.send_multipart([ident, *out.sign([head])], copy=False)
+            self.bytes_sent += sum(n for _, n in at)
+            return
         head = json.dumps({"rid": rid, "hs": batch}).encode()
         self._sock.send_multipart([ident, *out.sign([head, *datas])], copy=False)
         self.bytes_sent += sum(len(d) for d in datas)
+
+    def _open_window(self, ident: bytes, out: object, req: dict) -> None:
+        """A downstream peer asks to READ its chunks: open a window, or say why not (it stays on TCP)."""
+        self._close_window(ident)
+        try:
+            if len(self._windows) >= MAX_WINDOWS:
+                raise OneSidedError(f"this host already serves {MAX_WINDOWS} one-sided peers")
+            win = open_window(req)
+        except OneSidedError as exc:
+            reply = {"onesided": False, "error": str(exc)}
+        else:
+            self._windows[ident] = win
+            reply = {"onesided": True, "window": win.describe()}
+        self._sock.send_multipart([ident, *out.sign([json.dumps(reply).encode()])])
+
+    def _ack(self, ident: bytes, seq: int) -> None:
+        """The peer has read batch ``seq``: its room goes to the batches held back, in order."""
+        win = self._windows.get(ident)
+        if win is None:
+            return
+        win.ack(seq)
+        held = self._held.pop(ident, [])
+        for i, (out, rid, batch, datas) in enumerate(held):
+            placed = win.place(datas)
+            if placed is None:
+                self._held[ident] = held[i:]
+                return
+            s, at = placed
+            head = json.dumps({"rid": rid, "hs": batch, "seq": s, "at": at}).encode()
+            self._sock.send_multipart([ident, *out.sign([head])], copy=False)
+            self.bytes_sent += sum(n for _, n in at)
+
+    def _close_window(self, ident: bytes) -> None:
+        win = self._windows.pop(ident, None)
+        held = self._held.pop(ident, [])
+        if win is not None:
+            win.close()
+        for out, rid, batch, datas in held:  # a peer that re-opens gets them over TCP: nothing is lost
+            self._send_batch(ident, out, rid, batch, datas)
 
     def _run(self) -> None:
         poller = zmq.Poller()
@@ -135,7 +198,15 @@ class ChunkServer:
                         self._sock.send_multipart([ident, *out.sign([self.manifest_json])])
                 elif req.get("op") == "get":
                     self._send_available(ident, out, req.get("rid"), [str(h) for h in req.get("hashes", [])])
+                elif req.get("op") == "onesided":
+                    self._open_window(ident, out, req)
+                elif req.get("op") == "ack":
+                    self._ack(ident, int(req.get("seq", -1)))
+                elif req.get("op") == "onesided_close":
+                    self._close_window(ident)
         finally:
+            for ident in list(self._windows):
+                self._windows.pop(ident).close()
             self._sock.close(0)
             self._wake_pull.close(0)
 
@@ -218,8 +289,10 @@ class Receiver:
     of the new upstream, so a dead host in the chain costs the hosts after it one reconnect.
     """
 
-    def __init__(self, store: ChunkStore, dest: str, auth: Authenticator | None = None, host: str | None = None):
+    def __init__(self, store: ChunkStore, dest: str, auth: Authenticator | None = None, host: str | None = None,
+                 transport: ChunkTransport | str | None = None):
         self.store, self.dest = store, dest
+        self.transport = transport_from_env() if transport is None else ChunkTransport(transport)
         self._auth = auth or Authenticator.from_env()
         self._fresh: set[str] = set()  # verified on arrival in the current pull: forwarded without re-hashing
         self.server = ChunkServer(None, store_lookup(store, self._fresh), self._auth, host)
@@ -245,6 +318,7 @@ class Receiver:
         t0 = time.perf_counter()
         st = SyncStats()
         link = _Link(self._auth, upstream)
+        puller: Puller | None = None
         try:
             link.ask({"op": "manifest"})
             while True:
@@ -263,7 +337,20 @@ class Receiver:
             verified: set[str] = set()
             gi = 0
 
+            def open_onesided() -> Puller | None:  # asked before any get: the reply comes before theirs
+                p = new_puller(self.transport) if missing else None
+                if p is not None:
+                    link.ask({"op": "onesided", **p.request()})
+                st.transport = ChunkTransport.TCP.value
+                return p
+
+            puller = open_onesided()
+
             def ask_again() -> None:  # a new upstream: what the old one owed, in groups as before
+                nonlocal puller
+                if puller is not None:
+                    puller.close()
+                puller = open_onesided()
                 for group in _groups(sorted(pending), sizes):
                     link.ask({"op": "get", "rid": -1, "hashes": group})
 
@@ -276,11 +363,24 @@ class Receiver:
                 if reply[0] is None:
                     continue
                 head = json.loads(reply[0])
+                if "onesided" in head:
+                    puller = self._attach(puller, head, st, link)
+                    continue
                 hashes = head["hs"]  # every reply is a batch, parked chunks' too
-                if len(hashes) != len(reply) - 1:
-                    raise WorkspaceSyncError(f"upstream sent {len(reply) - 1} chunk(s) for {len(hashes)} hash(es)")
+                datas = reply[1:]
+                if "at" in head:  # the batch lies in our window upstream: READ it, then let the room go
+                    if puller is None:  # placed before our refusal of the window reached upstream: ask again
+                        link.ask({"op": "get", "rid": -1, "hashes": [h for h in hashes if h in pending]})
+                        continue
+                    try:
+                        datas = puller.read([(int(o), int(n)) for o, n in head["at"]])
+                    except (OneSidedError, ValueError) as exc:
+                        raise WorkspaceSyncError(f"one-sided read from upstream failed: {exc}") from exc
+                    link.ask({"op": "ack", "seq": head["seq"]})
+                if len(hashes) != len(datas):
+                    raise WorkspaceSyncError(f"upstream sent {len(datas)} chunk(s) for {len(hashes)} hash(es)")
                 stored = []
-                for h, data in zip(hashes, reply[1:]):
+                for h, data in zip(hashes, datas):
                     if h not in pending:
                         continue
                     if h in where:  # verified: a corrupt chunk raises CorruptChunkError
@@ -303,10 +403,36 @@ class Receiver:
             st.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
+            if puller is not None:
+                try:
+                    link.ask({"op": "onesided_close"})
+                except zmq.ZMQError:
+                    pass  # the upstream is gone: its window went with it
+                puller.close()
             st.duration_s = time.perf_counter() - t0
             link.close()
             self.last = st
         return st
+
+    @staticmethod
+    def _attach(puller: Puller | None, head: dict, st: SyncStats, link: "_Link") -> Puller | None:
+        """The upstream's answer to our ``onesided`` request: READ from its window, or stay on TCP
+        (a window opened that this host cannot use is closed, so upstream answers over TCP again)."""
+        if puller is None:
+            return None
+        if head.get("onesided"):
+            try:
+                puller.attach(head["window"])
+                st.transport = puller.kind.value
+                return puller
+            except (OneSidedError, KeyError, ValueError) as exc:
+                why = str(exc)
+                link.ask({"op": "onesided_close"})
+        else:
+            why = str(head.get("error", "refused"))
+        logger.warning("workspace sync: %s from upstream not possible (%s); chunks come over TCP", puller.kind, why)
+        puller.close()
+        return None
 
     def _next(self, link: "_Link", st: SyncStats, timeout: float,
               ask_again: Callable[[], None]) -> list[bytes | None]:

@@ -41,6 +41,15 @@ def result(p):
     return json.loads(line)
 
 
+def results(procs):
+    """Every host's stats, closing none before all are done: a host serves the next until then."""
+    lines = [p.stdout.readline() for p in procs]
+    for p in procs:
+        p.stdin.close()
+        p.wait(timeout=60)
+    return [json.loads(line) for line in lines]
+
+
 def make_tree(root, n=50):
     (root / "pkg").mkdir(parents=True)
     for i in range(n):
@@ -58,7 +67,7 @@ def test_chain_to_three_procs_then_dedup(tmp_path):
         for i in range(3):  # source -> host0 -> host1 -> host2, each forwarding as chunks arrive
             p, up = node(up, tmp_path, i)
             procs.append(p)
-        stats = [result(p) for p in procs]
+        stats = results(procs)
         for i, st in enumerate(stats):
             assert st["error"] == "" and st["bytes_received"] == m.total_bytes
             assert (tmp_path / f"dest{i}" / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
