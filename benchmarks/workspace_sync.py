@@ -70,12 +70,13 @@ class Net:
         return _netns.prefix(i) if self.mbit else []
 
 
-def rlmesh_sync(src: str, work: str, n: int, net: Net) -> tuple[float, list[dict]]:
+def rlmesh_sync(src: str, work: str, n: int, net: Net, transport: str | None = None) -> tuple[float, list[dict]]:
     """N receivers started and idle first (as the procs of a mesh are), then timed from handing out the
     chain's upstream addresses to the last tree materialised (the manifest walk included)."""
     procs = [subprocess.Popen([*net.prefix(i), sys.executable, "-m", "rlmesh.workspace.node", "--upstream", "-",
                                "--store", os.path.join(work, f"store{i}"), "--dest", os.path.join(work, f"dest{i}"),
-                               "--host", net.host(i), "--timeout", "600"],
+                               "--host", net.host(i), "--timeout", "600",
+                               *(["--transport", transport] if transport else [])],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)]
     addrs = [p.stdout.readline().strip() for p in procs]
     t0 = time.perf_counter()
@@ -181,6 +182,10 @@ def main() -> None:
     ap.add_argument("--contenders", nargs="+", default=["rlmesh", "rsync", "raw"], choices=["rlmesh", "rsync", "raw"],
                     help="which to time (the sequential baselines to 8 slow links take 8x one's time)")
     ap.add_argument("--trees", nargs="*", default=["big", "small"], choices=["big", "small"])
+    ap.add_argument("--transport", default=None, choices=["auto", "tcp", "rdma", "cma"],
+                    help="how rlmesh's chunks cross each link (default: RLMESH_WORKSPACE_TRANSPORT, else auto: "
+                         "RDMA where a device exists, TCP otherwise); cma: one-sided reads between processes on "
+                         "this machine (loopback only)")
     ap.add_argument("--link-mbit", type=int, default=0,
                     help="give each simulated host (and the source) a network namespace of its own behind a link "
                          "shaped to this many Mbit/s each way (root; see benchmarks/_netns.py); 0: all on loopback")
@@ -203,16 +208,18 @@ def main() -> None:
         links = f"each host's link {a.link_mbit} Mbit/s each way (network namespaces)" if a.link_mbit else "loopback"
         print(f"big file {a.big_mib} MiB; {a.files} small files; {a.repeat} samples per cell, seconds median [min-max]; "
               f"receivers write to {a.work_dir or base}; {links}")
-        print(f"{'tree':>6} {'N':>3} {'rlmesh':>20} {'max host':>20} {'rsync seq':>20} {'raw seq':>20} {'load':>5}")
+        print(f"{'tree':>6} {'N':>3} {'rlmesh':>20} {'max host':>20} {'rsync seq':>20} {'raw seq':>20} {'load':>5}  rlmesh's transport")
         for name, src in [(t, big if t == "big" else small) for t in a.trees]:
             for n in a.n:
                 walls, hosts, rss, raws = [], [], [], []
+                used: set[str] = set()
                 for _ in range(a.repeat):
                     work = tempfile.mkdtemp(dir=a.work_dir or base, prefix="rlmesh-wsbench-")
                     try:
                         os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
                         if "rlmesh" in a.contenders:
-                            wall, stats = rlmesh_sync(src, work, n, net)
+                            wall, stats = rlmesh_sync(src, work, n, net, a.transport)
+                            used.update(s["transport"] for s in stats)
                             walls.append(wall)
                             hosts.append(max(s["duration_s"] for s in stats))
                         os.sync()
@@ -224,17 +231,17 @@ def main() -> None:
                     finally:
                         shutil.rmtree(work, ignore_errors=True)  # a --work-dir in /dev/shm is memory
                 print(f"{name:>6} {n:>3} {spread(walls):>20} {spread(hosts):>20} {spread(rss):>20} {spread(raws):>20} "
-                      f"{os.getloadavg()[0]:5.1f}", flush=True)
+                      f"{os.getloadavg()[0]:5.1f}  {'/'.join(sorted(used))}", flush=True)
         if "rlmesh" not in a.contenders or "small" not in a.trees:
             return
         work = tempfile.mkdtemp(dir=base)
-        rlmesh_sync(small, work, 1, net)
+        rlmesh_sync(small, work, 1, net, a.transport)
         path = os.path.join(small, "d0", "f7.py")
         walls, hosts = [], []
         for i in range(a.repeat):
             with open(path, "a") as f:
                 f.write(f"y = {i}\n")
-            wall, stats = rlmesh_sync(small, work, 1, net)
+            wall, stats = rlmesh_sync(small, work, 1, net, a.transport)
             walls.append(wall)
             hosts.append(stats[0]["duration_s"])
         print(f"re-sync after a one-line edit: {spread(walls)} s wall (manifest walk included, receiver's Python start-up not), "
