@@ -49,7 +49,8 @@ from rlmesh.rl.models.transformer import Transformer, TransformerConfig  # noqa:
 
 
 class SleepToolEnv(TextEnv):
-    """Every turn is a tool call that sleeps ``latency_s`` and answers ``(42)``; ``turns`` turns an episode."""
+    """``turns`` model turns an episode: every turn but the last is a tool call that sleeps ``latency_s``
+    and answers ``(42)``; the last turn is the answer, scored without a tool (as the calculator's is)."""
 
     def __init__(self, latency_s: float, turns: int) -> None:
         self.latency_s, self.turns, self.n = latency_s, turns, 0
@@ -59,9 +60,11 @@ class SleepToolEnv(TextEnv):
 
     def step(self, model_text: str) -> StepResult:
         self.n += 1
+        if self.n >= self.turns:
+            return StepResult("", 0.0, True)
         if self.latency_s:
             time.sleep(self.latency_s)
-        return StepResult("(42)", 0.0, self.n >= self.turns)
+        return StepResult("(42)", 0.0, False)
 
 
 def throughput(args: argparse.Namespace) -> None:

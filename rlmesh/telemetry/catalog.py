@@ -187,7 +187,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("bytes_sent", "BIGINT", "chunk bytes the host received"),
         _c("chunks_sent", "BIGINT", "chunks the host received"),
         _c("chunks_deduplicated", "BIGINT", "chunks the host's store held already (not sent)"),
-        _c("transport", "VARCHAR", "tcp | same-host (nothing copied)"),
+        _c("transport", "VARCHAR", "rdma | tcp | cma (one machine) | same-host (nothing copied): how chunks crossed this host's link"),
         _c("relinks", "BIGINT", "times the host's upstream was replaced because the host before it in the chain died or its pull failed"),
         _c("duration_s", "DOUBLE", "seconds from the host's first request to its tree materialised"),
         _c("error", "VARCHAR", "why the host's sync failed; empty when it succeeded"),
