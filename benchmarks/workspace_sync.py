@@ -189,23 +189,33 @@ def main() -> None:
     ap.add_argument("--link-mbit", type=int, default=0,
                     help="give each simulated host (and the source) a network namespace of its own behind a link "
                          "shaped to this many Mbit/s each way (root; see benchmarks/_netns.py); 0: all on loopback")
+    ap.add_argument("--host-cpu", type=float, default=0.0,
+                    help="with --link-mbit: each simulated host (and the source) also gets a CPU share of this many "
+                         "cores (a cgroup CFS quota), so per-host work runs in parallel at one host's speed, as on "
+                         "real hosts, instead of N hosts' work adding up on this machine's cores")
     ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)  # set when re-run in the source's
     ap.add_argument("--work-dir", default=None,
                     help="where the receivers' stores and trees (and rsync's and raw's copies) go, e.g. /dev/shm: "
                          "memory as each simulated host's own disk, instead of one disk shared by all of them")
     a = ap.parse_args()
     os.environ.setdefault("RLMESH_SECRET", Authenticator.new_secret().hex())
+    if a.host_cpu and not a.link_mbit:
+        ap.error("--host-cpu needs --link-mbit (the CPU shares are per simulated host)")
     if a.link_mbit and not a.in_netns:  # build the hosts and their links, then run this inside the source's
-        _netns.up(max(a.n), a.link_mbit)
+        _netns.up(max(a.n), a.link_mbit, a.host_cpu)
         try:
             sys.exit(subprocess.call([*_netns.prefix(_netns.SRC), sys.executable, *sys.argv, "--in-netns"]))
         finally:
             _netns.down(max(a.n))
+    if a.host_cpu:  # re-run inside the source's namespace: the hosts' shares were made by the parent
+        _netns.see_cgroups([_netns.SRC, *range(max(a.n))])
     net = Net(a.link_mbit)
     base = tempfile.mkdtemp(prefix="rlmesh-wsbench-")
     try:
         big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files)
         links = f"each host's link {a.link_mbit} Mbit/s each way (network namespaces)" if a.link_mbit else "loopback"
+        if a.host_cpu:
+            links += f", each host's CPU {a.host_cpu} of a core (cgroup quota)"
         print(f"big file {a.big_mib} MiB; {a.files} small files; {a.repeat} samples per cell, seconds median [min-max]; "
               f"receivers write to {a.work_dir or base}; {links}")
         print(f"{'tree':>6} {'N':>3} {'rlmesh':>20} {'max host':>20} {'rsync seq':>20} {'raw seq':>20} {'load':>5}  rlmesh's transport")

@@ -267,12 +267,50 @@ def source_lookup(root: str, manifest: Manifest,
     return lookup
 
 
-def store_lookup(store: ChunkStore, fresh: set[str] | None = None) -> Callable[[str], bytes | None]:
+class HotChunks:
+    """Small chunks that arrived in this receiver's pulls (verified), kept in memory to forward.
+
+    Why: a host forwards every chunk it receives. For a tree of small files, reading each one back
+    from the store (open, read, close, and Python around them) was about as much CPU per file as
+    storing it. Only chunks up to ``max_chunk`` bytes are kept, up to ``cap`` bytes in all, the
+    oldest dropped first (those are read from the store again). Big chunks cost per byte, not per
+    chunk, and come from the page cache."""
+
+    def __init__(self, cap: int = 64 << 20, max_chunk: int = 256 << 10) -> None:
+        self.cap, self.max_chunk = cap, max_chunk
+        self._chunks: dict[str, bytes] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def add(self, h: str, data: bytes | memoryview) -> None:
+        if len(data) > self.max_chunk:
+            return
+        data = data if isinstance(data, bytes) else bytes(data)  # a one-sided read's view is reused: copy
+        with self._lock:
+            if h in self._chunks:
+                return
+            self._chunks[h] = data
+            self._bytes += len(data)
+            while self._bytes > self.cap:
+                self._bytes -= len(self._chunks.pop(next(iter(self._chunks))))
+
+    def get(self, h: str) -> bytes | None:
+        with self._lock:
+            return self._chunks.get(h)
+
+
+def store_lookup(store: ChunkStore, fresh: set[str] | None = None,
+                 hot: HotChunks | None = None) -> Callable[[str], bytes | None]:
     """Chunks from a host's store, re-hashed before they are forwarded (a chunk edited in place through
-    a destination link is never passed on), except those in ``fresh``: hashed on arrival in this sync."""
+    a destination link is never passed on), except those in ``fresh``: hashed on arrival in this sync.
+    Those still in ``hot`` (small ones, in memory since they arrived) are not read at all."""
     fresh = fresh if fresh is not None else set()
 
     def lookup(h: str) -> bytes | None:
+        if hot is not None:
+            data = hot.get(h)
+            if data is not None:
+                return data
         try:
             return store.read(h) if h in fresh else store.read_verified(h)
         except (OSError, CorruptChunkError):
@@ -295,7 +333,8 @@ class Receiver:
         self.transport = transport_from_env() if transport is None else ChunkTransport(transport)
         self._auth = auth or Authenticator.from_env()
         self._fresh: set[str] = set()  # verified on arrival in the current pull: forwarded without re-hashing
-        self.server = ChunkServer(None, store_lookup(store, self._fresh), self._auth, host)
+        self._hot = HotChunks()
+        self.server = ChunkServer(None, store_lookup(store, self._fresh, self._hot), self._auth, host)
         self.addr = self.server.addr
         self._relink_to: str | None = None
         self._relink_lock = threading.Lock()
@@ -388,6 +427,7 @@ class Receiver:
                     else:
                         self.store.put(h, data)
                     self._fresh.add(h)
+                    self._hot.add(h, data)
                     stored.append(h)
                     pending.discard(h)
                     verified.add(h)
