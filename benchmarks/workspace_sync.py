@@ -39,7 +39,7 @@ import _netns
 
 from rlmesh.transport import Authenticator
 from rlmesh.workspace import build_manifest
-from rlmesh.workspace.transfer import ChunkServer, source_lookup
+from rlmesh.workspace.serve import ChunkServer, source_lookup
 
 
 def make_trees(base: str, big_mib: int, files: int) -> tuple[str, str]:

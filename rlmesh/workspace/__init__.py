@@ -3,7 +3,8 @@
 Layer: above ``actor``/``launch``, below ``rl``. So far: the manifest (a walk with
 exclusions, chunk hashes, modes, symlinks, refusal of escaping paths) and the
 per-host chunk store that materialises a manifest into a directory (temp + verify +
-rename, hard links from the store), the chain transfer (:mod:`.transfer`) and
+rename, hard links from the store), the chain transfer (:mod:`.transfer`, served by :mod:`.serve`,
+one-sided where a device allows: :mod:`.onesided`) and
 :func:`sync_workspace` over a ProcMesh (:mod:`.api`), editable installs (:mod:`.editable`) and
 live reload (:mod:`.reload`). See docs/workspace.md.
 """

@@ -30,7 +30,8 @@ from rlmesh.workspace.manifest import Kind, Manifest, build_manifest, with_extra
 from rlmesh.workspace.reload import ProcReload, ReloadMode, reload_changed
 from rlmesh.workspace.store import DEFAULT_STORE, ChunkStore
 from rlmesh.workspace.onesided import ChunkTransport, transport_from_env
-from rlmesh.workspace.transfer import ChunkServer, Receiver, SyncStats, source_lookup
+from rlmesh.workspace.serve import ChunkServer, source_lookup
+from rlmesh.workspace.transfer import Receiver, SyncStats
 
 logger = logging.getLogger(__name__)
 _seq = iter(range(1, 1 << 30))

@@ -12,7 +12,8 @@ import pytest
 from rlmesh.transport import Authenticator
 from rlmesh.workspace import ChunkStore, CorruptChunkError, Manifest, UnsafePathError, build_manifest
 from rlmesh.workspace.manifest import Entry, Kind
-from rlmesh.workspace.transfer import ChunkServer, Receiver, source_lookup
+from rlmesh.workspace.serve import ChunkServer, source_lookup
+from rlmesh.workspace.transfer import Receiver
 
 SECRET = Authenticator.new_secret()
 

@@ -13,7 +13,8 @@ from rlmesh.transport import Authenticator
 from rlmesh.transport.rdma_plan import available
 from rlmesh.workspace import ChunkStore, CorruptChunkError, build_manifest
 from rlmesh.workspace import onesided_io
-from rlmesh.workspace.transfer import ChunkServer, Receiver, WorkspaceSyncError, source_lookup
+from rlmesh.workspace.serve import ChunkServer, source_lookup
+from rlmesh.workspace.transfer import Receiver, WorkspaceSyncError
 
 SECRET = Authenticator.new_secret()
 _rdma_ok, _rdma_why = available()

@@ -1,6 +1,6 @@
 """Small chunks kept in memory to forward: bounded, oldest dropped first, never a view of reused memory."""
 
-from rlmesh.workspace.transfer import HotChunks
+from rlmesh.workspace.serve import HotChunks
 
 
 def test_keeps_small_chunks_up_to_the_cap_dropping_the_oldest():

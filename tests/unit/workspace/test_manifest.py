@@ -6,6 +6,7 @@ import pytest
 
 from rlmesh.workspace import ChunkStore, CorruptChunkError, Manifest, UnsafePathError, build_manifest, materialise
 from rlmesh.workspace.manifest import Entry, Kind
+from rlmesh.workspace.store import solo_modes
 
 
 def tree(root):
@@ -139,3 +140,37 @@ def test_a_multi_chunk_file_is_written_once_into_its_object_and_linked(tmp_path)
     with pytest.raises(CorruptChunkError, match="corrupt on disk"):
         store.read_verified(big.chunks[0])
     assert not store.has(big.chunks[0]) and store.has(big.chunks[1])  # only what changed is fetched again
+
+
+def test_a_chunk_stored_with_its_files_mode_is_linked_straight_into_place(tmp_path):
+    """The receiver's fast path for small files: the chunk is made with the file's mode, so the file
+    takes its inode with no chmod and no temporary name; a file that already exists is replaced by
+    rename as before, and a second file with the same bytes gets a copy."""
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    (src / "run.sh").write_text("echo hi\n")
+    os.chmod(src / "run.sh", 0o750)
+    (src / "copy.sh").write_text("echo hi\n")
+    os.chmod(src / "copy.sh", 0o750)
+    m = build_manifest(str(src))
+    store = ChunkStore(str(tmp_path / "store"))
+    (h,) = {e.chunks[0] for e in m.entries}
+    modes = solo_modes(m, {})
+    assert modes == {h: 0o750}
+    store.put(h, b"echo hi\n", modes[h])
+    res = materialise(m, store, str(dest), verified={h}, stored_modes=modes)
+    first, second = sorted(["copy.sh", "run.sh"])  # manifest order: the first file takes the inode
+    a, b, chunk = os.stat(dest / first), os.stat(dest / second), os.stat(store.path(h))
+    assert a.st_ino == chunk.st_ino and a.st_nlink == 2 and b.st_ino != chunk.st_ino
+    assert oct(a.st_mode & 0o777) == oct(b.st_mode & 0o777) == oct(0o750)
+    assert res.files_written == 2 and res.linked == 1
+    assert not [n for n in os.listdir(dest) if n.startswith(".rlmesh-tmp")]
+    # the next sync changes the file: it exists, so the new chunk goes in by temp name + rename
+    (src / first).write_text("echo bye\n")
+    m2 = build_manifest(str(src))
+    h2 = next(e.chunks[0] for e in m2.entries if e.path == first)
+    modes2 = solo_modes(m2, {})
+    store.put(h2, b"echo bye\n", modes2[h2])
+    materialise(m2, store, str(dest), verified={h2}, stored_modes=modes2)
+    assert (dest / first).read_text() == "echo bye\n" and os.stat(dest / first).st_ino == os.stat(store.path(h2)).st_ino
+    assert oct(os.stat(dest / first).st_mode & 0o777) == oct(0o750)
