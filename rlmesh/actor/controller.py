@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 _POLLED = (ProcState.STARTING, ProcState.REJOINING, ProcState.ALIVE, ProcState.STOPPING)  # exits looked for each tick
 _HEARTBEATING = (ProcState.ALIVE, ProcState.REJOINING)  # heartbeat silence judged
 _SWEPT = frozenset({ProcState.ALIVE, *ENDED})  # looked at only when sweeping
+_TOLD_OF_DEATHS = (ProcState.ALIVE, ProcState.REJOINING, ProcState.STARTING, ProcState.STOPPING)  # get PROC_DOWN
 SWEEP_EVERY = BOARD_EVERY  # ticks between full sweeps (0.2 s): the board is read at the same cadence
 
 CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
@@ -516,8 +517,11 @@ class Controller(RecoveryMixin):
             self._reaping.append(rec.handle)
 
     def _broadcast(self, about: ProcRecord, kind: str, **fields: Any) -> None:
+        """Tell every other proc that is up, or still stopping, about ``about`` (its death). A stopping
+        proc is told too: it may be blocked in a call to ``about`` (procs stopped together), and that
+        call must fail now, not hold its stop until the deadline kills it."""
         for other in self.procs.values():
-            if other is not about and other.state in (ProcState.ALIVE, ProcState.REJOINING, ProcState.STARTING):
+            if other is not about and other.state in _TOLD_OF_DEATHS:
                 self._send(other, kind, **fields)
 
     def _tick(self, backlog: bool = False) -> None:

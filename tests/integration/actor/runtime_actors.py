@@ -132,3 +132,32 @@ class KVAtStop(rm.Actor):
             missing = str(exc)
         with open(self.out, "w") as f:
             json.dump({"there": got, "missing": missing, "waited_s": time.monotonic() - t0}, f)
+
+
+class Blocker(rm.Actor):
+    """``hold`` says so in the KV, then never answers: what a buffer looks like to a generator whose
+    ``add`` it received just before the run stopped both."""
+
+    @rm.endpoint
+    async def hold(self) -> None:
+        rm.actor.kv.put("blocker/holding", True)
+        await asyncio.Event().wait()
+
+
+class CallsBlocker(rm.Actor):
+    """A sync endpoint blocked on a call to a :class:`Blocker` in another proc (a generator's ``collect``
+    waiting on ``buffer.add``); writes how that call ended."""
+
+    def __init__(self, blocker, out: str):
+        self.blocker, self.out = blocker, out
+
+    @rm.endpoint
+    def call_it(self) -> str:
+        try:
+            self.blocker.hold.call_one().get()
+            how = "answered?"
+        except rm.ActorDied as exc:
+            how = f"ActorDied: {exc}"
+        with open(self.out, "w") as f:
+            f.write(how)
+        return how
