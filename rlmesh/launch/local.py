@@ -64,10 +64,16 @@ template): a controller that imported torch after :func:`prewarm` must still fin
 _STARTERS_LOCK = threading.Lock()
 
 
+TORCH_HEAVY = ("numpy", "torch", "torch._dynamo")
+"""What a proc that uses torch imports: ``torch._dynamo`` too (~1.2 s of CPU), which building a
+``torch.optim`` optimiser imports lazily. The template imports it, so a trainer and its restarts
+do not pay it; the controller, which builds no optimiser, never imports it."""
+
+
 def _controller_heavy() -> tuple[str, ...]:
     """Heavy modules the start-up template imports because this controller did: a controller that
-    imported torch (an RL recipe) starts procs that import it too, and ~3 s of CPU each is paid once."""
-    return ("numpy", "torch") if "torch" in sys.modules else ()
+    imported torch (an RL recipe) starts procs that import it too, and ~4 s of CPU each is paid once."""
+    return TORCH_HEAVY if "torch" in sys.modules else ()
 
 
 class LocalLauncher:
@@ -294,7 +300,7 @@ class HostMesh:
                                timeout)
 
 
-def prewarm(heavy: tuple[str, ...] = ("numpy", "torch")) -> None:
+def prewarm(heavy: tuple[str, ...] = TORCH_HEAVY) -> None:
     """Start this host's start-up template now, importing ``heavy``, for procs a later
     ``this_host().spawn_procs`` will fork from it.
 

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch._dynamo  # noqa: F401 - built optimisers import it lazily (~1.2 s); here it lands in the warm template
 
 import rlmesh as rm
 from rlmesh.actor import kv
