@@ -164,8 +164,8 @@ class ChunkServer:
                     self._send_available(ident, out, req.get("rid"), [str(h) for h in req.get("hashes", [])])
                 elif req.get("op") == "onesided":
                     self._open_window(ident, out, req)
-                elif req.get("op") == "ack":
-                    self._ack(ident, int(req.get("seq", -1)))
+                elif req.get("op") == "ack" and isinstance(req.get("seq"), int):
+                    self._ack(ident, req["seq"])
                 elif req.get("op") == "onesided_close":
                     self._close_window(ident)
         finally:
