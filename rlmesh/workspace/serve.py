@@ -82,14 +82,8 @@ class ChunkServer:
             if self._held.get(ident):  # batches before it still wait for room: keep their order
                 self._held[ident].append((out, rid, batch, datas))
                 return
-            placed = win.place(datas)
-            if placed is None:
+            if not self._send_placed(win, ident, out, rid, batch, datas):
                 self._held.setdefault(ident, []).append((out, rid, batch, datas))
-                return
-            seq, at = placed
-            head = json.dumps({"rid": rid, "hs": batch, "seq": seq, "at": at}).encode()
-            self._sock.send_multipart([ident, *out.sign([head])], copy=False)
-            self.bytes_sent += sum(n for _, n in at)
             return
         head = json.dumps({"rid": rid, "hs": batch}).encode()
         self._sock.send_multipart([ident, *out.sign([head, *datas])], copy=False)
@@ -117,14 +111,21 @@ class ChunkServer:
         win.ack(seq)
         held = self._held.pop(ident, [])
         for i, (out, rid, batch, datas) in enumerate(held):
-            placed = win.place(datas)
-            if placed is None:
+            if not self._send_placed(win, ident, out, rid, batch, datas):
                 self._held[ident] = held[i:]
                 return
-            s, at = placed
-            head = json.dumps({"rid": rid, "hs": batch, "seq": s, "at": at}).encode()
-            self._sock.send_multipart([ident, *out.sign([head])], copy=False)
-            self.bytes_sent += sum(n for _, n in at)
+
+    def _send_placed(self, win: Window, ident: bytes, out: object, rid: object, batch: list[str],
+                     datas: list[bytes]) -> bool:
+        """Copy a batch into the peer's window and tell it where; False while the window has no room."""
+        placed = win.place(datas)
+        if placed is None:
+            return False
+        seq, at = placed
+        head = json.dumps({"rid": rid, "hs": batch, "seq": seq, "at": at}).encode()
+        self._sock.send_multipart([ident, *out.sign([head])], copy=False)
+        self.bytes_sent += sum(n for _, n in at)
+        return True
 
     def _close_window(self, ident: bytes) -> None:
         win = self._windows.pop(ident, None)
