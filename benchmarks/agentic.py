@@ -11,7 +11,7 @@ Claims it reproduces (docs/agentic.md, "Results"):
    of one batch each, so one generates while the others' tools run: ``generator.max_batch``).
    Environments run in this process on a thread pool
    (:func:`rlmesh.rl.agentic.episodes.run_episodes`); every turn is ``--turn-tokens`` tokens
-   (no EOS), then a tool call.
+   (no EOS); every turn but the last then calls the tool (the last is the answer, scored without one).
 2. **Partial rollouts.** With a weight update every ``--update-every`` generation calls, the share
    of model tokens that discarding interrupted episodes would throw away (what continuing them
    with the new weights saves).
