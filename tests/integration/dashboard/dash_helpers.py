@@ -25,12 +25,19 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+TIMELINE: list[tuple[str, float, float]] = []
+"""``(what, started, took)`` of every :func:`wait_for` that succeeded, in this process (monotonic
+seconds): a test that ran far longer than usual can say where its time went (see test_browser.py)."""
+
+
 def wait_for(pred, timeout: float, what: str, every: float = 0.2):
     """Poll ``pred`` until it returns something truthy; fail naming ``what`` after ``timeout`` (a gross bound)."""
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
     while True:
         got = pred()
         if got:
+            TIMELINE.append((what, start, time.monotonic() - start))
             return got
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
