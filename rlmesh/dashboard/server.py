@@ -114,6 +114,8 @@ def dashboard_main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _exit_on_term)
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl+C (also a run's, which reaches its dashboard): uvicorn has already
+        pass  # stopped gracefully and re-raises it; stop quietly, no traceback
     finally:
         sock.close()
         if run_dir is not None:

@@ -151,3 +151,24 @@ def test_a_recipe_started_dashboard_exits_when_its_controller_is_killed(finished
         if controller.poll() is None:
             controller.kill()
     assert not (runs / run_id / "dashboard.json").exists()
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_the_dashboard_quietly(finished_run):
+    """Ctrl+C (SIGINT) is how a user stops `rlmesh dashboard`, and a run's Ctrl+C reaches the dashboard it
+    started too (same process group): it stops serving, removes its dashboard.json, exits 0, and prints
+    no traceback (uvicorn re-raises the interrupt after its graceful stop)."""
+    import signal
+
+    runs, run_id = finished_run
+    proc, url, out = start_dashboard(runs, run_id)
+    try:
+        assert get(url)[0] == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(out.lines)
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-2000:]
+    assert not (runs / run_id / "dashboard.json").exists()
