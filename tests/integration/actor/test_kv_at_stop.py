@@ -42,4 +42,7 @@ def test_a_call_to_a_proc_that_stops_first_fails_when_both_are_stopped(tmp_path)
     how = out.read_text()
     assert how.startswith("ActorDied: blocker[0].hold: the proc hosting this actor died") and "stopped" in how, how
     assert took < 20, f"the caller's stop waited {took:.1f} s for a call to a proc that had stopped"
-    assert pending.get(timeout=10) == how  # the caller's endpoint finished (it handled ActorDied) before its proc stopped
+    try:  # the controller's own call to the caller ends too: its reply, or its proc's stop if that came first
+        assert pending.get(timeout=10) == how
+    except rm.ActorDied as exc:  # the reply and the exit travel on different sockets: either may arrive first
+        assert "stopped" in str(exc), exc
