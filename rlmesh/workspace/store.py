@@ -258,10 +258,10 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
     ``dest/.rlmesh-manifest.json``) are not touched; entries gone are removed.
     Every chunk read back is re-hashed, so a store corrupted on disk is caught, except
     those in ``verified`` (hashed on arrival in this sync), which are copied in the kernel.
-    ``stored_modes``: chunks of ``verified`` that were stored with the mode of the one-chunk file
-    that takes them: where that file does not exist yet, the chunk is hard-linked straight to its
-    path (complete, verified and with its mode before its name appears: two system calls a file
-    instead of five, for a tree of small files the receiver's main cost).
+    ``stored_modes``: :func:`solo_modes` of the manifest; a chunk of ``verified`` in it was stored
+    with that mode (:meth:`ChunkStore.put`), so where its one-chunk file does not exist yet, the
+    chunk is hard-linked straight to its path (complete, verified and with its mode before its name
+    appears: two system calls a file instead of five, for a tree of small files the receiver's main cost).
     """
     stored_modes = stored_modes or {}
     os.makedirs(dest, exist_ok=True)

@@ -115,7 +115,6 @@ class Receiver:
             modes = solo_modes(manifest, where)  # chunks of one-chunk files: stored with the file's mode
             pending: set[str] = set()
             verified: set[str] = set()
-            stored_modes: dict[str, int] = {}
             gi = 0
 
             def open_onesided() -> Puller | None:  # asked before any get: the reply comes before theirs
@@ -168,7 +167,6 @@ class Receiver:
                         self.store.put_in_object(h, data, *where[h])
                     elif h in modes:
                         self.store.put(h, data, modes[h])
-                        stored_modes[h] = modes[h]
                     else:
                         self.store.put(h, data)
                     self._fresh.add(h)
@@ -180,7 +178,7 @@ class Receiver:
                     st.bytes_received += len(data)
                 if stored:
                     self.server.arrived(*stored)  # downstream requests parked for these go out now
-            res = materialise(manifest, self.store, self.dest, verified, stored_modes)
+            res = materialise(manifest, self.store, self.dest, verified, modes)
             st.files = sum(1 for e in manifest.entries if e.kind == Kind.FILE)
             st.files_written, st.files_skipped = res.files_written, res.files_unchanged
             st.bytes_total = manifest.total_bytes
