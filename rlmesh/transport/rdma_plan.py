@@ -85,6 +85,16 @@ class ReadWR:
     length: int
 
 
+def append_reads(out: list[ReadWR], local_off: int, remote_addr: int, n: int, max_bytes: int = READ_BYTES) -> None:
+    """Append READs of at most ``max_bytes`` that bring ``n`` bytes at ``remote_addr`` to ``local_off``
+    of the local region (work request ids go on from ``len(out)``)."""
+    pos = 0
+    while pos < n:
+        take = min(max_bytes, n - pos)
+        out.append(ReadWR(len(out), local_off + pos, remote_addr + pos, take))
+        pos += take
+
+
 def region_of(addr: int, length: int, rkey: int) -> dict[str, int]:
     """How a reply describes a registered memory region to the peer that will READ it."""
     if addr <= 0 or length <= 0 or not 0 <= rkey < (1 << 32):

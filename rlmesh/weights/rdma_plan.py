@@ -9,7 +9,7 @@ and live in :mod:`rlmesh.transport.rdma_plan`; they are re-exported here.
 from __future__ import annotations
 
 from rlmesh.transport.rdma_plan import (DEPTH, DEVICE_ENV, GID_INDEX_ENV, INSTALL_HINT, PORT_ENV, READ_BYTES, QPInfo,
-                                        ReadWR, available, region_of)
+                                        ReadWR, append_reads, available, region_of)
 from rlmesh.weights.errors import WeightSyncError
 
 __all__ = ["DEPTH", "DEVICE_ENV", "GID_INDEX_ENV", "INSTALL_HINT", "PORT_ENV", "READ_BYTES", "QPInfo", "ReadWR",
@@ -22,9 +22,5 @@ def plan_reads(chunks: list[tuple[int, int]], remote_addr: int, remote_len: int,
     for off, n in chunks:
         if off < 0 or off + n > remote_len:
             raise WeightSyncError(f"chunk {off}+{n} lies outside the remote region of {remote_len} bytes")
-        pos = off
-        while pos < off + n:
-            take = min(max_bytes, off + n - pos)
-            out.append(ReadWR(len(out), pos, remote_addr + pos, take))
-            pos += take
+        append_reads(out, off, remote_addr + off, n, max_bytes)
     return out

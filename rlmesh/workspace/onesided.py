@@ -18,7 +18,7 @@ import os
 from collections import deque
 from enum import StrEnum
 
-from rlmesh.transport.rdma_plan import READ_BYTES, ReadWR
+from rlmesh.transport.rdma_plan import READ_BYTES, ReadWR, append_reads
 
 TRANSPORT_ENV = "RLMESH_WORKSPACE_TRANSPORT"
 RING_BYTES = 32 << 20
@@ -123,10 +123,6 @@ def packed_reads(at: list[tuple[int, int]], remote_addr: int, remote_len: int,
     for off, n in at:
         if off < 0 or n < 0 or off + n > remote_len:
             raise ValueError(f"chunk at {off}+{n} lies outside the upstream's window of {remote_len} bytes")
-        pos = 0
-        while pos < n:
-            take = min(max_bytes, n - pos)
-            wrs.append(ReadWR(len(wrs), local + pos, remote_addr + off + pos, take))
-            pos += take
+        append_reads(wrs, local, remote_addr + off, n, max_bytes)
         local += n
     return wrs, local
