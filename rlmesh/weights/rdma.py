@@ -30,15 +30,20 @@ __all__ = ["PublisherSide", "QPInfo", "RdmaReader", "available", "plan_reads", "
 
 logger = logging.getLogger(__name__)
 
+def _open_endpoint() -> VerbsEndpoint:
+    """The device endpoint, its failure raised as weight sync's own error (callers fall back to tcp on it)."""
+    try:
+        return VerbsEndpoint()
+    except RdmaError as exc:
+        raise WeightSyncError(str(exc)) from exc
+
+
 class PublisherSide:
     """The publisher's half: registers slot data regions and answers ``rdma_connect``."""
 
     def __init__(self, name: str):
         self.name = name
-        try:
-            self.ep = VerbsEndpoint()
-        except RdmaError as exc:
-            raise WeightSyncError(str(exc)) from exc
+        self.ep = _open_endpoint()
         self._mrs: dict[int, Any] = {}  # id(slot) -> MR
         self._peers: list[tuple[Any, Any]] = []
 
@@ -95,10 +100,7 @@ class RdmaReader(Control):
 
     def __init__(self, record: dict[str, Any]):
         super().__init__(record)
-        try:
-            self.ep = VerbsEndpoint()
-        except RdmaError as exc:
-            raise WeightSyncError(str(exc)) from exc
+        self.ep = _open_endpoint()
         self.qp, self.cq, self.info = self.ep.new_qp()
         reply, _ = self.call({"op": "rdma_connect", "qp": self.info.to_json()}, 30.0)
         if not reply.get("ok"):
