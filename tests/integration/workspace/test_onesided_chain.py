@@ -14,7 +14,7 @@ from rlmesh.transport.rdma_plan import available
 from rlmesh.workspace import ChunkStore, CorruptChunkError, build_manifest
 from rlmesh.workspace import onesided_io
 from rlmesh.workspace.serve import ChunkServer, source_lookup
-from rlmesh.workspace.transfer import Receiver, WorkspaceSyncError
+from rlmesh.workspace.transfer import Receiver
 
 SECRET = Authenticator.new_secret()
 _rdma_ok, _rdma_why = available()
@@ -157,7 +157,3 @@ def test_a_placement_outside_the_window_is_never_read(tmp_path):
     with pytest.raises(onesided_io.OneSidedError, match="another machine"):
         p.attach({"machine": "x", "pid": 1, "addr": 1, "length": 1})
     p.close()
-
-
-def test_workspace_sync_error_is_importable_for_callers():
-    assert issubclass(WorkspaceSyncError, RuntimeError)
