@@ -225,7 +225,8 @@ async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: 
                         meshes={**roles.others, "buffer": roles.buffer, "trainer": roles.trainer})
     stop = asyncio.Event()
     start = time.perf_counter()
-    state = await roles.trainer.state.call_one()  # a resumed run's trainer starts from its checkpoint
+    # a resumed run's trainer starts from its checkpoint; a trainer killed right now is replaced, not fatal
+    state = await recovery.call_surviving(roles.trainer, "trainer", roles.trainer.state.call_one)
     result.step, result.policy_version, result.samples_seen = state.step, state.policy_version, state.samples_seen
     requested: set[int] = set()  # versions an evaluation was asked for: one evaluation per version
     pending: list[asyncio.Future] = []

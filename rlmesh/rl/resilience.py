@@ -128,6 +128,19 @@ class Recovery:
                                 last_error=short_error(error))
             await asyncio.sleep(self.poll_s)
 
+    async def call_surviving(self, mesh: Any, role: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``call()`` until it returns: after each ``ActorDied`` wait for the dead mesh's replacement
+        and call again. For idempotent calls the loop cannot go on without (the trainer's state at
+        the start): a proc killed just as the run begins is a restart, not a failed run. Raises
+        :class:`RunFailed` once the supervisor gives up on the proc (its restarts are used up)."""
+        while True:
+            try:
+                return await call()
+            except rm.ActorDied as exc:
+                dead = self.died(exc, mesh)
+                logger.warning("%s: %s; calling again once it serves", role, short_error(exc))
+                await self.wait_back(dead, exc, role if dead is mesh else str(getattr(exc, "mesh", role)))
+
     async def train(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
                     timeout_s: float) -> TrainResult | None:
         """One ``trainer.train`` call with its result accounted in ``work``: the result when a step

@@ -71,3 +71,19 @@ class Counter(rm.Actor):
     def incr(self, k: int = 1) -> int:
         self.n += k
         return self.n
+
+
+class StuckUntilKilled(rm.Actor):
+    """``state`` on the proc's first incarnation announces itself (a file) and never returns: the
+    call is in flight when the test kills the proc. On a replacement it returns the incarnation."""
+
+    def __init__(self, marker_dir: str):
+        self.marker_dir = marker_dir
+
+    @rm.endpoint
+    def state(self) -> int:
+        incarnation = rm.context().proc.incarnation
+        if incarnation == 0:
+            Path(self.marker_dir, f"state-{os.getpid()}").write_text("")
+            threading.Event().wait()
+        return incarnation

@@ -18,7 +18,8 @@ import pytest
 import rlmesh as rm
 from rlmesh.actor import hooks
 from rlmesh.actor.controller import Controller
-from chaos_actors import Counter, SlowInit
+from rlmesh.rl.resilience import Recovery, RunFailed
+from chaos_actors import Counter, SlowInit, StuckUntilKilled
 
 pytestmark = pytest.mark.timeout(120)
 HERE = Path(__file__).resolve().parent
@@ -199,3 +200,31 @@ def test_restart_budget_is_an_intensity_spaced_faults_survive_a_crash_loop_stops
         assert procs.states() == ["failed"]
         gave_up = next(e for e in events if e.kind == "gave_up" and e.proc_mesh == "budget")
         assert f"within {window:g} s" in gave_up.reason, gave_up.reason
+
+
+@pytest.mark.parametrize("restarts", [1, 0])
+def test_a_call_the_run_cannot_go_on_without_survives_its_proc_being_killed_mid_call(tmp_path, restarts):
+    """What a recipe does for the trainer's state at its start (``Recovery.call_surviving``): the
+    proc killed while the call is in flight is replaced and the call made again on the replacement;
+    with no restart left it is a :class:`RunFailed` naming the budget, not a hang or a bare ActorDied."""
+    import asyncio
+
+    with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=restarts),
+                                    name=f"surv{restarts}") as procs:
+        mesh = procs.spawn("stuck", StuckUntilKilled, str(tmp_path))
+        first = procs.pids[0]
+
+        async def call_and_kill() -> int:
+            call = asyncio.ensure_future(Recovery(timeout_s=90).call_surviving(mesh, "trainer", mesh.state.call_one))
+            while not (tmp_path / f"state-{first}").exists():  # the call is in flight, inside the endpoint
+                assert not call.done(), call
+                await asyncio.sleep(0.02)
+            os.kill(first, signal.SIGKILL)
+            return await asyncio.wait_for(call, 90)
+
+        if restarts:
+            assert asyncio.run(call_and_kill()) == 1  # answered by the replacement
+            assert procs.pids[0] != first
+        else:
+            with pytest.raises(RunFailed, match="restarts are used up"):
+                asyncio.run(call_and_kill())
