@@ -3,7 +3,9 @@ the links between the job's Hydra folder and the run (:mod:`rlmesh.recipes.sweep
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 from typing import Any
 
@@ -20,6 +22,7 @@ def run_composed(cfg: Any, launcher: str) -> int:
     could not run). Inside a sweep job (``$RLMESH_HYDRA_JOB_DIR``), the job folder and the run point at
     each other whatever the outcome (:func:`rlmesh.recipes.sweep.link_job`)."""
     result, status, rc = None, "failed", 1
+    dump_stacks_on_sigusr2()
     stop_on_sigterm()  # SIGTERM stops the run as Ctrl-C does: clean stop, final checkpoint, 'interrupted'
     try:
         result = run_config(cfg, launcher)
@@ -36,3 +39,15 @@ def run_composed(cfg: Any, launcher: str) -> int:
         if os.environ.get(JOB_DIR_ENV):
             link_job(os.environ[JOB_DIR_ENV], status, getattr(result, "objective", None))
     return rc
+
+
+def dump_stacks_on_sigusr2() -> None:
+    """``kill -USR2 <pid of rlmesh run>`` prints every thread's Python stack of the controller on its
+    stderr, as workers' stacks reach ``rlmesh stacks``: the way to see where a controller that does
+    not stop (or does not progress) is. faulthandler writes from its C handler, so this works even
+    while a thread holds the GIL. Not in a sweep job's thread (the handler is per process)."""
+    if hasattr(signal, "SIGUSR2") and sys.stderr is not None:
+        try:
+            faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
+        except (ValueError, RuntimeError, OSError):  # no usable stderr file descriptor (embedded use)
+            pass

@@ -12,6 +12,7 @@ import time
 import warnings
 from pathlib import Path
 
+import psutil
 import pytest
 
 from dash_helpers import TIMELINE, LineReader, base_of, chromium_or_skip, clean_env, get, wait_for
@@ -129,10 +130,14 @@ def test_browser_watches_a_live_run_with_a_killed_generator(tmp_path):
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGINT)  # like Ctrl+C: the controller stops its procs and its dashboard
             try:
-                run.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(run.pid, signal.SIGKILL)
-                run.wait(30)
+                run.wait(60)
+            except subprocess.TimeoutExpired:  # seen in suite runs, not alone: leave the evidence in a warning
+                SLOW_STOP.append(_slow_stop_evidence(run, out))
+                try:
+                    run.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(run.pid, signal.SIGKILL)
+                    run.wait(30)
     for f in shots.iterdir():
         assert f.stat().st_size > 10_000, f
     dest = os.environ.get("RLMESH_DASHBOARD_SHOTS")
@@ -143,9 +148,30 @@ def test_browser_watches_a_live_run_with_a_killed_generator(tmp_path):
     # the dashboard stopped with the run: its port no longer answers
     wait_for(lambda: _refused(url), 60, "the dashboard to stop with the run")
     took = time.monotonic() - t0
+    if SLOW_STOP:
+        warnings.warn(f"the live run did not stop within 60 s of SIGINT: {SLOW_STOP[0]}", stacklevel=1)
     if took > 90:  # ~30 s alone; twice it took ~150 s inside the suite, unexplained: say where the time went
         warnings.warn(f"the browser test took {took:.0f} s; each wait began at +s and took s: " + "; ".join(
             f"{what} +{start - t0:.0f} {secs:.1f}" for what, start, secs in TIMELINE), stacklevel=1)
+
+
+SLOW_STOP: list[str] = []
+
+
+def _slow_stop_evidence(run: subprocess.Popen, out: LineReader) -> str:
+    """What the run's process group is doing: each process's state and command, and the controller's
+    thread stacks (``rlmesh run`` prints them on SIGUSR2), as one text for a warning."""
+    before = len(out.lines)
+    os.kill(run.pid, signal.SIGUSR2)
+    wait_for(lambda: len(out.lines) > before or run.poll() is not None, 10, "the controller's stack dump")
+    time.sleep(0.5)  # the rest of the dump
+    procs = []
+    for p in [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]:
+        try:
+            procs.append(f"{p.pid} {p.status()} {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:
+            continue
+    return "processes: " + " | ".join(procs) + "\ncontroller stacks:\n" + "".join(out.lines[before:])[-6000:]
 
 
 def _refused(url: str) -> bool:
