@@ -318,8 +318,11 @@ class Worker:
 
     async def _main(self) -> int:
         self.link.start()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self.exit_soon, 0 if sig == signal.SIGTERM else 130)
+        self.loop.add_signal_handler(signal.SIGTERM, self.exit_soon, 0)  # kill, a pod's deletion: stop cleanly
+        # Ctrl-C reaches every process of the terminal's group, and it is the controller's to handle: it
+        # stops its procs in order. A worker that exited on it by itself would look dead to a controller
+        # that had not yet seen its own SIGINT (a busy machine), which would restart it mid-stop.
+        self.loop.add_signal_handler(signal.SIGINT, _ctrl_c_is_the_controllers)
         await self._done.wait()
         try:
             await asyncio.wait_for(self.server.stop_actors(), timeout=15)
@@ -343,6 +346,10 @@ class Worker:
             self.server.close()
             if self.client is not None:
                 self.client.close()
+
+
+def _ctrl_c_is_the_controllers() -> None:
+    logger.debug("SIGINT ignored: the controller stops this proc (Ctrl-C reached the whole process group)")
 
 
 def controller_gone(why: str) -> None:

@@ -350,7 +350,8 @@ def _child(msg: dict, close_fds: list[int]) -> None:
     """In the forked child: become the worker a fresh ``python -m rlmesh.worker`` would have been."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGINT stays ignored, as in the template, until the worker installs its own handler: a Ctrl-C
+    # during its start must not kill it (the controller stops it; see rlmesh.actor.worker)
     for fd in close_fds:
         try:
             os.close(fd)
