@@ -75,6 +75,10 @@ def reader_main(total: int) -> None:
             v = sub.pull_into(module if cmd.get("module") else target, min_version=cmd["version"], timeout=120)
             res = {"seconds": v.stats.seconds, "verify": v.stats.verify_seconds, "copy": v.stats.copy_seconds,
                    "fetch": v.stats.fetch_seconds, "version": int(v)}
+        elif cmd["op"] == "prepare":  # a generator's __init__: connect and map the publisher's slots ahead
+            name = cmd.get("name", "bench")
+            sub = subs.setdefault((name, cmd["transport"]), Subscriber(name, cmd["transport"]))
+            res = {"ready": sub.prepare(timeout=30), "seconds": time.perf_counter() - t0}
         elif cmd["op"] == "zmq":
             s = zmq.Context.instance().socket(zmq.PULL)
             if cmd.get("curve"):

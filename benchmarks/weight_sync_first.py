@@ -8,7 +8,9 @@ Protocol: the ~300-tensor state_dict of ``benchmarks/weight_sync.py``, published
 1..``--versions`` by a fresh Publisher, each pulled (``pull_into`` a pre-allocated target,
 ``--transport``) by one reader process before the next is published. Two publishers in the
 same run: one plain, one that called ``reserve`` first (its time is printed separately: in a
-trainer it overlaps building the optimiser). Reported: publish s and publish + pull s of
+trainer it overlaps building the optimiser), after which the reader calls
+:meth:`rlmesh.weights.Subscriber.prepare`, as a generator's ``__init__`` does (the same-host reader
+maps the reserved slots; its time is printed too). Reported: publish s and publish + pull s of
 version 1, version 2 (the second slot) and the median of the later ones.
 
 Run: ``python benchmarks/weight_sync_first.py --gib 1`` (``--gib 0.25`` for a quick look).
@@ -30,12 +32,15 @@ from weight_sync import GiB, Reader, make_sd  # noqa: E402  (sets OMP_NUM_THREAD
 def one(name: str, sd: dict, reader: Reader, versions: int, transport: str, reserve: bool) -> dict:
     from rlmesh.weights import Publisher
 
-    out: dict = {"reserve_s": None, "publish": [], "total": []}
+    out: dict = {"reserve_s": None, "prepare_s": None, "publish": [], "total": []}
     with Publisher(name) as pub:
         if reserve:
             t0 = time.perf_counter()
             pub.reserve(sd, wait=True)
             out["reserve_s"] = time.perf_counter() - t0
+            # the generator is made while the trainer builds: its Subscriber.prepare() maps the reserved slots
+            reader.send(op="prepare", transport=transport, name=name)
+            out["prepare_s"] = reader.recv()["seconds"]
         for v in range(1, versions + 1):
             t0 = time.perf_counter()
             pub.publish(sd, version=v)
@@ -64,7 +69,7 @@ def main() -> None:
     reader = Reader(total, dict(os.environ))
     print(f"# first weight version vs later: {total / GiB:.2f} GiB, {len(sd)} tensors, transport {args.transport}, "
           f"load {os.getloadavg()[0]:.1f}")
-    print(f"{'publisher':<10}{'reserve s':>10}{'v1 publish':>11}{'v1 +pull':>10}{'v2 +pull':>10}"
+    print(f"{'publisher':<10}{'reserve s':>10}{'prepare s':>10}{'v1 publish':>11}{'v1 +pull':>10}{'v2 +pull':>10}"
           f"{'later +pull':>12}{'v1 / later':>11}")
     try:
         for i in range(args.rounds):
@@ -72,7 +77,8 @@ def main() -> None:
                 r = one(f"first{i}{'r' if reserve else 'p'}", sd, reader, args.versions, args.transport, reserve)
                 later = statistics.median(r["total"][2:])
                 res = "—" if r["reserve_s"] is None else f"{r['reserve_s']:.2f}"
-                print(f"{'reserved' if reserve else 'plain':<10}{res:>10}{r['publish'][0]:>11.2f}"
+                prep = "—" if r["prepare_s"] is None else f"{r['prepare_s']:.2f}"
+                print(f"{'reserved' if reserve else 'plain':<10}{res:>10}{prep:>10}{r['publish'][0]:>11.2f}"
                       f"{r['total'][0]:>10.2f}{r['total'][1]:>10.2f}{later:>12.2f}{r['total'][0] / later:>10.2f}x",
                       flush=True)
     finally:

@@ -40,7 +40,8 @@ class SlotPool:
     def write_index(self) -> None:
         with self.lock:
             doc = {"pid": os.getpid(), "closed": self.closed,
-                   "versions": [[s.version, s.path, s.gen] for s in self.advertised()]}
+                   "versions": [[s.version, s.path, s.gen] for s in self.advertised()],
+                   "slots": [s.path for s in self.slots]}  # every live slot, reserved ones too: readers map them ahead
             write_ctl(self.ctl_path, doc)
 
     # ---- the writer's side ----
@@ -73,6 +74,7 @@ class SlotPool:
                     s.close(unlink=True)
                     return made
                 self.slots.append(s)
+                self.write_index()
             made += 1
 
     def acquire(self, plan: Manifest) -> SlotFile:

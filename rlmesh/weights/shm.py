@@ -58,7 +58,7 @@ class ShmReader:
         t0 = time.perf_counter()
         doc = self._doc()
         listed = doc["versions"]
-        self._forget(set(p for _, p, _ in listed))
+        self._forget(self._live(doc))
         pick = next((row for row in listed if version is not None and row[0] == version), None)
         if pick is None and listed and listed[0][0] >= min_version:
             pick = listed[0]
@@ -80,6 +80,22 @@ class ShmReader:
             raise
         sources = [[data[e.offset : e.offset + e.nbytes]] if e.nbytes else [] for e in manifest.entries]
         return Fetched(manifest, sources, ms.unlock, time.perf_counter() - t0)
+
+    def warm(self) -> int:
+        """Map every live slot of the publisher now, the ones it reserved but has not written yet
+        included, so the first pulls only check and copy: mapping a 1 GiB slot (its pages populated)
+        takes ~0.15 s. Returns how many slots are mapped."""
+        doc = self._doc()
+        self._forget(self._live(doc))
+        for path in doc.get("slots", ()):
+            self._map(path)
+        return len(self._maps)
+
+    @staticmethod
+    def _live(doc: dict[str, Any]) -> set[str]:
+        """Slots worth keeping mapped: all the publisher still has (a mapping of a deleted slot would
+        keep its memory alive); from a publisher that does not list them, the advertised ones."""
+        return set(doc.get("slots", ())) | {p for _, p, _ in doc["versions"]}
 
     def _forget(self, keep_paths: set[str]) -> None:
         for path in [p for p in self._maps if p not in keep_paths]:

@@ -111,6 +111,21 @@ class Subscriber:
         return CudaIpcReader(rec)
 
     # ---- API ----
+    def prepare(self, timeout: float = 0.0) -> bool:
+        """Connect to the publisher now, so that the first pull only moves bytes: the same-host reader
+        maps the publisher's shared-memory slots (those it reserved ahead included). For a reader made
+        well before its first pull (a generator's ``__init__``). False, and nothing done, when no
+        publisher appears within ``timeout``: the first pull then does it all, as without this."""
+        try:
+            t = self._transport(False, timeout)
+            warm = getattr(t, "warm", None)
+            if warm is not None:
+                warm()
+        except WeightSyncError:
+            self._record = None
+            return False
+        return True
+
     def latest_version(self, timeout: float | None = None) -> int | None:
         """Newest readable version, or ``None`` before the first publish. Moves no weight data."""
         t = self._transport(False, self.timeout if timeout is None else timeout)

@@ -38,6 +38,7 @@ class Generator(rm.Actor):
         self.version = -1
         """Weight version currently loaded (-1 before the first pull)."""
         self._sub = Subscriber(weights)
+        self._sub.prepare()  # a trainer already up: map its weight slots now, so the first pull only copies
         self._evaluated: dict[int, EvalResult] = {}
         """Evaluations this actor made, by weight version (one per version, see :meth:`evaluation`)."""
 

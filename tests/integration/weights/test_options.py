@@ -73,3 +73,30 @@ def test_reserve_makes_the_slots_the_first_publishes_write():
         pub.reserve(sd)  # in the background; publish waits for it instead of making its own slot
         pub.publish(sd, version=1)
         assert len(pub.pool.slots) == 1
+
+
+def test_prepare_maps_the_reserved_slots_and_lets_go_of_dropped_ones():
+    """Subscriber.prepare() (a generator's __init__) maps the slots a publisher reserved, so the first
+    pulls map nothing; the pulls read exactly; a slot the publisher drops is unmapped by the next
+    fetch (a mapping would keep its memory alive). Without a publisher, prepare is a no-op."""
+    d = LocalKV()
+    assert Subscriber("opt-prep-none", directory=d).prepare() is False
+    sd = {"w": torch.arange(4096, dtype=torch.float32)}
+    with Publisher("opt-prep", directory=d) as pub:
+        pub.reserve(sd, wait=True)
+        reserved = {s.path for s in pub.pool.slots}
+        sub = Subscriber("opt-prep", "shm", directory=d)
+        assert sub.prepare() is True
+        reader = sub._readers["shm"]
+        assert set(reader._maps) == reserved
+        mapped = {p: id(m) for p, m in reader._maps.items()}
+        for v in (1, 2):
+            pub.publish({"w": sd["w"] + v}, version=v)
+            got, ver = sub.pull(min_version=v)
+            assert int(ver) == v and torch.equal(got["w"], sd["w"] + v)
+        assert {p: id(m) for p, m in reader._maps.items()} == mapped  # the same mappings, none made by pulls
+        pub.publish({"w": torch.zeros(10_000)}, version=3)  # outgrows them: the free one is dropped, a bigger slot made
+        assert sub.pull(min_version=3)[0]["w"].shape == (10_000,)
+        live = {s.path for s in pub.pool.slots}
+        assert reserved - live  # v1's slot was dropped (v2's is kept: the newest stays readable)
+        assert set(reader._maps) <= live and not (set(reader._maps) & (reserved - live))
