@@ -156,7 +156,8 @@ class Recovery:
             dead = self.died(exc, trainer)
             await self.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
             if dead is not trainer:
-                work.lost_with_buffer("the buffer's proc died with it", await buffer.holding.call_one())
+                held = await self.call_surviving(buffer, "buffer", buffer.holding.call_one)  # killed again: ask its next
+                work.lost_with_buffer("the buffer's proc died with it", held)
             return None
         work.requeued(m.requeued)
         work.rejected(m.dropped, m.drop_reasons)  # stale inside the buffer: their credit is free
