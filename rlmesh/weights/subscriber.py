@@ -124,6 +124,12 @@ class Subscriber:
         except WeightSyncError:
             self._record = None
             return False
+        except Exception as exc:  # noqa: BLE001 - an optimisation only: the first pull meets it again and raises
+            logger.info("weights %r: prepare skipped (%s: %s); the first pull connects", self.name,
+                        type(exc).__name__, exc)
+            self._drop_readers()
+            self._record = None
+            return False
         return True
 
     def latest_version(self, timeout: float | None = None) -> int | None:
