@@ -118,7 +118,7 @@ class Snapshotter:
     def _table(self, cur: Any, table: str) -> None:
         st = self._state.setdefault(table, _TableState())
         q = qident(table)
-        top = cur.execute(f"SELECT coalesce(max(rowid) + 1, 0) FROM {q}").fetchone()[0]
+        top = cur.execute(f"SELECT coalesce(max(rowid) + 1, 0) FROM {q}").fetchall()[0][0]  # fetched to the end: the cursor is free for .sql()
         if table in WHOLE:
             if top:
                 self._write(cur, table, st, f"SELECT * FROM {q}", replace=True)
