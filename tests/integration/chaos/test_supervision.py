@@ -230,14 +230,14 @@ def test_a_call_the_run_cannot_go_on_without_survives_its_proc_being_killed_mid_
                 asyncio.run(call_and_kill())
 
 
-def test_ctrl_c_reaching_the_workers_is_left_to_the_controller(events):
+def test_ctrl_c_reaching_the_workers_is_left_to_the_controller(tmp_path, events):
     """Ctrl-C in a terminal signals every process of the group; on a busy machine the workers can see
     it before the controller does. Before: each worker exited 130 on its own, was recorded ``died`` and
     restarted in the middle of the controller's stop (and used up restart budget). Now a worker
     ignores SIGINT, keeps serving, and stops only when its controller stops it."""
     with rm.this_host().spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=3),
                                     name="ctrlc") as procs:
-        mesh = procs.spawn("sigint", SlowInit, "/tmp", 0.0)
+        mesh = procs.spawn("sigint", SlowInit, str(tmp_path), 0.0)
         pids = list(procs.pids)
         sent = time.monotonic()
         for pid in pids:
