@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -171,7 +172,19 @@ def _slow_stop_evidence(run: subprocess.Popen, out: LineReader) -> str:
             procs.append(f"{p.pid} {p.status()} {' '.join(p.cmdline())[:120]}")
         except psutil.Error:
             continue
-    return "processes: " + " | ".join(procs) + "\ncontroller stacks:\n" + "".join(out.lines[before:])[-6000:]
+    return ("processes: " + " | ".join(procs) + f"\ncontroller signals: {_signal_state(run.pid)}; this test's thread: "
+            f"{_signal_state('self/task/' + str(threading.get_native_id()))}, SIGINT handler here "
+            f"{signal.getsignal(signal.SIGINT)}\ncontroller stacks:\n" + "".join(out.lines[before:])[-6000:])
+
+
+def _signal_state(pid: object) -> str:
+    """The Sig* lines of /proc/<pid>/status (masks in hex; SIGINT is bit 1, 0x2): a Ctrl-C that was
+    ignored (SigIgn) or blocked (SigBlk) since the process started shows here."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return " ".join(ln.strip().replace("\t", "") for ln in f if ln.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")))
+    except OSError as exc:
+        return f"unreadable ({exc})"
 
 
 def _refused(url: str) -> bool:

@@ -45,5 +45,6 @@ def test_grpo_on_tool_episodes_learns_to_call_the_calculator(one_thread):
     acc, use = heldout_accuracy(backend, tools, task, heldout, limits)
     blind, _ = heldout_accuracy(backend, no_tools, task, heldout, limits)
     assert use >= 0.9 and use > start_use, (start_use, use)
-    assert acc >= start_acc + 0.1, (start_acc, acc)
+    assert round(acc * 100) >= round(start_acc * 100) + 10, (start_acc, acc)  # ten points or more, counted
+    # in episodes: float32 means make 66 -> 76 of 100 read as 0.6600000262 -> 0.7599999905, short of +0.1
     assert blind <= 0.1 < acc, (blind, acc)
