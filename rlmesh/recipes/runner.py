@@ -3,6 +3,7 @@ the links between the job's Hydra folder and the run (:mod:`rlmesh.recipes.sweep
 
 from __future__ import annotations
 
+import asyncio
 import faulthandler
 import os
 import signal
@@ -48,6 +49,21 @@ def dump_stacks_on_sigusr2() -> None:
     while a thread holds the GIL. Not in a sweep job's thread (the handler is per process)."""
     if hasattr(signal, "SIGUSR2") and sys.stderr is not None:
         try:
-            faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
-        except (ValueError, RuntimeError, OSError):  # no usable stderr file descriptor (embedded use)
+            signal.signal(signal.SIGUSR2, _print_tasks)  # chained after faulthandler's dump
+            faulthandler.register(signal.SIGUSR2, all_threads=True, chain=True)
+        except (ValueError, RuntimeError, OSError):  # not the main thread, or no usable stderr (embedded use)
             pass
+
+
+def _print_tasks(signum: int, frame: Any) -> None:
+    """After the threads' stacks: each asyncio task of the controller's loop and where it waits (a
+    thread stack shows only the loop's ``select``). Runs in the main thread once it runs Python."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    tasks = asyncio.all_tasks(loop)
+    print(f"asyncio: {len(tasks)} task(s) of the controller's loop", file=sys.stderr)
+    for task in tasks:
+        task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
