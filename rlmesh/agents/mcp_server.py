@@ -8,7 +8,7 @@ after), so no tool can write to a database or run code. Tools:
 - ``list_runs``, ``schema``, ``query`` (read-only SQL, rows capped), ``run_status``,
   ``logs``, ``stacks`` (``take_now`` asks a live run's procs for a fresh dump);
 - with ``--allow-control`` only: ``inject_fault`` (SIGKILL or SIGSTOP a named proc of a
-  live run on this host) and ``stop_run`` (SIGINT to its controller).
+  live run on this host) and ``stop_run`` (SIGTERM to its controller: a clean stop).
 
 The guide an agent should read first is ``docs/agents.md``.
 """
@@ -155,14 +155,16 @@ def inject_fault(proc: str, kind: str = "kill", run: str = "latest") -> dict[str
 
 
 def stop_run(run: str = "latest") -> dict[str, Any]:
-    """Control (needs --allow-control): SIGINT to the run's controller (as Ctrl-C would), on this host."""
+    """Control (needs --allow-control): SIGTERM to the run's controller, on this host: the clean stop
+    Ctrl-C gives (procs stopped, final checkpoint, ``interrupted``). Not SIGINT: a controller started
+    in the background of a script (``rlmesh run ... &``) ignores SIGINT, as shells arrange."""
     run_dir = _run_dir(run)
     info = runs.live_service(run_dir)
     if not info:
         raise TelemetryError(f"run {run_dir.name} is not live")
     if info.get("host") != socket.gethostname():
         raise TelemetryError(f"run {run_dir.name}'s controller runs on {info.get('host')}, not on this host")
-    os.kill(int(info["pid"]), signal.SIGINT)
+    os.kill(int(info["pid"]), signal.SIGTERM)
     return {"format_version": FORMAT_VERSION, "run": run_dir.name, "pid": int(info["pid"]), "ok": True}
 
 

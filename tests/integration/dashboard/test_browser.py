@@ -43,7 +43,8 @@ def test_browser_watches_a_live_run_with_a_killed_generator(tmp_path):
     shots = tmp_path / "screenshots"
     shots.mkdir()
     run = subprocess.Popen([sys.executable, "-m", "rlmesh.cli", "run", *LIVE_PPO], cwd=tmp_path, env=clean_env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                           preexec_fn=_ctrl_c_as_in_a_terminal)
     out = LineReader(run.stdout)
     try:
         url = wait_for(lambda: out.find("dashboard: ") or (run.poll() is not None and "exited"), 180,
@@ -157,6 +158,14 @@ def test_browser_watches_a_live_run_with_a_killed_generator(tmp_path):
 
 
 SLOW_STOP: list[str] = []
+
+
+def _ctrl_c_as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT (and SIGQUIT) back to their defaults, as a terminal's foreground
+    job has them. A suite started in the background of a script (``.ci/run &``) inherits them
+    ignored, and a run started so rightly ignores Ctrl-C: that was this test's 120 s "slow stop"."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def _slow_stop_evidence(run: subprocess.Popen, out: LineReader) -> str:
