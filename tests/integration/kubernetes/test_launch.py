@@ -327,7 +327,9 @@ def test_controller_in_a_pod_as_in_the_docs(k8s):
 
     phase = wait_for(finished, 60, "the controller pod finishing")
     log = (k8s.kubelet.log_dir / f"{k8s.namespace}_it-incluster-controller.log").read_text()
-    assert phase == "Succeeded", log[-3000:]
+    statuses = k8s.core.read_namespaced_pod("it-incluster-controller", k8s.namespace).status.container_statuses
+    ended = statuses[0].state.terminated if statuses else None  # exit code or signal: a silent failure says which
+    assert phase == "Succeeded", f"{ended}\n{log[-3000:]}"
     ctl_ip = k8s.core.read_namespaced_pod("it-incluster-controller", k8s.namespace).status.pod_ip
     assert f"CONTROLLER tcp://{ctl_ip}:" in log
     assert "#c" in log.split("CONTROLLER ", 1)[1].splitlines()[0]  # bound off loopback (0.0.0.0): CurveZMQ
