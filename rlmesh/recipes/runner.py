@@ -46,13 +46,22 @@ def dump_stacks_on_sigusr2() -> None:
     """``kill -USR2 <pid of rlmesh run>`` prints every thread's Python stack of the controller on its
     stderr, as workers' stacks reach ``rlmesh stacks``: the way to see where a controller that does
     not stop (or does not progress) is. faulthandler writes from its C handler, so this works even
-    while a thread holds the GIL. Not in a sweep job's thread (the handler is per process)."""
-    if hasattr(signal, "SIGUSR2") and sys.stderr is not None:
-        try:
-            signal.signal(signal.SIGUSR2, _print_tasks)  # chained after faulthandler's dump
-            faulthandler.register(signal.SIGUSR2, all_threads=True, chain=True)
-        except (ValueError, RuntimeError, OSError):  # not the main thread, or no usable stderr (embedded use)
-            pass
+    while a thread holds the GIL. Not in a sweep job's thread (the handler is per process).
+
+    Once per process: sweep jobs run one after another in the same one, and a second
+    ``signal.signal`` would replace faulthandler's handler, which ``register`` does not put back."""
+    global _stacks_on_sigusr2
+    if _stacks_on_sigusr2 or not hasattr(signal, "SIGUSR2") or sys.stderr is None:
+        return
+    try:
+        signal.signal(signal.SIGUSR2, _print_tasks)  # chained after faulthandler's dump
+        faulthandler.register(signal.SIGUSR2, all_threads=True, chain=True)
+        _stacks_on_sigusr2 = True
+    except (ValueError, RuntimeError, OSError):  # not the main thread, or no usable stderr (embedded use)
+        pass
+
+
+_stacks_on_sigusr2 = False
 
 
 def _print_tasks(signum: int, frame: Any) -> None:
