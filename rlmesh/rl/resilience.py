@@ -128,6 +128,13 @@ class Recovery:
                                 last_error=short_error(error))
             await asyncio.sleep(self.poll_s)
 
+    async def recover(self, exc: BaseException, callee: Any, role: str) -> Any:
+        """After ``exc`` (an ``ActorDied``) from a call to ``callee``: wait until the mesh that died
+        (``callee`` itself, or the peer the error names) serves again; returns that mesh."""
+        dead = self.died(exc, callee)
+        await self.wait_back(dead, exc, role if dead is callee else str(getattr(exc, "mesh", role)))
+        return dead
+
     async def call_surviving(self, mesh: Any, role: str, call: Callable[[], Awaitable[Any]]) -> Any:
         """``call()`` until it returns: after each ``ActorDied`` wait for the dead mesh's replacement
         and call again. For idempotent calls the loop cannot go on without (the trainer's state at
@@ -137,9 +144,8 @@ class Recovery:
             try:
                 return await call()
             except rm.ActorDied as exc:
-                dead = self.died(exc, mesh)
                 logger.warning("%s: %s; calling again once it serves", role, short_error(exc))
-                await self.wait_back(dead, exc, role if dead is mesh else str(getattr(exc, "mesh", role)))
+                await self.recover(exc, mesh, role)
 
     async def train(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
                     timeout_s: float) -> TrainResult | None:
@@ -156,7 +162,8 @@ class Recovery:
             dead = self.died(exc, trainer)
             await self.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
             if dead is not trainer:
-                held = await self.call_surviving(buffer, "buffer", buffer.holding.call_one)  # killed again: ask its next
+                # killed again while asked: wait for the next one and ask it
+                held = await self.call_surviving(buffer, "buffer", buffer.holding.call_one)
                 work.lost_with_buffer("the buffer's proc died with it", held)
             return None
         work.requeued(m.requeued)
@@ -203,8 +210,7 @@ async def serve_work(work: AsyncWorkScheduler, stop: asyncio.Event, replica: Any
         except (rm.ActorDied, rm.CallTimeout) as exc:
             work.reissue(item, short_error(exc))
             logger.warning("%s: %s; re-issued %s", role, short_error(exc), item.work_id)
-            dead = recovery.died(exc, replica)  # this replica, or a peer it called (the buffer)
-            await recovery.wait_back(dead, exc, role if dead is replica else str(getattr(exc, "mesh", role)))
+            await recovery.recover(exc, replica, role)  # this replica, or a peer it called (the buffer)
             continue
         work.finished(result)
         if on_result is not None:

@@ -118,7 +118,8 @@ class Snapshotter:
     def _table(self, cur: Any, table: str) -> None:
         st = self._state.setdefault(table, _TableState())
         q = qident(table)
-        top = cur.execute(f"SELECT coalesce(max(rowid) + 1, 0) FROM {q}").fetchall()[0][0]  # fetched to the end: the cursor is free for .sql()
+        # fetched to its end (not fetchone): DuckDB refuses the .sql() below on a cursor with a result open
+        top = cur.execute(f"SELECT coalesce(max(rowid) + 1, 0) FROM {q}").fetchall()[0][0]
         if table in WHOLE:
             if top:
                 self._write(cur, table, st, f"SELECT * FROM {q}", replace=True)

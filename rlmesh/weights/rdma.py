@@ -30,6 +30,7 @@ __all__ = ["PublisherSide", "QPInfo", "RdmaReader", "available", "plan_reads", "
 
 logger = logging.getLogger(__name__)
 
+
 def _open_endpoint() -> VerbsEndpoint:
     """The device endpoint, its failure raised as weight sync's own error (callers fall back to tcp on it)."""
     try:

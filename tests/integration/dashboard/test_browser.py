@@ -191,7 +191,8 @@ def _signal_state(pid: object) -> str:
     ignored (SigIgn) or blocked (SigBlk) since the process started shows here."""
     try:
         with open(f"/proc/{pid}/status") as f:
-            return " ".join(ln.strip().replace("\t", "") for ln in f if ln.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")))
+            wanted = ("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")
+            return " ".join(ln.strip().replace("\t", "") for ln in f if ln.startswith(wanted))
     except OSError as exc:
         return f"unreadable ({exc})"
 
