@@ -12,9 +12,7 @@ A *source* is, per manifest entry, the list of its pieces as contiguous uint8 te
 
 from __future__ import annotations
 
-import warnings
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -23,15 +21,6 @@ from rlmesh.weights.errors import WeightSyncError
 from rlmesh.weights.layout import Manifest, TensorEntry, check_target, torch_dtype
 
 Sources = Sequence[Sequence[Any]]
-
-
-@contextmanager
-def quiet_readonly() -> Iterator[None]:
-    """Views over received (read-only) zmq frames are only ever read; silence torch's warning about them."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*not writable.*")
-        warnings.filterwarnings("ignore", message=".*non-writable.*")
-        yield
 
 
 def _piece_sum(p: Any) -> int:

@@ -23,13 +23,24 @@ import logging
 import mmap
 import os
 import struct
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
-from rlmesh.weights.assemble import quiet_readonly
 from rlmesh.weights.directory import safe
 
 logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def quiet_readonly() -> Iterator[None]:
+    """Views over received (read-only) zmq frames are only ever read; silence torch's warning about them."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        warnings.filterwarnings("ignore", message=".*non-writable.*")
+        yield
+
 
 SHM_DIR = os.environ.get("RLMESH_SHM_DIR", "/dev/shm")
 PREFIX = "rlmesh-w-"

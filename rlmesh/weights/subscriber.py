@@ -27,6 +27,7 @@ from rlmesh.weights.errors import StateDictMismatchError, TransportUnavailableEr
 from rlmesh.weights.rdma import RdmaReader
 from rlmesh.weights.selection import CHOICES, Transport, select_transport
 from rlmesh.weights.shm import ShmReader
+from rlmesh.weights.slots import quiet_readonly
 from rlmesh.weights.stats import SyncStats, Version, record_sync
 from rlmesh.weights.tcp import TcpReader
 
@@ -185,7 +186,7 @@ class Subscriber:
         try:
             m = fetched.manifest
             t1 = time.perf_counter()
-            with assemble.quiet_readonly():
+            with quiet_readonly():
                 try:
                     assemble.verify(m, fetched.sources, fetched.sums)
                 except WeightSyncError:
