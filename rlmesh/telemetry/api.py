@@ -27,6 +27,7 @@ from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.client import RemoteSink
 from rlmesh.telemetry.health import HealthSampler
 from rlmesh.telemetry.recorder import Recorder
+from rlmesh.telemetry.service import TelemetryService
 from rlmesh.transport import Authenticator
 from rlmesh.transport.auth import SECRET_ENV
 
@@ -36,6 +37,11 @@ ADDR_ENV = "RLMESH_TELEMETRY_ADDR"
 QUERY_ADDR_ENV = "RLMESH_TELEMETRY_QUERY_ADDR"
 RUN_ID_ENV = "RLMESH_RUN_ID"
 ENABLE_ENV = "RLMESH_TELEMETRY"
+RAW_MAX_ROWS = 256
+"""A worker's flush of at most this many rows ships them unconverted and the service makes them
+Arrow (:class:`~rlmesh.telemetry.recorder.RawRows`): a proc that records little never loads
+pyarrow. Busier procs convert their own rows, so the service's one writer thread stays the only
+per-row cost that grows with the number of procs."""
 
 _lock = threading.RLock()
 
@@ -123,7 +129,7 @@ def _auth() -> Any:
 def _start_worker(addr: str, run_id: str, query_addr: str | None) -> None:
     proc = current_proc()
     origin = proc.proc_id if proc else f"pid{os.getpid()}"
-    _set(Recorder(run_id, RemoteSink(addr, _auth(), origin, query_addr)))
+    _set(Recorder(run_id, RemoteSink(addr, _auth(), origin, query_addr), raw_max_rows=RAW_MAX_ROWS))
 
 
 def start_run(config: Any = None, *, run_id: str | None = None,
@@ -144,14 +150,15 @@ def start_run(config: Any = None, *, run_id: str | None = None,
             if config is not None:
                 _svc.set_config(config)
             return _svc.run_id
-        from rlmesh.telemetry.service import TelemetryService  # deferred: the service loads DuckDB; only the controller runs it, workers never do
-
         root = Path(runs_dir).resolve() if runs_dir else runs.runs_dir()
         if resume and not run_id:
             raise ValueError("start_run(resume=True) needs the run_id of the run to continue")
         run_id = run_id or runs.new_run_id()
         d = runs.reopen_run_dir(run_id, root) if resume else runs.create_run_dir(run_id, root)
-        _svc = TelemetryService(d, run_id, _auth(), config, resume=resume).start()
+        # The database opens on the service's own thread (DuckDB, pyarrow: ~0.3 s), while procs start;
+        # a resume opens it first, so that a run that cannot be reopened fails here.
+        _svc = TelemetryService(d, run_id, _auth(), config, resume=resume,
+                                on_duckdb=_end_before_duckdb).start(wait=resume)
         _set(Recorder(run_id, _svc.ingest))
         _health = HealthSampler(_rec.record_trusted, run_id).start()
         if not _hooked:
@@ -166,6 +173,22 @@ def start_run(config: Any = None, *, run_id: str | None = None,
 
             sys.excepthook = hook
         return run_id
+
+
+def _end_before_duckdb() -> None:
+    """Have the run end at exit before DuckDB's own exit handler runs.
+
+    Why: DuckDB registers an ``atexit`` handler when first imported, and once it has run, DuckDB
+    refuses to append Arrow batches ("the interpreter is shutting down") and calls on a connection
+    in use. The service imports DuckDB on its opener thread, after :func:`start_run` registered
+    :func:`_at_exit`; ``atexit`` runs the last registered first, so ours is registered again,
+    behind DuckDB's, right after that import. (A program that exits while the opener is still
+    importing DuckDB: ``_at_exit`` runs first and waits for the opener; a handler registered
+    while exit handlers run is not run by that exit.)
+    """
+    if _hooked:
+        atexit.unregister(_at_exit)
+        atexit.register(_at_exit)
 
 
 def exit_status(exc: BaseException | None) -> tuple[str, str | None]:

@@ -16,14 +16,16 @@ import logging
 import os
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import zmq
 
 from rlmesh.telemetry import wire
 from rlmesh.telemetry.errors import ReadOnlyQueryError, ServiceUnavailableError, TelemetryError
 from rlmesh.transport import Authenticator, connect_channel
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +47,17 @@ def telemetry_context() -> zmq.Context:
     return _ctx
 
 
-def split_messages(batches: list[tuple[str, pa.Table]]) -> list[list[tuple[str, pa.Table]]]:
-    """Group batches into messages of at most MAX_ROWS_PER_MESSAGE rows (slices are zero-copy)."""
-    out: list[list[tuple[str, pa.Table]]] = []
-    cur: list[tuple[str, pa.Table]] = []
+def split_messages(batches: list[tuple[str, Any]]) -> list[list[tuple[str, Any]]]:
+    """Group batches into messages of at most MAX_ROWS_PER_MESSAGE rows (slices are zero-copy).
+    Raw rows (:class:`~rlmesh.telemetry.recorder.RawRows`, a small flush's) are never split."""
+    out: list[list[tuple[str, Any]]] = []
+    cur: list[tuple[str, Any]] = []
     rows = 0
     for table, tbl in batches:
+        if hasattr(tbl, "sql_types"):
+            cur.append((table, tbl))
+            rows += tbl.num_rows
+            continue
         for off in range(0, max(tbl.num_rows, 1), MAX_ROWS_PER_MESSAGE):
             part = tbl.slice(off, MAX_ROWS_PER_MESSAGE)
             if cur and rows + part.num_rows > MAX_ROWS_PER_MESSAGE:
@@ -78,7 +85,7 @@ class RemoteSink:
         self._out: Any = None
         self._id = secrets.token_hex(8)  # with the seq, names each batch uniquely (idempotent ingest)
         self._seq = itertools.count(1)
-        self._backlog: collections.deque[tuple[int, list[tuple[str, pa.Table]]]] = collections.deque()
+        self._backlog: collections.deque[tuple[int, list[tuple[str, Any]]]] = collections.deque()
         self._backlog_rows = 0
         self._failing_since: float | None = None
         self._warned = False
@@ -95,7 +102,7 @@ class RemoteSink:
             self._sock = s
         return self._sock
 
-    def __call__(self, batches: list[tuple[str, pa.Table]]) -> None:
+    def __call__(self, batches: list[tuple[str, Any]]) -> None:
         if not batches and not self._backlog:
             return
         for msg in split_messages(batches):
@@ -163,11 +170,11 @@ class RemoteSink:
     def _await_confirmation(self, deadline: float, hard_deadline: float) -> None:
         while self.unconfirmed and time.monotonic() < min(deadline, hard_deadline):
             try:
-                tbl = remote_query(self.query_addr, self.auth, self._id, timeout=max(0.1, deadline - time.monotonic()),
-                                   kind="acked")
+                answer, _ = ask(self.query_addr, self.auth, "acked", self._id,
+                                timeout=max(0.1, deadline - time.monotonic()))
             except TelemetryError:  # gone, or too busy to answer in time: nothing more to learn
                 break
-            acked = int(tbl.column("seq")[0].as_py())
+            acked = int(answer)
             if acked > self._acked:  # progress: the service is draining this sink's queue, give it time
                 self._acked, deadline = acked, max(deadline, time.monotonic() + 2.0)
             if self.unconfirmed:
@@ -194,25 +201,31 @@ def close_context() -> None:
     _ctx = None
 
 
-def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0, kind: str = "query") -> pa.Table:
+def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0) -> pa.Table:
     """Ask a live service; raises the service's error (read-only refusal, SQL error) here."""
+    return ask(addr, auth, "query", sql, timeout)[1][0]
+
+
+def ask(addr: str, auth: Authenticator, kind: str, payload: Any, timeout: float = 60.0) -> tuple[Any, list[pa.Table]]:
+    """One request to a live service: ``(reply payload, reply tables)``, or the service's error raised here.
+    An ``acked`` reply is a plain number in the payload: a closing proc that asks it loads no pyarrow."""
     sock = telemetry_context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         out = connect_channel(sock, auth, addr)
         replies = out.reply_inbound("telemetry query replies")
-        sock.send_multipart(wire.encode(out, kind, sql), copy=False)
+        sock.send_multipart(wire.encode(out, kind, payload), copy=False)
         if not sock.poll(int(timeout * 1000)):
             raise ServiceUnavailableError(
                 f"telemetry service {addr} did not answer within {timeout:.0f}s; if the run has ended, "
                 "query its file instead (rlmesh sql RUN ...)"
             )
-        (status, payload), tables = wire.decode(replies, sock.recv_multipart(copy=False))
+        (status, answer), tables = wire.decode(replies, sock.recv_multipart(copy=False))
     finally:
         sock.close()
     if status == "ok":
-        return tables[0]
-    exc_type, msg = payload
+        return answer, tables
+    exc_type, msg = answer
     if exc_type == "ReadOnlyQueryError":
         raise ReadOnlyQueryError(msg)
     if exc_type.endswith("Exception") or exc_type.endswith("Error"):

@@ -13,48 +13,24 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-
-import numpy as np
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from rlmesh.launch import output
-from rlmesh.launch.output import ProcLine, StackDump, Stream
-from rlmesh.telemetry import api, arrays
-from rlmesh.telemetry.columnar import const
+from rlmesh.launch.output import ProcLine, StackDump
+from rlmesh.telemetry import api
 
-# logs column <- ProcMeta attribute, Arrow type (as the catalog declares them)
-_PROC_COLUMNS = (("mesh", "proc_mesh", pa.string()), ("rank", "rank", pa.int64()), ("proc", "proc_id", pa.string()),
-                 ("host", "host", pa.string()), ("incarnation", "incarnation", pa.int64()),
-                 ("pid", "pid", pa.int64()))
-
-_RECORD_COLUMNS = ("level", "logger", "exception", "actor")  # set for logging records only
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
 
 _installed = False
 _lock = threading.Lock()
 
 
 def lines_table(lines: list[ProcLine]) -> pa.Table:
-    """The ``logs`` rows of one read, built column by column (one read is usually one proc's stdout)."""
-    n = len(lines)
-    procs = [ln.proc for ln in lines]
-    p0 = procs[0]
-    one = all(p is p0 for p in procs)
-    stamps = np.fromiter((ln.ts for ln in lines), np.float64, n)
-    cols: dict[str, pa.Array] = {"ts": arrays.timestamps((stamps * 1e6).astype(np.int64))}
-    for name, attr, typ in _PROC_COLUMNS:
-        cols[name] = (const(getattr(p0, attr), n, typ) if one
-                      else arrays.array([getattr(p, attr) for p in procs], typ))
-    streams = [ln.stream for ln in lines]
-    s0 = streams[0]
-    cols["stream"] = const(s0.value, n, pa.string()) if streams.count(s0) == n else arrays.array([s.value for s in streams], pa.string())
-    cols["message"] = arrays.array([ln.message for ln in lines], pa.string())
-    if all(ln.stream is not Stream.LOG for ln in lines):  # stdout/stderr lines: no record fields
-        for name in _RECORD_COLUMNS:
-            cols[name] = pa.nulls(n, pa.string())
-    else:
-        for name in _RECORD_COLUMNS:
-            cols[name] = arrays.array([getattr(ln, name) for ln in lines], pa.string())
-    return pa.table(cols)
+    """The ``logs`` rows of one tick's lines (:func:`rlmesh.telemetry.log_table.lines_table`)."""
+    from rlmesh.telemetry import log_table  # deferred: numpy + pyarrow; the flush thread loads them, not the start
+
+    return log_table.lines_table(lines)
 
 
 def record_lines(lines: list[ProcLine]) -> None:

@@ -17,14 +17,14 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from rlmesh.actor.context import current_context, current_proc
 from rlmesh.telemetry import schema
-from rlmesh.telemetry.columnar import rows_to_arrow, with_auto_columns
 from rlmesh.telemetry.config import flush_interval_from_env
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,25 @@ Sink = Callable[[list[tuple[str, Any]]], None]
 
 
 @dataclass
+class RawRows:
+    """One table's rows of a small flush, handed to the sink as they were recorded, not as Arrow.
+
+    Why: a proc that records little (spans of a few calls, a health sample, its lifecycle) would
+    load pyarrow and numpy (~0.1 s of CPU, ~50 MB) only to turn a handful of rows into Arrow.
+    Below :attr:`Recorder.raw_max_rows` rows a flush, the remote sink ships them as they are and
+    the service converts them with the same function (:func:`rlmesh.telemetry.columnar.rows_to_arrow`
+    and the column types this proc knows), so a table looks the same either way.
+    """
+
+    rows: list[tuple[float, tuple[str, int, str, str], dict[str, Any]]]
+    sql_types: dict[str, str]
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
 class _Items:
     """Queued framework items of one table and the function that makes them one Arrow table."""
 
@@ -60,9 +79,11 @@ class Recorder:
     it must not block for long (the remote sink queues, the local one enqueues).
     """
 
-    def __init__(self, run_id: str, sink: Sink, flush_interval: float | None = None):
+    def __init__(self, run_id: str, sink: Sink, flush_interval: float | None = None, raw_max_rows: int = 0):
         self.run_id = run_id
         self._sink = sink
+        self.raw_max_rows = raw_max_rows
+        """A flush of at most this many plain rows goes to the sink as :class:`RawRows` (0: never)."""
         self.flush_interval = flush_interval_from_env() if flush_interval is None else flush_interval
         self._q: collections.deque[tuple[Any, ...]] = collections.deque()
         self._sql: dict[str, dict[str, str]] = {}  # table -> column -> SQL type, as this proc knows it
@@ -98,6 +119,8 @@ class Recorder:
 
     def record_batch(self, table: str, data: Any) -> None:
         """Queue a whole columnar batch (pyarrow Table, or dict of column -> sequence/array)."""
+        import pyarrow as pa  # deferred: the one record call that needs pyarrow at once (see _convert)
+
         tbl = data if isinstance(data, pa.Table) else pa.table(data)
         self._learn_table(table)
         self._q.append((None, time.time(), current_context(), (table, tbl)))
@@ -160,12 +183,18 @@ class Recorder:
                 self._sink([])  # lets a remote sink retry its backlog
                 return 0
             items = [self._q.popleft() for _ in range(n)]
-            batches = self._convert(items)
+            batches = self._convert(items, raw=n <= self.raw_max_rows)
             self.rows_recorded += sum(t.num_rows for _, t in batches)
             self.last_ticket = self._sink(batches) or self.last_ticket
             return n
 
-    def _convert(self, items: Iterable[tuple[Any, ...]]) -> list[tuple[str, Any]]:
+    def _convert(self, items: Iterable[tuple[Any, ...]], raw: bool = False) -> list[tuple[str, Any]]:
+        """Group ``items`` by table, as Arrow tables (``raw``: plain rows as :class:`RawRows` instead).
+
+        pyarrow and numpy (~0.1 s of CPU) are loaded here, on the flush thread, the first time a
+        flush needs Arrow: a proc reaches its first call without them, and one that records only
+        small flushes never loads them (issue 16).
+        """
         by_table: dict[str, list[tuple[float, Any, dict[str, Any]]]] = {}
         lazy: dict[tuple[str, Any], _Items] = {}
         order: list[tuple[str, Any]] = []  # keeps batch and row order per table
@@ -179,6 +208,8 @@ class Recorder:
                         order.append((name, acc))
                     acc.items.extend(tbl.items)
                     continue
+                from rlmesh.telemetry.columnar import with_auto_columns  # deferred: see the docstring
+
                 order.append((name, with_auto_columns(tbl, self.run_id, ts, self._meta_of(ctx))))
                 continue
             rows = by_table.get(table)
@@ -191,8 +222,15 @@ class Recorder:
             if isinstance(payload, list):
                 if table not in self._sql:  # trusted rows skip record()'s check, not the declared types
                     self._learn_table(table)
+                if raw:
+                    out.append((table, RawRows(payload, dict(self._sql[table]))))
+                    continue
+                from rlmesh.telemetry.columnar import rows_to_arrow  # deferred: see the docstring
+
                 out.append(rows_to_arrow(table, payload, self.run_id, self._sql[table]))
             elif isinstance(payload, _Items):
+                from rlmesh.telemetry.columnar import with_auto_columns  # deferred: see the docstring
+
                 try:
                     if payload.items:
                         out.append((table, with_auto_columns(payload.to_table(payload.items), self.run_id, 0.0,

@@ -9,10 +9,16 @@ in-process service lets the controller's own rows skip the network. Three thread
 - *receiver*: a PULL socket for batches from worker procs (MAC checked first);
 - *queries*: a ROUTER socket answering live read-only SQL, so that nobody else
   needs to open the locked file while the run is going.
+
+Opening the file is off the run's critical path: :meth:`TelemetryService.start` binds the two
+sockets (their addresses are all a proc needs) and returns; a fourth thread, *opener*, loads
+DuckDB and pyarrow (~0.3 s of CPU), opens or creates the database, and only then starts the
+three above. Rows and queries that arrive meanwhile wait in the ingest queue and the sockets.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -22,22 +28,28 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
-import pyarrow as pa
 import zmq
 
 from rlmesh.telemetry import run as runs
-from rlmesh.telemetry import arrays, snapshots, wire
-from rlmesh.telemetry.schema import SchemaError
-from rlmesh.telemetry.store import Store
+from rlmesh.telemetry import wire
 from rlmesh.telemetry.client import telemetry_context
+from rlmesh.telemetry.errors import TelemetryError
+from rlmesh.telemetry.schema import SchemaError
 from rlmesh.transport import AuthError, Authenticator, bind_channel
 from rlmesh.transport.sockets import tune
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+    from rlmesh.telemetry.store import Store
+
 logger = logging.getLogger(__name__)
 
-Batches = list[tuple[str, pa.Table]]
+Batches = list[tuple[str, Any]]
+# [(table name, pyarrow.Table), ...]: what a recorder's flush hands the service
+OPEN_TIMEOUT_S = 60.0
 COALESCE_S = 0.1
 COALESCE_ROWS = 1_000_000
 RUN_JSON_EVERY_S = 5.0
@@ -50,11 +62,20 @@ def _rows(item: Any) -> int:
 class TelemetryService:
     """Start with :meth:`start`; :meth:`stop` finalises the ``runs`` row and closes the file."""
 
-    def __init__(self, run_dir: Path, run_id: str, auth: Authenticator, config: Any = None, resume: bool = False):
+    def __init__(self, run_dir: Path, run_id: str, auth: Authenticator, config: Any = None, resume: bool = False,
+                 on_duckdb: Callable[[], None] | None = None):
         self.run_dir = Path(run_dir)
+        self._on_duckdb = on_duckdb  # called on the opener thread right after DuckDB is imported
         self.run_id = run_id
         self.auth = auth
-        self.store = Store(self.run_dir / runs.DB_NAME, run_id)
+        self.db_path = self.run_dir / runs.DB_NAME
+        self._store: Store | None = None
+        self._config = config
+        self._resume = resume
+        self._opened = threading.Event()
+        self._open_error: BaseException | None = None
+        self._open_lock = threading.Lock()  # set_config before the file is open keeps the config for the opener
+        self.resumed = False
         self.started = time.time()
         before = (runs.read_json(self.run_dir / runs.RUN_JSON) or {}) if resume else {}
         self.first_started = float(before.get("start_ts") or self.started)  # the whole run's start, across resumes
@@ -66,47 +87,102 @@ class TelemetryService:
         self._stop = threading.Event()
         self.errors: list[str] = []
         self._threads: list[threading.Thread] = []
+        self._opener: threading.Thread | None = None
+        self._snap: Any = None
         self.ingest_addr = self.query_addr = ""
         self._last_recv = 0.0
         self._batch_seq: dict[str, int] = {}  # sender id -> last batch stored (ingest is idempotent)
         self.duplicate_batches = 0
         self._run_json_at = time.monotonic()
-        self.resumed = resume and bool(self.store.con.execute(
-            "SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchone()[0])
-        if self.resumed:  # a resumed run: the same row goes back to running
-            self.store.execute_write("UPDATE runs SET status = 'running', end_ts = NULL, error = NULL, pid = ?, argv = ? "
-                                     "WHERE id = ?",
-                                     [os.getpid(), " ".join(sys.argv), run_id])
-            if config is not None:
-                self.set_config(config)
-        else:
-            self._insert_run_row(config)
+
+    @property
+    def store(self) -> Store:
+        """The run's database, once the opener has it open (waits for it; raises if it could not)."""
+        if not self._opened.wait(OPEN_TIMEOUT_S):
+            raise TelemetryError(f"telemetry: {self.db_path} was not open after {OPEN_TIMEOUT_S:.0f} s")
+        if self._store is None:
+            raise TelemetryError(f"telemetry: could not open {self.db_path}: {self._open_error!r}")
+        return self._store
+
+    def _open(self) -> None:
+        """On the opener thread: the database (created, or for a resume reopened), then the threads that use it."""
+        try:
+            # DuckDB and pyarrow (~0.3 s of CPU) load here, off the run's start; DuckDB first, alone,
+            # because importing it registers its exit handler (see api._end_before_duckdb)
+            importlib.import_module("duckdb")
+            if self._on_duckdb is not None:  # at once: DuckDB's exit handler is registered from here on
+                self._on_duckdb()
+            from rlmesh.telemetry.store import Store  # deferred: pyarrow and DuckDB, see above
+
+            store = Store(self.db_path, self.run_id)
+            with self._open_lock:
+                self.resumed = self._resume and bool(store.con.execute(
+                    "SELECT count(*) FROM runs WHERE id = ?", [self.run_id]).fetchone()[0])
+                if self.resumed:  # a resumed run: the same row goes back to running
+                    store.execute_write("UPDATE runs SET status = 'running', end_ts = NULL, error = NULL, pid = ?, "
+                                        "argv = ? WHERE id = ?", [os.getpid(), " ".join(sys.argv), self.run_id])
+                    if self._config is not None:
+                        self._set_config(store, self._config)
+                else:
+                    self._insert_run_row(store, self._config)
+                self._store = store
+        except BaseException as exc:  # noqa: BLE001 - said once here; queries and stop() say it again
+            self._open_error = exc
+            logger.exception("telemetry: could not open %s; this run records nothing", self.db_path)
+            self._opened.set()
+            with self._cv:
+                self._cv.notify_all()  # sync() waiters: nothing will be written
+            return
+        self._opened.set()
+        if self._stop.is_set():
+            return  # stopped while opening: stop() finishes the file
+        self._thread("writer", self._write_loop)
+        from rlmesh.telemetry import snapshots  # deferred: pyarrow.parquet, loaded with the store above
+
+        every = snapshots.interval_from_env()  # Parquet under runs/<run>/live/ for pandas, polars & co.
+        self._snap = snapshots.Snapshotter(store.con, self.run_dir, every).start() if every else None
+        self._write_run_json("running")
+        logger.info("telemetry: run %s recording to %s", self.run_id, self.db_path)
 
     # ---- lifecycle -------------------------------------------------------------------
-    def start(self) -> "TelemetryService":
+    def start(self, wait: bool = False) -> "TelemetryService":
+        """Bind the sockets and return; the opener thread opens the file (``wait``: until it has)."""
         ctx = telemetry_context()
         self._pull = tune(ctx.socket(zmq.PULL))
         self._router = tune(ctx.socket(zmq.ROUTER))
         self.ingest_addr, self._ingest_in = bind_channel(self._pull, self.auth, "telemetry ingest")
         self.query_addr, self._query_in = bind_channel(self._router, self.auth, "telemetry queries")
-        for name, fn in (("writer", self._write_loop), ("recv", self._recv_loop), ("query", self._query_loop)):
-            t = threading.Thread(target=fn, name=f"rlmesh-telemetry-{name}", daemon=True)
-            t.start()
-            self._threads.append(t)
         info = {"run_id": self.run_id, "ingest_addr": self.ingest_addr, "query_addr": self.query_addr,
                 "secret": os.environ.get("RLMESH_SECRET", ""), "pid": os.getpid(), "host": socket.gethostname()}
         runs.write_json(self.run_dir / runs.SERVICE_JSON, info, private=True)
-        every = snapshots.interval_from_env()  # Parquet under runs/<run>/live/ for pandas, polars & co.
-        self._snap = snapshots.Snapshotter(self.store.con, self.run_dir, every).start() if every else None
         self._write_run_json("running")
-        logger.info("telemetry: run %s recording to %s", self.run_id, self.store.path)
+        self._thread("recv", self._recv_loop)  # batches are received (and acknowledged) while the file opens
+        self._thread("query", self._query_loop)
+        self._opener = threading.Thread(target=self._open, name="rlmesh-telemetry-opener", daemon=True)
+        self._opener.start()
+        if wait:
+            self.store  # noqa: B018 - raises here if the file could not be opened
         return self
+
+    def _thread(self, name: str, fn: Callable[[], None]) -> None:
+        t = threading.Thread(target=fn, name=f"rlmesh-telemetry-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
 
     def stop(self, status: str = "ok", error: str | None = None) -> None:
         """Drain, mark the run finished (``error``: why it failed, kept in ``runs.error``), checkpoint
         and close. Idempotent. The database row is committed before ``run.json`` is rewritten: a
         kill in between is settled from the database (:func:`runs.settle_dead_runs`)."""
         if self._stop.is_set():
+            return
+        if self._opener is not None:
+            self._opener.join(OPEN_TIMEOUT_S)
+        if self._store is None:  # never opened: nothing was written, nothing to finish
+            self._stop.set()
+            self._q.put(None)
+            for t in self._threads:
+                t.join(timeout=5)
+            self._close_sockets()
             return
         give_up = time.monotonic() + 1.0
         while time.monotonic() - self._last_recv < 0.15 and time.monotonic() < give_up:
@@ -125,12 +201,15 @@ class TelemetryService:
         finally:
             (self.run_dir / runs.SERVICE_JSON).unlink(missing_ok=True)
             self._write_run_json(status, end=time.time(), error=error)
-        for s in (self._pull, self._router):
-            s.close(0)
+        self._close_sockets()
         logger.info("telemetry: run %s %s; %d rows in %s", self.run_id, status, self.store.rows_written, self.store.path)
 
-    def _insert_run_row(self, config: Any) -> None:
-        self.store.execute_write(
+    def _close_sockets(self) -> None:
+        for s in (self._pull, self._router):
+            s.close(0)
+
+    def _insert_run_row(self, store: Store, config: Any) -> None:
+        store.execute_write(
             "INSERT INTO runs (run_id, ts, mesh, rank, proc, id, config, start_ts, status, argv, pid, host) "
             "VALUES (?, now(), 'controller', -1, 'controller', ?, ?, to_timestamp(?), 'running', ?, ?, ?)",
             [self.run_id, self.run_id, json.dumps(config, default=str) if config is not None else None,
@@ -138,20 +217,27 @@ class TelemetryService:
         )
 
     def set_config(self, config: Any) -> None:
-        self.store.execute_write("UPDATE runs SET config = ? WHERE id = ?",
-                                 [json.dumps(config, default=str), self.run_id])
+        """Store ``config`` on the run's row (kept for the opener when the file is not open yet)."""
+        with self._open_lock:
+            if self._store is None:
+                self._config = config
+                return
+        self._set_config(self._store, config)
+
+    def _set_config(self, store: Store, config: Any) -> None:
+        store.execute_write("UPDATE runs SET config = ? WHERE id = ?", [json.dumps(config, default=str), self.run_id])
 
     def _write_run_json(self, status: str, end: float | None = None, error: str | None = None) -> None:
         runs.write_json(self.run_dir / runs.RUN_JSON, {
             "id": self.run_id, "status": status, "start_ts": self.first_started, "end_ts": end,
             "generation_start_ts": self.started, "pid": os.getpid(), "host": socket.gethostname(), "argv": sys.argv,
-            "rows": self.rows_before + self.store.rows_written, "error": error,
+            "rows": self.rows_before + (self._store.rows_written if self._store else 0), "error": error,
         })
 
     # ---- ingest ----------------------------------------------------------------------
     def ingest(self, batches: Batches) -> int:
         """Queue batches for the writer; never blocks on disk. Returns a ticket for :meth:`sync`."""
-        if not batches:
+        if not batches or self._open_error is not None:  # no file to write to: said once, at the failed open
             return 0
         with self._cv:
             self._submitted += 1
@@ -170,12 +256,12 @@ class TelemetryService:
             target = self._submitted if ticket is None else ticket
             if self._written < target:
                 self._q.put([])  # cut the writer's coalescing window short
-            while self._written < target:
+            while self._written < target and self._open_error is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._cv.wait(left)
-        return True
+        return self._open_error is None
 
     def _write_loop(self) -> None:
         while True:
@@ -210,6 +296,8 @@ class TelemetryService:
                 self._write_run_json("running")
 
     def _write(self, items: Any) -> None:
+        import pyarrow as pa  # deferred: loaded with the store by the opener; here a dict lookup
+
         per_table: dict[str, list[pa.Table]] = {}
         for batches in items:
             for table, tbl in batches:
@@ -241,8 +329,23 @@ class TelemetryService:
             except Exception:
                 logger.exception("telemetry: undecodable batch")
                 continue
-            if header[0] == "batches" and len(header) == 4 and self._first_time(header[3]):
-                self.ingest(list(zip(header[2], tables)))
+            if header[0] == "batches" and len(header) in (4, 5) and self._first_time(header[3]):
+                batches = list(zip(header[2], tables))
+                if len(header) == 5 and header[4]:
+                    batches += self._from_raw(header[4], header[1])
+                self.ingest(batches)
+
+    def _from_raw(self, raw: list[tuple[str, list[Any], dict[str, str]]], origin: str) -> Batches:
+        """A small flush's rows as the proc recorded them -> Arrow, exactly as the proc would have."""
+        from rlmesh.telemetry.columnar import rows_to_arrow  # deferred: loaded with the store by the opener
+
+        out = []
+        for table, rows, sql_types in raw:
+            try:
+                out.append(rows_to_arrow(table, rows, self.run_id, sql_types))
+            except Exception:  # noqa: BLE001 - these rows are lost, the rest of the message is not
+                logger.exception("telemetry: %d %s rows from %s did not convert", len(rows), table, origin)
+        return out
 
     def _first_time(self, key: tuple[str, int]) -> bool:
         """True once per ``(sender id, seq)``: a batch seen before (a replay) is never stored twice."""
@@ -274,14 +377,17 @@ class TelemetryService:
                 continue
             out = self._query_in.reply_outbound(sid)
             try:
-                if kind == "sync":
+                if kind == "acked":  # a closing sink asks which of its batches arrived (``sql`` is its id)
+                    reply = wire.encode(out, "ok", self._batch_seq.get(str(sql), 0))  # a number: no pyarrow there
+                elif kind == "sync":
                     self.sync()
-                    result = pa.table({"ok": arrays.array([True], pa.bool_())})  # no pandas (telemetry.arrays)
-                elif kind == "acked":  # a closing sink asks which of its batches arrived (``sql`` is its id)
-                    result = pa.table({"seq": arrays.array([self._batch_seq.get(str(sql), 0)], pa.int64())})
+                    import pyarrow as pa  # deferred: loaded with the store by the opener (DuckDB needs it)
+
+                    from rlmesh.telemetry import arrays  # deferred: as pyarrow above
+
+                    reply = wire.encode(out, "ok", None, [pa.table({"ok": arrays.array([True], pa.bool_())})])
                 else:
-                    result = self.query(sql)
-                reply = wire.encode(out, "ok", None, [result])
+                    reply = wire.encode(out, "ok", None, [self.query(sql)])
             except Exception as exc:
                 reply = wire.encode(out, "error", (type(exc).__name__, str(exc)))
             self._router.send_multipart([ident, *reply], copy=False)

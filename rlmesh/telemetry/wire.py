@@ -1,8 +1,10 @@
 """Messages between procs and the telemetry service: Arrow IPC frames behind the transport layer's MAC.
 
 A batch message is ``[mac, header, ipc_1, ..., ipc_n]``: the header is a small
-pickle (``("batches", origin, [table_1, ..., table_n], (sender id, batch seq))``) and
+pickle (``("batches", origin, [table_1, ..., table_n], (sender id, batch seq), raw)``) and
 each ``ipc_i`` is one table's rows as an Arrow IPC stream, read back without copying.
+``raw`` is ``[(table, rows, sql_types), ...]``: a small flush's rows as they were recorded
+(:class:`rlmesh.telemetry.recorder.RawRows`), which the service turns into Arrow itself.
 The ``(sender id, batch seq)`` pair makes ingest idempotent: the service stores a
 batch only if its seq is above the sender's last one, whatever the transport let through. Query request:
 ``[mac, header]`` with ``("query", sql)``; reply ``[mac, header, ipc]`` with
@@ -13,14 +15,17 @@ before anything is unpickled or parsed.
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from rlmesh.transport import Inbound, Outbound, dumps, loads
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
 
 def to_ipc(tbl: pa.Table) -> pa.Buffer:
+    import pyarrow as pa  # deferred: ~0.1 s of CPU with numpy; a proc loads it at its first flush, not its start
+
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, tbl.schema) as w:
         w.write_table(tbl)
@@ -28,13 +33,18 @@ def to_ipc(tbl: pa.Table) -> pa.Buffer:
 
 
 def from_ipc(buf: Any) -> pa.Table:
+    import pyarrow as pa  # deferred: as in to_ipc
+
     return pa.ipc.open_stream(pa.py_buffer(buf)).read_all()
 
 
-def encode_batches(out: Outbound, origin: str, batches: list[tuple[str, pa.Table]],
+def encode_batches(out: Outbound, origin: str, batches: list[tuple[str, Any]],
                    key: tuple[str, int] = ("", 0)) -> list[Any]:
-    header = dumps(("batches", origin, [t for t, _ in batches], key))[0]
-    return out.sign([header, *(to_ipc(tbl) for _, tbl in batches)])
+    """``batches``: ``(table, pyarrow.Table)`` pairs, and ``(table, RawRows)`` pairs that go in the header."""
+    tables = [(name, b) for name, b in batches if not hasattr(b, "sql_types")]
+    raw = [(name, b.rows, b.sql_types) for name, b in batches if hasattr(b, "sql_types")]
+    header = dumps(("batches", origin, [t for t, _ in tables], key, raw))[0]
+    return out.sign([header, *(to_ipc(tbl) for _, tbl in tables)])
 
 
 def encode(out: Outbound, kind: str, payload: Any, tables: list[pa.Table] = ()) -> list[Any]:  # type: ignore[assignment]
