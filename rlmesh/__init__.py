@@ -37,19 +37,20 @@ _NAMES = {
 _SUBMODULES = {"telemetry", "weights", "rl", "actor", "transport", "launch", "errors"}
 
 # Layers above the runtime plug in here by name; nothing is imported until the first proc launches.
+# With each, the modules its workers import (telemetry's worker plugin), for the start-up template.
 _CONTROLLER_PLUGINS = (
-    "rlmesh.telemetry.plugin:on_controller_start",
-    "rlmesh.weights.plugin:on_controller_start",
+    ("rlmesh.telemetry.plugin:on_controller_start", ("rlmesh.telemetry.plugin",)),
+    ("rlmesh.weights.plugin:on_controller_start", ()),
 )
 
 
 def _register_plugins() -> None:
     from rlmesh.actor import hooks  # deferred: the front door stays light: the runtime loads on first use
 
-    for spec in _CONTROLLER_PLUGINS:
+    for spec, worker_modules in _CONTROLLER_PLUGINS:
         package = spec.partition(":")[0].rsplit(".", 1)[0]  # find_spec of the package imports nothing heavy
         if importlib.util.find_spec(package) is not None:
-            hooks.register_controller_plugin(spec)
+            hooks.register_controller_plugin(spec, worker_modules)
 
 
 def __getattr__(name: str) -> Any:

@@ -129,6 +129,7 @@ class WorkerInfo:
 _lock = threading.Lock()
 _event_sinks: list[Callable[[ProcEvent], None]] = []
 _controller_plugins: list[str] = []
+_worker_module_hints: list[str] = []
 _span_sink: Callable[[Span], None] | None = None
 _debug_sink: Callable[[DebugPause], None] | None = None
 _shutdown_hooks: list[Callable[[], None]] = []
@@ -173,10 +174,25 @@ def emit_event(ev: ProcEvent) -> None:
             logger.exception("event sink %r failed", sink)
 
 
-def register_controller_plugin(spec: str) -> None:
+def register_controller_plugin(spec: str, worker_modules: tuple[str, ...] = ()) -> None:
+    """Run ``spec`` (``"pkg.mod:fn"``) when the controller first launches procs.
+
+    ``worker_modules``: what the worker plugins it will name import (their modules). The local
+    launcher's start-up template imports them while the controller is still running its plugins,
+    so the first procs are forked with them loaded instead of waiting for the import (issue 16).
+    """
     with _lock:
         if spec not in _controller_plugins:
             _controller_plugins.append(spec)
+        for mod in worker_modules:
+            if mod not in _worker_module_hints:
+                _worker_module_hints.append(mod)
+
+
+def worker_module_hints() -> tuple[str, ...]:
+    """Modules the registered controller plugins said their workers will import."""
+    with _lock:
+        return tuple(_worker_module_hints)
 
 
 _plugins_generation = 0

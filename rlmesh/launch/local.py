@@ -24,7 +24,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
-from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
+from rlmesh.actor.hooks import WORKER_PLUGINS_ENV, worker_module_hints
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.launch import capture, forkserver
 from rlmesh.launch.forkserver import ForkedProcHandle, ForkServer
@@ -185,8 +185,8 @@ class LocalLauncher:
                 logger.warning("the start-up template died; starting a new one")
             try:
                 srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(),
-                                                       (*forkserver.STARTER_PRELOAD,
-                                                        *dict.fromkeys((*heavy, *_controller_heavy()))),
+                                                       (*forkserver.STARTER_PRELOAD, *dict.fromkeys(
+                                                           (*worker_module_hints(), *heavy, *_controller_heavy()))),
                                                        name=f"starter{len(self._starters)}",
                                                        on_exit=Controller.notice_exit_if_open)
             except Exception:  # noqa: BLE001 - procs still start the plain way

@@ -202,6 +202,44 @@ def test_first_launches_are_forked_from_the_start_up_template():
     assert psutil.pid_exists(ia[0]["ppid"]) and psutil.pid_exists(ib[0]["ppid"])  # (shutdown stops them: see below)
 
 
+HINTED = textwrap.dedent("""
+    import os
+    IMPORTED_IN = os.getpid()  # the process that imported this module first
+
+    def on_controller_start(info):
+        return {}
+""")
+
+
+class ImportedWhere(rm.Actor):
+    @rm.endpoint
+    def where(self, mod: str):
+        m = sys.modules.get(mod)
+        return {"imported_in": getattr(m, "IMPORTED_IN", None), "ppid": os.getppid(), "pid": os.getpid()}
+
+
+def test_the_template_imports_what_the_plugins_say_their_workers_will_before_its_first_fork(tmp_path):
+    """A controller plugin names its workers' modules; the start-up template imports them while the
+    controller still runs its plugins, so forked procs find them loaded (issue 16: the first procs
+    used to wait ~40 ms for the template to import the telemetry plugin after the plugins ran)."""
+    (tmp_path / "fs_hinted_plugin.py").write_text(HINTED)
+    sys.path.insert(0, str(tmp_path))
+    spec = "fs_hinted_plugin:on_controller_start"
+    hooks.register_controller_plugin(spec, worker_modules=("fs_hinted_plugin",))
+    hooks.invalidate_controller_plugins()
+    try:
+        with rm.this_host().spawn_procs(per_host={"procs": 2}, env={"FS_MARK": "hinted"}) as procs:
+            got = procs.spawn("imported_where", ImportedWhere).where.call("fs_hinted_plugin").get(timeout=30).values()
+        assert [g["imported_in"] for g in got] == [g["ppid"] for g in got], got  # imported by the template
+        assert all(g["ppid"] != g["pid"] for g in got)
+    finally:
+        sys.path.remove(str(tmp_path))
+        with hooks._lock:
+            hooks._controller_plugins.remove(spec)
+            hooks._worker_module_hints.remove("fs_hinted_plugin")
+        hooks.invalidate_controller_plugins()
+
+
 def test_requests_queued_on_a_template_that_dies_start_afresh(tmp_path):
     """A template that dies before forking what was queued on it (here: it never starts, like a
     killed one) is only a shortcut gone: each queued request starts the plain way instead of
