@@ -11,9 +11,10 @@ in-process service lets the controller's own rows skip the network. Three thread
   needs to open the locked file while the run is going.
 
 Opening the file is off the run's critical path: :meth:`TelemetryService.start` binds the two
-sockets (their addresses are all a proc needs) and returns; a fourth thread, *opener*, loads
-DuckDB and pyarrow (~0.3 s of CPU), opens or creates the database, and only then starts the
-three above. Rows and queries that arrive meanwhile wait in the ingest queue and the sockets.
+sockets (their addresses are all a proc needs), starts the receiver and the query thread, and
+returns; a fourth thread, *opener*, loads DuckDB and pyarrow (~0.3 s of CPU), opens or creates
+the database, and only then starts the writer. Batches received meanwhile (acknowledged to
+their senders at once) wait in the ingest queue; queries wait for the file.
 """
 
 from __future__ import annotations
