@@ -208,23 +208,29 @@ def db_label(db: Path) -> str:
     return db.parent.name if db.name == DB_NAME else db.stem
 
 
+def _is_run_dir(d: Path) -> bool:
+    """A run's folder: its database, or (the first ~0.3 s of a live run, while the service opens the
+    database on its own thread) its ``run.json`` and ``service.json``."""
+    return (d / DB_NAME).exists() or ((d / RUN_JSON).exists() and (d / SERVICE_JSON).exists())
+
+
 def resolve_run(spec: str | os.PathLike[str] | None = None) -> Path:
     """Find a run directory from ``None``/``"latest"``, a run id, a run directory or a ``.duckdb`` path."""
     spec = "latest" if spec is None else os.fspath(spec)
     p = Path(spec)
     if p.suffix == ".duckdb" and p.is_file():
         return p.resolve().parent
-    if (p / DB_NAME).exists():
+    if _is_run_dir(p):
         return p.resolve()
     root = runs_dir()
     if spec == "latest":
         link = root / "latest"
-        if (link / DB_NAME).exists():
+        if _is_run_dir(link):
             return link.resolve()
         runs = list_runs(root)
         if runs:
             return Path(runs[-1]["path"])
-    elif (root / spec / DB_NAME).exists():
+    elif _is_run_dir(root / spec):
         return (root / spec).resolve()
     known = [r["id"] for r in list_runs(root)][-5:]
     hint = f"recent runs: {', '.join(known)}" if known else f"no runs under {root} yet"

@@ -7,12 +7,8 @@ Both paths must give the same table, value for value.
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from fresh_controller import run_controller_script
 
 SCRIPT = """
 import datetime, json, sys, time
@@ -70,11 +66,7 @@ print("RESULT " + json.dumps(out, default=str))
 
 
 def test_a_proc_that_records_little_loads_no_pyarrow_and_its_rows_match_a_busy_procs(tmp_path):
-    env = {**os.environ, "RLMESH_RUNS_DIR": str(tmp_path / "runs"), "PYTHONPATH": str(ROOT)}
-    env.pop("RLMESH_JOB_ID", None)
-    env.pop("RLMESH_SECRET", None)
-    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=240)
+    out = run_controller_script(SCRIPT, tmp_path, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, out.stdout + out.stderr[-2000:]

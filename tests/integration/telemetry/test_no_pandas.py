@@ -3,12 +3,7 @@ conversions of Python objects import it (0.25 s of CPU and ~48 MB a process, and
 start-up template's critical path), so telemetry builds its arrays from buffers instead, and the
 service answers a closing sink's "acked" query the same way (it cost every stop 0.3 s)."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
+from fresh_controller import run_controller_script
 
 SCRIPT = """
 import sys
@@ -47,10 +42,6 @@ print("controller pandas:", "pandas" in sys.modules)
 
 
 def test_a_recording_run_imports_pandas_nowhere(tmp_path):
-    env = {**os.environ, "RLMESH_RUNS_DIR": str(tmp_path / "runs"), "PYTHONPATH": str(ROOT)}
-    env.pop("RLMESH_JOB_ID", None)
-    env.pop("RLMESH_SECRET", None)
-    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=180)
+    out = run_controller_script(SCRIPT, tmp_path, timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "controller pandas: False" in out.stdout, out.stdout + out.stderr[-2000:]

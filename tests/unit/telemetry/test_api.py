@@ -16,9 +16,11 @@ def test_first_record_starts_a_run_and_query_sees_it(runs_dir):
     tm.record("rollouts", reward=0.5, policy_version=1, rollout_id="a")
     tm.record("rollouts", reward=1.5, policy_version=2, rollout_id="b")
     run_id = tm.current_run()
-    assert run_id and (runs_dir / run_id / "telemetry.duckdb").exists()
+    assert run_id and (runs_dir / run_id / "run.json").exists()  # the database opens on the service's thread
     assert os.readlink(runs_dir / "latest") == run_id
+    assert runs.resolve_run(run_id) == runs.resolve_run("latest") == (runs_dir / run_id).resolve()  # found at once
     rows = tm.query("SELECT policy_version, reward, mesh, rank, proc FROM rollouts ORDER BY 1").to_pylist()
+    assert (runs_dir / run_id / "telemetry.duckdb").exists()
     assert rows == [
         {"policy_version": 1, "reward": 0.5, "mesh": "controller", "rank": -1, "proc": "controller"},
         {"policy_version": 2, "reward": 1.5, "mesh": "controller", "rank": -1, "proc": "controller"},

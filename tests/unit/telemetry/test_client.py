@@ -42,3 +42,14 @@ def test_big_batches_are_split_into_bounded_messages(monkeypatch):
     assert sizes == [100, 100, 80] and all(s <= 100 for s in sizes)
     assert [n for n, _ in msgs[-1]] == ["a", "b"]
     assert sum(t.column(0).to_pylist() == list(range(200, 250)) for m in msgs for n, t in m if n == "a") == 1
+
+
+def test_raw_rows_of_a_small_flush_travel_whole_beside_arrow_batches(monkeypatch):
+    """A small flush's plain rows (RawRows) are never sliced; they count toward a message's rows."""
+    from rlmesh.telemetry.recorder import RawRows
+
+    monkeypatch.setattr(client, "MAX_ROWS_PER_MESSAGE", 100)
+    raw = RawRows([(0.0, ("m", 0, "p", "h"), {"x": i}) for i in range(30)], {"x": "BIGINT"})
+    msgs = client.split_messages([("a", pa.table({"x": list(range(90))})), ("r", raw)])
+    assert [[(n, b.num_rows) for n, b in m] for m in msgs] == [[("a", 90), ("r", 30)]]
+    assert msgs[0][1][1] is raw
