@@ -43,12 +43,12 @@ class RunDirectory:
         """``latest`` or a run id -> its directory; anything else (a path, ``..``) is refused."""
         if run == "latest":
             link = self.root / "latest"
-            if (link / runs.DB_NAME).exists():
+            if runs.is_run_dir(link):
                 return link.resolve()
             found = runs.list_runs(self.root)
             if found:
                 return Path(found[-1]["path"])
-        elif _RUN_ID.match(run) and (self.root / run / runs.DB_NAME).exists():
+        elif _RUN_ID.match(run) and runs.is_run_dir(self.root / run):
             return self.root / run
         raise RunNotFoundError(f"no run {run!r} under {self.root}")
 

@@ -208,7 +208,7 @@ def db_label(db: Path) -> str:
     return db.parent.name if db.name == DB_NAME else db.stem
 
 
-def _is_run_dir(d: Path) -> bool:
+def is_run_dir(d: Path) -> bool:
     """A run's folder: its database, or (the first ~0.3 s of a live run, while the service opens the
     database on its own thread) its ``run.json`` and ``service.json``."""
     return (d / DB_NAME).exists() or ((d / RUN_JSON).exists() and (d / SERVICE_JSON).exists())
@@ -220,17 +220,17 @@ def resolve_run(spec: str | os.PathLike[str] | None = None) -> Path:
     p = Path(spec)
     if p.suffix == ".duckdb" and p.is_file():
         return p.resolve().parent
-    if _is_run_dir(p):
+    if is_run_dir(p):
         return p.resolve()
     root = runs_dir()
     if spec == "latest":
         link = root / "latest"
-        if _is_run_dir(link):
+        if is_run_dir(link):
             return link.resolve()
         runs = list_runs(root)
         if runs:
             return Path(runs[-1]["path"])
-    elif _is_run_dir(root / spec):
+    elif is_run_dir(root / spec):
         return (root / spec).resolve()
     known = [r["id"] for r in list_runs(root)][-5:]
     hint = f"recent runs: {', '.join(known)}" if known else f"no runs under {root} yet"
