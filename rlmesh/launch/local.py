@@ -58,9 +58,10 @@ class LocalProcHandle:
 # Start-up templates are shared by all LocalLaunchers (every ``this_host()``) of the process, keyed by
 # interpreter and environment; the controller's shutdown (which closes every launcher) stops them.
 _STARTERS: dict[str, ForkServer] = {}
-_SET_BY_IMPORTS = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
-"""Variables that importing torch sets in the importing process itself (to the same default in the
-template): a controller that imported torch after :func:`prewarm` must still find that template."""
+_SET_BY_IMPORTS = frozenset({"TORCHINDUCTOR_CACHE_DIR", "PYGAME_HIDE_SUPPORT_PROMPT"})
+"""Variables that importing a recipe's modules sets in the importing process itself (torch: its
+inductor cache; gymnasium: pygame's banner), to the same value in the template: a controller that
+imported them after :func:`prewarm` must still find that template."""
 _STARTERS_LOCK = threading.Lock()
 
 

@@ -1,0 +1,47 @@
+"""``rlmesh run`` starts the procs' start-up template before Hydra composes, and the run uses it.
+
+The early start only pays if the template's environment still matches when the recipe spawns its
+procs: a mismatch (a variable that importing the recipe's modules sets, as gymnasium sets
+``PYGAME_HIDE_SUPPORT_PROMPT``) would start a second template and import torch twice.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+SCRIPT = """
+import json, sys
+import rlmesh.launch.local as local
+import rlmesh.recipes.cli as cli
+from rlmesh.cli import main
+calls = []
+compose, prewarm = cli.compose, cli.prewarm
+cli.compose = lambda *a, **k: (calls.append("compose"), compose(*a, **k))[1]
+cli.prewarm = lambda *a, **k: (calls.append("prewarm"), prewarm(*a, **k))[1]
+sys.argv = ["rlmesh", "run", "recipe=ppo_cartpole", "trainer.total_steps=2048", "eval.every=0", "run.progress=false"]
+rc = main()
+print("RESULT " + json.dumps({"rc": rc, "calls": calls, "starters": [s.name for s in local._STARTERS.values()],
+                              "forked": sorted(len(s._pids) for s in local._STARTERS.values())}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_template_started_before_composing_is_the_one_the_recipe_forks_from(tmp_path):
+    env = {**os.environ, "RLMESH_RUNS_DIR": str(tmp_path / "runs"), "PYTHONPATH": str(ROOT)}
+    env.pop("RLMESH_JOB_ID", None)
+    env.pop("RLMESH_SECRET", None)
+    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=280)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert out.returncode == 0 and line, out.stderr[-3000:]
+    r = json.loads(line[-1][len("RESULT "):])
+    assert r["rc"] == 0
+    assert r["calls"] == ["prewarm", "compose"], r  # started before Hydra composed the config
+    assert r["starters"] == ["starter0"], r  # one template: the early one matched the recipe's procs
+    assert r["forked"][0] >= 3, r  # every proc of the recipe's mesh was forked from it
