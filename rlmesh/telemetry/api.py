@@ -39,7 +39,7 @@ RUN_ID_ENV = "RLMESH_RUN_ID"
 ENABLE_ENV = "RLMESH_TELEMETRY"
 RAW_MAX_ROWS = 256
 """A worker's flush of at most this many rows ships them unconverted and the service makes them
-Arrow (:class:`~rlmesh.telemetry.recorder.RawRows`): a proc that records little never loads
+Arrow (:class:`~rlmesh.telemetry.wire.RawRows`): a proc that records little never loads
 pyarrow. Busier procs convert their own rows, so the service's one writer thread stays the only
 per-row cost that grows with the number of procs."""
 

@@ -49,12 +49,12 @@ def telemetry_context() -> zmq.Context:
 
 def split_messages(batches: list[tuple[str, Any]]) -> list[list[tuple[str, Any]]]:
     """Group batches into messages of at most MAX_ROWS_PER_MESSAGE rows (slices are zero-copy).
-    Raw rows (:class:`~rlmesh.telemetry.recorder.RawRows`, a small flush's) are never split."""
+    Raw rows (:class:`~rlmesh.telemetry.wire.RawRows`, a small flush's) are never split."""
     out: list[list[tuple[str, Any]]] = []
     cur: list[tuple[str, Any]] = []
     rows = 0
     for table, tbl in batches:
-        if hasattr(tbl, "sql_types"):
+        if isinstance(tbl, wire.RawRows):
             cur.append((table, tbl))
             rows += tbl.num_rows
             continue

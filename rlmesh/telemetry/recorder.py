@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from rlmesh.actor.context import current_context, current_proc
 from rlmesh.telemetry import schema
+from rlmesh.telemetry.wire import RawRows
 from rlmesh.telemetry.config import flush_interval_from_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,25 +44,6 @@ _EMPTY: frozenset[type] = frozenset()
 EARLY_FLUSH_ROWS = 50_000
 
 Sink = Callable[[list[tuple[str, Any]]], None]
-
-
-@dataclass
-class RawRows:
-    """One table's rows of a small flush, handed to the sink as they were recorded, not as Arrow.
-
-    Why: a proc that records little (spans of a few calls, a health sample, its lifecycle) would
-    load pyarrow and numpy (~0.1 s of CPU, ~50 MB) only to turn a handful of rows into Arrow.
-    Below :attr:`Recorder.raw_max_rows` rows a flush, the remote sink ships them as they are and
-    the service converts them with the same function (:func:`rlmesh.telemetry.columnar.rows_to_arrow`
-    and the column types this proc knows), so a table looks the same either way.
-    """
-
-    rows: list[tuple[float, tuple[str, int, str, str], dict[str, Any]]]
-    sql_types: dict[str, str]
-
-    @property
-    def num_rows(self) -> int:
-        return len(self.rows)
 
 
 @dataclass

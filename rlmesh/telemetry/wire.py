@@ -4,7 +4,7 @@ A batch message is ``[mac, header, ipc_1, ..., ipc_n]``: the header is a small
 pickle (``("batches", origin, [table_1, ..., table_n], (sender id, batch seq), raw)``) and
 each ``ipc_i`` is one table's rows as an Arrow IPC stream, read back without copying.
 ``raw`` is ``[(table, rows, sql_types), ...]``: a small flush's rows as they were recorded
-(:class:`rlmesh.telemetry.recorder.RawRows`), which the service turns into Arrow itself.
+(:class:`RawRows`), which the service turns into Arrow itself.
 The ``(sender id, batch seq)`` pair makes ingest idempotent: the service stores a
 batch only if its seq is above the sender's last one, whatever the transport let through. Query request:
 ``[mac, header]`` with ``("query", sql)``; reply ``[mac, header, ipc]`` with
@@ -15,12 +15,33 @@ before anything is unpickled or parsed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlmesh.transport import Inbound, Outbound, dumps, loads
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
+
+
+@dataclass
+class RawRows:
+    """One table's rows of a small flush, handed to the sink as they were recorded, not as Arrow.
+
+    Why: a proc that records little (spans of a few calls, a health sample, its lifecycle) would
+    load pyarrow and numpy (~0.1 s of CPU, ~50 MB) only to turn a handful of rows into Arrow.
+    Up to ``Recorder.raw_max_rows`` rows a flush, the remote sink ships them as they are (in the
+    message's header) and the service converts them with the same function
+    (:func:`rlmesh.telemetry.columnar.rows_to_arrow`) and the column types this proc knows, so a
+    table looks the same either way.
+    """
+
+    rows: list[tuple[float, tuple[str, int, str, str], dict[str, Any]]]
+    sql_types: dict[str, str]
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
 
 
 def to_ipc(tbl: pa.Table) -> pa.Buffer:
@@ -41,8 +62,8 @@ def from_ipc(buf: Any) -> pa.Table:
 def encode_batches(out: Outbound, origin: str, batches: list[tuple[str, Any]],
                    key: tuple[str, int] = ("", 0)) -> list[Any]:
     """``batches``: ``(table, pyarrow.Table)`` pairs, and ``(table, RawRows)`` pairs that go in the header."""
-    tables = [(name, b) for name, b in batches if not hasattr(b, "sql_types")]
-    raw = [(name, b.rows, b.sql_types) for name, b in batches if hasattr(b, "sql_types")]
+    tables = [(name, b) for name, b in batches if not isinstance(b, RawRows)]
+    raw = [(name, b.rows, b.sql_types) for name, b in batches if isinstance(b, RawRows)]
     header = dumps(("batches", origin, [t for t, _ in tables], key, raw))[0]
     return out.sign([header, *(to_ipc(tbl) for _, tbl in tables)])
 

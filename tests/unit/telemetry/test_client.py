@@ -46,7 +46,7 @@ def test_big_batches_are_split_into_bounded_messages(monkeypatch):
 
 def test_raw_rows_of_a_small_flush_travel_whole_beside_arrow_batches(monkeypatch):
     """A small flush's plain rows (RawRows) are never sliced; they count toward a message's rows."""
-    from rlmesh.telemetry.recorder import RawRows
+    from rlmesh.telemetry.wire import RawRows
 
     monkeypatch.setattr(client, "MAX_ROWS_PER_MESSAGE", 100)
     raw = RawRows([(0.0, ("m", 0, "p", "h"), {"x": i}) for i in range(30)], {"x": "BIGINT"})
