@@ -9,8 +9,9 @@ Per N it prints:
   - ``broadcast`` to all (time to hand every message to zmq) and a ``call()`` gathered from all
     (a ValueMesh of N replies), median and max over ``--rounds``;
   - time from a proc's death to the supervisor's ``died`` event (an exit its launcher sees:
-    SIGKILL of a real proc, the host's exit report for a simulated one), and, for simulated
-    peers, a hang (heartbeats stop, nothing exits).
+    SIGKILL of a real proc, the host's exit report for a simulated one), one death at a time,
+    and for one death that comes right after another's event (while the supervisor still tells
+    the N others of the first); for simulated peers, a hang (heartbeats stop, nothing exits).
 Telemetry rows/s with N writers is measured by benchmarks/telemetry_writers.py.
 
 Up to ``--real-max`` procs are real worker processes (``spawn_procs``); above it they are
@@ -141,9 +142,15 @@ def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher |
         gather_cpu.append(_proc_cpu() - c)
         assert list(vals.values()) == [i] * n, "a reply is missing or wrong"
 
-    kills, noticed = [], []
-    victims = [procs._proc_ids[r] for r in range(min(args.deaths, n - 1), 0, -1)][: args.deaths]
-    for pid_ in victims:
+    # ``--deaths`` deaths one at a time (the supervisor done with the previous one, its PROC_DOWN sent to
+    # every proc: a death among N), then one more right after the last one's event (a death that
+    # arrives while the supervisor still tells the N others of the previous one).
+    kills, noticed, after_another = [], [], []
+    victims = [procs._proc_ids[r] for r in range(min(args.deaths + 1, n - 1), 0, -1)]
+    for i, pid_ in enumerate(victims):
+        right_after = i > 0 and i == len(victims) - 1
+        if not right_after:
+            ctl.submit(lambda: None).result(timeout=60)  # runs once the supervisor finished its current work
         rec = ctl.procs[pid_]
         t = time.monotonic()
         if sim is None:
@@ -152,8 +159,8 @@ def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher |
             rec.handle.kill()
         at = deaths.wait(pid_, 60)
         if at is not None:
-            kills.append(at - t)
-            if getattr(rec.handle, "exited_at", None) is not None:  # from the launcher's notice to the event
+            (after_another if right_after else kills).append(at - t)
+            if not right_after and getattr(rec.handle, "exited_at", None) is not None:  # launcher's notice -> event
                 noticed.append(at - rec.handle.exited_at)
     hang = None
     if sim is not None and n > args.deaths + 1:
@@ -166,7 +173,7 @@ def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher |
     procs.stop()
     return {"n": n, "kind": "real" if sim is None else "sim", "beats": beats, "start_s": started, "idle_cpu_pct": idle_cpu,
             "supervisor_cpu_pct": sup_cpu, "broadcast_s": bcast, "gather_s": gather, "gather_cpu_s": gather_cpu,
-            "death_s": kills, "death_after_notice_s": noticed,
+            "death_s": kills, "death_after_notice_s": noticed, "death_right_after_another_s": after_another,
             "hang_s": hang, "load": load, "idle_cpu_by_thread_pct": by_thread}
 
 
@@ -208,7 +215,8 @@ def main() -> None:
                   f"{(r['hang_s'] if r['hang_s'] is not None else float('nan')):>7.2f} {r['load']:>5.1f}", flush=True)
             print(f"      idle CPU by thread (%): {r['idle_cpu_by_thread_pct']}; gather CPU "
                   f"{statistics.median(r['gather_cpu_s']):.3f} s; death after the launcher's notice "
-                  f"{spread(r['death_after_notice_s'])}")
+                  f"{spread(r['death_after_notice_s'])}; a death right after another "
+                  f"{spread(r['death_right_after_another_s'])}")
             if args.json:
                 print(json.dumps(r))
     finally:
