@@ -46,6 +46,13 @@ EARLY_FLUSH_ROWS = 50_000
 Sink = Callable[[list[tuple[str, Any]]], None]
 
 
+def _columnar() -> Any:
+    """:mod:`rlmesh.telemetry.columnar`, loaded by the first flush that needs Arrow (see ``_convert``)."""
+    from rlmesh.telemetry import columnar  # deferred: pyarrow + numpy, ~0.1 s of CPU, off a proc's start
+
+    return columnar
+
+
 @dataclass
 class _Items:
     """Queued framework items of one table and the function that makes them one Arrow table."""
@@ -190,9 +197,7 @@ class Recorder:
                         order.append((name, acc))
                     acc.items.extend(tbl.items)
                     continue
-                from rlmesh.telemetry.columnar import with_auto_columns  # deferred: see the docstring
-
-                order.append((name, with_auto_columns(tbl, self.run_id, ts, self._meta_of(ctx))))
+                order.append((name, _columnar().with_auto_columns(tbl, self.run_id, ts, self._meta_of(ctx))))
                 continue
             rows = by_table.get(table)
             if rows is None:
@@ -207,16 +212,12 @@ class Recorder:
                 if raw:
                     out.append((table, RawRows(payload, dict(self._sql[table]))))
                     continue
-                from rlmesh.telemetry.columnar import rows_to_arrow  # deferred: see the docstring
-
-                out.append(rows_to_arrow(table, payload, self.run_id, self._sql[table]))
+                out.append(_columnar().rows_to_arrow(table, payload, self.run_id, self._sql[table]))
             elif isinstance(payload, _Items):
-                from rlmesh.telemetry.columnar import with_auto_columns  # deferred: see the docstring
-
                 try:
                     if payload.items:
-                        out.append((table, with_auto_columns(payload.to_table(payload.items), self.run_id, 0.0,
-                                                             self._default_meta)))
+                        tbl = payload.to_table(payload.items)
+                        out.append((table, _columnar().with_auto_columns(tbl, self.run_id, 0.0, self._default_meta)))
                 except Exception:  # noqa: BLE001 - these items are lost, the tick's other rows are not
                     logger.exception("telemetry: %d %s items did not convert", len(payload.items), table)
             else:

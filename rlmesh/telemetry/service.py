@@ -142,7 +142,6 @@ class TelemetryService:
 
         every = snapshots.interval_from_env()  # Parquet under runs/<run>/live/ for pandas, polars & co.
         self._snap = snapshots.Snapshotter(store.con, self.run_dir, every).start() if every else None
-        self._write_run_json("running")
         logger.info("telemetry: run %s recording to %s", self.run_id, self.db_path)
 
     # ---- lifecycle -------------------------------------------------------------------
