@@ -145,7 +145,7 @@ def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher |
     # ``--deaths`` deaths one at a time (the supervisor done with the previous one, its PROC_DOWN sent to
     # every proc: a death among N), then one more right after the last one's event (a death that
     # arrives while the supervisor still tells the N others of the previous one).
-    kills, noticed, after_another = [], [], []
+    kills, noticed, after_another, after_notice = [], [], [], []
     victims = [procs._proc_ids[r] for r in range(min(args.deaths + 1, n - 1), 0, -1)]
     for i, pid_ in enumerate(victims):
         right_after = i > 0 and i == len(victims) - 1
@@ -160,8 +160,8 @@ def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher |
         at = deaths.wait(pid_, 60)
         if at is not None:
             (after_another if right_after else kills).append(at - t)
-            if not right_after and getattr(rec.handle, "exited_at", None) is not None:  # launcher's notice -> event
-                noticed.append(at - rec.handle.exited_at)
+            if getattr(rec.handle, "exited_at", None) is not None:  # launcher's notice -> event
+                (after_notice if right_after else noticed).append(at - rec.handle.exited_at)
     hang = None
     if sim is not None and n > args.deaths + 1:
         pid_ = procs._proc_ids[n - 1]
@@ -170,11 +170,14 @@ def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher |
         at = deaths.wait(pid_, 60)
         hang = None if at is None else at - t
     load = os.getloadavg()[0]
+    t = time.perf_counter()
     procs.stop()
+    stop_s = time.perf_counter() - t
     return {"n": n, "kind": "real" if sim is None else "sim", "beats": beats, "start_s": started, "idle_cpu_pct": idle_cpu,
             "supervisor_cpu_pct": sup_cpu, "broadcast_s": bcast, "gather_s": gather, "gather_cpu_s": gather_cpu,
             "death_s": kills, "death_after_notice_s": noticed, "death_right_after_another_s": after_another,
-            "hang_s": hang, "load": load, "idle_cpu_by_thread_pct": by_thread}
+            "death_right_after_another_after_notice_s": after_notice,
+            "hang_s": hang, "stop_s": stop_s, "load": load, "idle_cpu_by_thread_pct": by_thread}
 
 
 def main() -> None:
@@ -213,10 +216,12 @@ def main() -> None:
                   f"{statistics.median(r['gather_s']):>9.4f}/{max(r['gather_s']):<9.4f} "
                   f"{(statistics.median(d) if d else float('nan')):>8.3f}/{(max(d) if d else float('nan')):<9.3f} "
                   f"{(r['hang_s'] if r['hang_s'] is not None else float('nan')):>7.2f} {r['load']:>5.1f}", flush=True)
-            print(f"      idle CPU by thread (%): {r['idle_cpu_by_thread_pct']}; gather CPU "
+            print(f"      stop of all N procs {r['stop_s']:.2f} s; idle CPU by thread (%): {r['idle_cpu_by_thread_pct']}; gather CPU "
                   f"{statistics.median(r['gather_cpu_s']):.3f} s; death after the launcher's notice "
                   f"{spread(r['death_after_notice_s'])}; a death right after another "
-                  f"{spread(r['death_right_after_another_s'])}")
+                  f"{spread(r['death_right_after_another_s'])}"
+                  + (f" (after the launcher's notice {spread(r['death_right_after_another_after_notice_s'])})"
+                     if r["death_right_after_another_after_notice_s"] else ""))
             if args.json:
                 print(json.dumps(r))
     finally:

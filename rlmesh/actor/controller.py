@@ -91,6 +91,7 @@ class Controller(RecoveryMixin):
         self._reaping: list[ProcHandle] = []  # killed procs not yet seen exit (waitpid'ed each tick: no zombies)
         self._last_tick = time.monotonic()
         self._ups: list[ProcRecord] = []  # procs now alive, announced to the others in one message per loop turn
+        self._downs: list[tuple] = []  # deaths of this loop turn, told to the others in one message (P.PROC_DOWN)
         self._hb_s = heartbeat_interval(0)  # the interval workers are told to heartbeat at (grows with N)
         # Procs on this host beat through shared memory (read every BOARD_EVERY ticks), not by message.
         self._board = HeartbeatBoard.create(self.job_id)
@@ -364,12 +365,17 @@ class Controller(RecoveryMixin):
 
     # ------------------------------------------------------------------ supervisor loop
     def _send(self, rec: ProcRecord, kind: str, **fields: Any) -> None:
-        out = self._reply_out.get(rec.ident)
+        self._send_packed(rec, P.pack_control(kind, **fields))
+
+    def _send_packed(self, rec: ProcRecord, packed: P.Packed) -> None:
+        ident = rec.ident
+        out = self._reply_out.get(ident)
         if out is None:  # it has not said hello yet: nothing can reach it
             logger.debug("control send to %s before its hello: dropped", rec.proc_id)
             return
+        body, extra = packed
         try:
-            self.sock.send_multipart([rec.ident, *P.control(out, kind, **fields)], copy=False)
+            self.sock.send_multipart([ident, *out.sign_packed(body, extra)], copy=False)
         except zmq.ZMQError as exc:  # not connected (yet / any more)
             logger.debug("control send to %s failed: %s", rec.proc_id, exc)
 
@@ -411,6 +417,8 @@ class Controller(RecoveryMixin):
                     logger.exception("supervisor tick failed")
             if self._ups:
                 self._announce_ups()
+            if self._downs:
+                self._announce_downs()
 
     def _drain(self) -> bool:
         """Handle the queued control messages, for at most TICK_S: when more arrive than this thread
@@ -499,14 +507,23 @@ class Controller(RecoveryMixin):
         rec.state = ProcState.ALIVE
         self.client.proc_up(rec.proc_id, rec.addr, rec.incarnation)
         if rec.incarnation > 0:  # a replacement: the others learn its new address at the end of this loop turn
+            if self._downs:
+                self._announce_downs()  # a death still queued must not arrive after this up
             self._ups.append(rec)
 
     def _announce_ups(self) -> None:
         """One DIRECTORY message per live proc listing the procs that came up since the last one."""
         ups, self._ups = self._ups, []
+        alive = {r.proc_id: r for r in ups if r.state == ProcState.ALIVE}
+        if not alive:
+            return
+        everyone = P.pack_control(P.DIRECTORY, up=[(r.proc_id, r.addr, r.incarnation) for r in alive.values()])
         for other in self.procs.values():
             if other.state in (ProcState.ALIVE, ProcState.REJOINING, ProcState.STARTING):
-                mine = [(r.proc_id, r.addr, r.incarnation) for r in ups if r is not other and r.state == ProcState.ALIVE]
+                if other.proc_id not in alive:  # the same list for all but the newcomers: pickled once
+                    self._send_packed(other, everyone)
+                    continue
+                mine = [(r.proc_id, r.addr, r.incarnation) for r in alive.values() if r is not other]
                 if mine:
                     self._send(other, P.DIRECTORY, up=mine)
 
@@ -516,13 +533,16 @@ class Controller(RecoveryMixin):
             rec.handle.kill()
             self._reaping.append(rec.handle)
 
-    def _broadcast(self, about: ProcRecord, kind: str, **fields: Any) -> None:
-        """Tell every other proc that is up, or still stopping, about ``about`` (its death). A stopping
-        proc is told too: it may be blocked in a call to ``about`` (procs stopped together), and that
-        call must fail now, not hold its stop until the deadline kills it."""
+    def _announce_downs(self) -> None:
+        """Tell every proc that is up, or still stopping, of the deaths queued this turn, in one message.
+        A stopping proc is told too: it may be blocked in a call to a dead proc (procs stopped
+        together), and that call must fail now, not hold its stop until the deadline kills it."""
+        downs, self._downs = self._downs, []
+        packed = P.pack_control(P.PROC_DOWN, down=downs)  # pickled once; signed per proc (each has its own key)
+        dead = {d[0] for d in downs}  # a dead proc's replacement is not told of its predecessor
         for other in self.procs.values():
-            if other is not about and other.state in _TOLD_OF_DEATHS:
-                self._send(other, kind, **fields)
+            if other.state in _TOLD_OF_DEATHS and other.proc_id not in dead:
+                self._send_packed(other, packed)
 
     def _tick(self, backlog: bool = False) -> None:
         now = time.monotonic()

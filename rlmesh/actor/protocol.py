@@ -35,7 +35,7 @@ BYE = "bye"
 SPAWN = "spawn"
 PROC_UP = "up"
 DIRECTORY = "dir"  # several procs up at once: up=[(proc_id, addr, incarnation), ...]
-PROC_DOWN = "down"
+PROC_DOWN = "down"  # down=[(proc_id, incarnation, exit_code, signal, reason), ...]: the deaths of one supervisor turn
 KV_REP = "kvrep"
 HB_ACK = "hback"  # hb_s=: the heartbeat interval to use from now on
 STOP = "stop"
@@ -46,10 +46,20 @@ PLAIN_KINDS = frozenset({HEARTBEAT, BYE, PROC_UP, PROC_DOWN, DIRECTORY, HB_ACK, 
 """Control kinds whose fields are always plain values (str, numbers, tuples): :func:`control` puts them in the meta."""
 
 
-def encode(out: Outbound, meta: tuple, payload: list[Any] | None = None) -> list[Any]:
+Packed = tuple[bytes, list[Any]]
+"""A message before signing: ``(len(meta) | meta | payload head, payload buffers)``. Signing is per
+recipient (each has its own key and session counter); packing is not, so a message sent to many
+(a death told to every proc) is pickled once."""
+
+
+def pack(meta: tuple, payload: list[Any] | None = None) -> Packed:
     m = pickle.dumps(meta, protocol=5)
     head = bytes(payload[0]) if payload else b""
-    return out.sign_packed(len(m).to_bytes(4, "little") + m + head, list(payload[1:]) if payload else [])
+    return len(m).to_bytes(4, "little") + m + head, list(payload[1:]) if payload else []
+
+
+def encode(out: Outbound, meta: tuple, payload: list[Any] | None = None) -> list[Any]:
+    return out.sign_packed(*pack(meta, payload))
 
 
 def decode_session(inbound: Inbound, frames: list[Any]) -> tuple[bytes, tuple, list[Any]]:
@@ -71,9 +81,14 @@ def control(out: Outbound, kind: str, **fields: Any) -> list[Any]:
     """A control-plane message: meta ``(kind,)`` and the fields as one pickled payload, or, for the
     kinds in :data:`PLAIN_KINDS` (heartbeats, directory updates), meta ``(kind, fields)`` and no payload:
     a third of the cost (no out-of-band pickler), which counts at thousands of beats a second."""
+    return out.sign_packed(*pack_control(kind, **fields))
+
+
+def pack_control(kind: str, **fields: Any) -> Packed:
+    """:func:`control` without the signature: pack once, then ``out.sign_packed(*packed)`` per recipient."""
     if kind in PLAIN_KINDS:
-        return encode(out, (kind, fields))
-    return encode(out, (kind,), dumps(fields))
+        return pack((kind, fields))
+    return pack((kind,), dumps(fields))
 
 
 def read_control(inbound: Inbound, frames: list[Any]) -> tuple[str, dict]:

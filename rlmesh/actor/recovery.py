@@ -15,7 +15,6 @@ import logging
 import time
 from typing import Any, Callable
 
-from rlmesh.actor import protocol as P
 from rlmesh.actor.client import Client
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.procs import ProcRecord
@@ -32,7 +31,7 @@ class RecoveryMixin:
     _spawn_waits: dict[int, tuple[ProcRecord, concurrent.futures.Future]]
     _ups: list
     _announce_ups: Callable[[], None]
-    _broadcast: Callable[..., None]
+    _downs: list
     _emit: Callable[..., None]
     _launch: Callable[[ProcRecord], None]
     _mark_alive: Callable[[ProcRecord], None]
@@ -50,8 +49,10 @@ class RecoveryMixin:
         self.client.proc_down(rec.proc_id, rec.incarnation, exit_code, sig, why)
         if self._ups:
             self._announce_ups()  # an up still queued must not arrive after this down
-        self._broadcast(rec, P.PROC_DOWN, proc_id=rec.proc_id, incarnation=rec.incarnation,
-                        exit_code=exit_code, signal=sig, reason=why)
+        # Told to the others at the end of this supervisor turn, with every other death of the turn
+        # in the same message: procs stopped together (a host lost, a mesh stopped) cost one message
+        # per survivor, not one per death per survivor (O(N^2) at N procs).
+        self._downs.append((rec.proc_id, rec.incarnation, exit_code, sig, why))
         for req, (r, fut) in list(self._spawn_waits.items()):
             if r is rec:
                 del self._spawn_waits[req]

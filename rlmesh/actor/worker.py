@@ -229,7 +229,9 @@ class ControlLink(threading.Thread):
             for proc_id, addr, incarnation in msg["up"]:
                 w.directory_update({"proc_id": proc_id, "addr": addr, "incarnation": incarnation}, up=True)
         elif kind == P.PROC_DOWN:
-            w.directory_update(msg, up=False)
+            for proc_id, incarnation, exit_code, sig, reason in msg["down"]:
+                w.directory_update({"proc_id": proc_id, "incarnation": incarnation, "exit_code": exit_code,
+                                    "signal": sig, "reason": reason}, up=False)
         elif kind == P.KV_REP:
             fut = self.reqs.pop(msg["req"], None)
             self.waits.discard(msg["req"])

@@ -92,6 +92,27 @@ class Relay(rm.Actor):
         return self.target.incr.call(x).get(timeout=10).values()
 
     @rm.endpoint
+    def start_sleeps(self, s: float) -> int:
+        """One pending ``sleep(s)`` on each of the target's actors, each its own call (to watch them fail)."""
+        n = len(self.target)
+        self.sleeps = [self.target.slice(procs=r).sleep.call_one(s) for r in range(n)]
+        return n
+
+    @rm.endpoint
+    def sleep_outcomes(self, timeout: float) -> list:
+        """How each pending sleep ended: ``"died"`` (rm.ActorDied), or its error's type name."""
+        out = []
+        for fut in self.sleeps:
+            try:
+                fut.get(timeout=timeout)
+                out.append("returned")
+            except rm.ActorDied:
+                out.append("died")
+            except Exception as exc:  # noqa: BLE001 - reported to the test, which names what it expected
+                out.append(type(exc).__name__)
+        return out
+
+    @rm.endpoint
     def kv_put(self, key: str, value) -> None:
         rm.actor.kv.put(key, value)
 

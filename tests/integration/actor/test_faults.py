@@ -89,6 +89,22 @@ def test_peer_calls_fail_when_their_target_dies():
             relay.forward_sync.call_one(1).get(timeout=10)
 
 
+def test_procs_killed_together_fail_a_peers_calls_on_each_of_them():
+    """Deaths seen in one supervisor turn reach the survivors in one message (not one per death per
+    survivor, which was O(N^2) when N procs stop together): every death in it must still count."""
+    from runtime_actors import Relay
+
+    with rm.this_host().spawn_procs(per_host={"procs": 4}) as procs:
+        targets = procs.slice(procs=slice(1, 4)).spawn("targets", Counter)
+        relay = procs.slice(procs=0).spawn("relay", Relay, targets)
+        assert relay.start_sleeps.call_one(60).get(timeout=10) == 3
+        for pid in procs.pids[1:]:
+            os.kill(pid, signal.SIGKILL)
+        t = time.monotonic()
+        assert relay.sleep_outcomes.call_one(30).get(timeout=40) == ["died"] * 3
+        assert time.monotonic() - t < 20, "the peer learnt of the deaths only by a timeout"
+
+
 def test_hung_proc_is_declared_dead_by_heartbeat(events):
     with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
         c = procs.spawn("frozen", Counter)
