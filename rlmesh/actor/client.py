@@ -40,7 +40,7 @@ from rlmesh.errors import ActorDied, ActorError, CallTimeout
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.channel import Outbound
 from rlmesh.transport.serialization import dumps, loads
-from rlmesh.transport.sockets import bind_channel, connect_channel, tune, wait_readable, zmq_context
+from rlmesh.transport.sockets import bind_channel, connect_channel, has_message, tune, wait_readable, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -374,7 +374,7 @@ class Client:
 
     def _drain(self) -> None:
         inbox = self._inbox
-        while inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a zmq.Again per drain
+        while has_message(inbox):  # cheaper than a zmq.Again per drain
             try:
                 frames = inbox.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:

@@ -29,6 +29,15 @@ BIND_HOST_ENV = "RLMESH_BIND_HOST"
 ADVERTISE_HOST_ENV = "RLMESH_ADVERTISE_HOST"
 
 
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+
+
+def has_message(sock: zmq.Socket) -> bool:
+    """Whether ``sock`` has a message to read now (its FD is edge-triggered: drain until this is False).
+    Plain ints, not pyzmq's flag enums: drains run this two or three times per call."""
+    return bool(sock.get(_EVENTS) & _POLLIN)
+
+
 def wait_readable(fds: list[int], timeout_s: float | None) -> list[int]:
     """The fds of ``fds`` readable within ``timeout_s`` (``None``: wait for one).
 
