@@ -190,11 +190,13 @@ def final_checkpoint(trainer, buffer, exc: RunFailed) -> None:
         buffer.interrupt.options(timeout=10).call_one().get()  # a train call waiting for rollouts returns now
     except rm.RlmeshError:
         pass
+    why = ""
     try:
         exc.checkpoint = trainer.save.options(timeout=60).call_one().get()
-    except rm.RlmeshError:
-        exc.checkpoint = None
-    where = f"final checkpoint {exc.checkpoint}" if exc.checkpoint else "the trainer is gone: its newest checkpoint stands"
+    except rm.RlmeshError as err:
+        exc.checkpoint, why = None, f" ({short_error(err)})"
+    where = (f"final checkpoint {exc.checkpoint}" if exc.checkpoint
+             else f"the trainer could not checkpoint{why}: its newest checkpoint stands")
     exc.args = (f"{exc.args[0]}; {where}; continue with: rlmesh run resume={rm.telemetry.current_run() or 'RUN'}",)
 
 

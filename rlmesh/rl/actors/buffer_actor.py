@@ -25,7 +25,7 @@ class BufferActor(rm.Actor):
 
     def __init__(self) -> None:
         self._event: asyncio.Event | None = None
-        self._interrupts = 0
+        self._interrupted = False
 
     def _wake(self) -> asyncio.Event:
         if self._event is None:  # created on first use, inside the proc's event loop
@@ -38,12 +38,11 @@ class BufferActor(rm.Actor):
 
     async def wait_until(self, ready: Callable[[], bool], timeout: float) -> bool:
         """Poll ``ready()`` now and after each :meth:`notify` (at least once a second) until it is true:
-        True then; False once ``timeout`` s passed or :meth:`interrupt` was called meanwhile."""
+        True then; False once ``timeout`` s passed or once :meth:`interrupt` was called (before or meanwhile)."""
         deadline = time.monotonic() + timeout
-        interrupts = self._interrupts
         while not ready():
             left = deadline - time.monotonic()
-            if left <= 0 or self._interrupts != interrupts:
+            if left <= 0 or self._interrupted:
                 return False
             event = self._wake()
             event.clear()
@@ -63,9 +62,11 @@ class BufferActor(rm.Actor):
 
     @rm.endpoint
     async def interrupt(self) -> None:
-        """Make every ``sample`` call waiting now return at once (empty unless enough arrived): a
-        run that is stopping must not wait out a trainer blocked on rollouts that will never come."""
-        self._interrupts += 1
+        """Make every ``sample`` call, waiting now or made later, return at once (empty unless enough
+        arrived): a run that is stopping must not wait out a trainer blocked on rollouts that will never
+        come. Later ones too: the interrupt may land while the trainer is between two samples (a busy
+        host), and its next sample would then wait out its whole timeout with the final save behind it."""
+        self._interrupted = True
         self.notify()
 
     @rm.endpoint

@@ -136,6 +136,21 @@ def test_a_sample_that_drops_stale_rollouts_returns_at_once_with_the_drops():
 
 
 @pytest.mark.timeout(120)
+def test_an_interrupt_also_ends_samples_that_start_after_it():
+    """A failed run interrupts the buffer, then asks the trainer for a final checkpoint. On a busy host
+    the trainer may be between two samples when the interrupt lands: its next sample must not wait
+    out its timeout (60 s, with the final save queued behind it on the trainer's thread)."""
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        buffer = procs.spawn("buffer_interrupted", ReplayBuffer, BufferConfig(max_policy_lag=1))
+        waiting = buffer.sample.call_one(2, 0, 60.0)  # waiting when the interrupt lands
+        buffer.interrupt.call_one().get(timeout=10)
+        t0 = time.monotonic()
+        assert waiting.get(timeout=30).rollouts == []
+        later = buffer.sample.call_one(2, 0, 60.0).get(timeout=30)  # asked after it
+        assert later.rollouts == [] and time.monotonic() - t0 < 20
+
+
+@pytest.mark.timeout(120)
 def test_generator_killed_mid_rollout_is_reissued_and_counted_once():
     import os
     import signal
