@@ -42,7 +42,7 @@ phase "browser (chromium)" bash scripts/setup_browser.sh || echo "== test.sh: no
 workers="${RLMESH_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
 rc=0
 phase "pytest (parallel, $workers workers)" .venv/bin/python -m pytest tests -q -m "not serial" \
-  -n "$workers" --dist loadfile --durations=25 "$@" || rc=$?
+  -n "$workers" --dist loadfile --no-loadscope-reorder --durations=25 "$@" || rc=$?
 # exit 5 is "no test selected" (extra args that pick none of the serial tests): not a failure
 phase "pytest (serial)" .venv/bin/python -m pytest tests -q -m serial --durations=5 "$@" || { r=$?; [ "$r" -eq 5 ] || rc=$r; }
 exit "$rc"
