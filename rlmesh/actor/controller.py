@@ -56,6 +56,10 @@ _HEARTBEATING = (ProcState.ALIVE, ProcState.REJOINING)  # heartbeat silence judg
 _SWEPT = frozenset({ProcState.ALIVE, *ENDED})  # looked at only when sweeping
 _TOLD_OF_DEATHS = (ProcState.ALIVE, ProcState.REJOINING, ProcState.STARTING, ProcState.STOPPING)  # get PROC_DOWN
 SWEEP_EVERY = BOARD_EVERY  # ticks between full sweeps (0.2 s): the board is read at the same cadence
+OUTBOX_CHUNK = 128
+"""Control messages sent per supervisor loop turn while a broadcast is queued. Telling 999 procs of a
+death takes ~10 ms on a busy 2-core host; sent in chunks, the loop reads messages and sees the next
+exit between them, so a death that follows another is seen as soon as a lone one."""
 
 CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
 
@@ -92,6 +96,7 @@ class Controller(RecoveryMixin):
         self._last_tick = time.monotonic()
         self._ups: list[ProcRecord] = []  # procs now alive, announced to the others in one message per loop turn
         self._downs: list[tuple] = []  # deaths of this loop turn, told to the others in one message (P.PROC_DOWN)
+        self._outbox: deque[tuple[bytes, str, P.Packed]] = deque()  # (ident, proc id, message), OUTBOX_CHUNK a turn
         self._hb_s = heartbeat_interval(0)  # the interval workers are told to heartbeat at (grows with N)
         # Procs on this host beat through shared memory (read every BOARD_EVERY ticks), not by message.
         self._board = HeartbeatBoard.create(self.job_id)
@@ -368,16 +373,26 @@ class Controller(RecoveryMixin):
         self._send_packed(rec, P.pack_control(kind, **fields))
 
     def _send_packed(self, rec: ProcRecord, packed: P.Packed) -> None:
-        ident = rec.ident
+        if self._outbox:  # behind a broadcast still being sent: each proc gets its messages in order
+            self._outbox.append((rec.ident, rec.proc_id, packed))
+        else:
+            self._send_now(rec.ident, rec.proc_id, packed)
+
+    def _send_now(self, ident: bytes, proc_id: str, packed: P.Packed) -> None:
         out = self._reply_out.get(ident)
-        if out is None:  # it has not said hello yet: nothing can reach it
-            logger.debug("control send to %s before its hello: dropped", rec.proc_id)
+        if out is None:  # it has not said hello yet (or this incarnation is gone): nothing can reach it
+            logger.debug("control send to %s before its hello: dropped", proc_id)
             return
         body, extra = packed
         try:
             self.sock.send_multipart([ident, *out.sign_packed(body, extra)], copy=False)
         except zmq.ZMQError as exc:  # not connected (yet / any more)
-            logger.debug("control send to %s failed: %s", rec.proc_id, exc)
+            logger.debug("control send to %s failed: %s", proc_id, exc)
+
+    def _flush_outbox(self, budget: int = OUTBOX_CHUNK) -> None:
+        box = self._outbox
+        for _ in range(min(budget, len(box))):
+            self._send_now(*box.popleft())
 
     def _run(self) -> None:
         poller = zmq.Poller()
@@ -387,7 +402,7 @@ class Controller(RecoveryMixin):
         # each of N procs' heartbeats, a per-wake scan costs O(N^2) per heartbeat interval.
         next_tick = 0.0
         while not self._closed:
-            wait = max(0, int((next_tick - time.monotonic()) * 1000) + 1)
+            wait = 0 if self._outbox else max(0, int((next_tick - time.monotonic()) * 1000) + 1)
             try:
                 events = dict(poller.poll(wait))
             except zmq.ZMQError:
@@ -419,6 +434,8 @@ class Controller(RecoveryMixin):
                 self._announce_ups()
             if self._downs:
                 self._announce_downs()
+            if self._outbox:
+                self._flush_outbox()
 
     def _drain(self) -> bool:
         """Handle the queued control messages, for at most TICK_S: when more arrive than this thread
@@ -540,9 +557,8 @@ class Controller(RecoveryMixin):
         downs, self._downs = self._downs, []
         packed = P.pack_control(P.PROC_DOWN, down=downs)  # pickled once; signed per proc (each has its own key)
         dead = {d[0] for d in downs}  # a dead proc's replacement is not told of its predecessor
-        for other in self.procs.values():
-            if other.state in _TOLD_OF_DEATHS and other.proc_id not in dead:
-                self._send_packed(other, packed)
+        self._outbox.extend((other.ident, other.proc_id, packed) for other in self.procs.values()
+                            if other.state in _TOLD_OF_DEATHS and other.proc_id not in dead)
 
     def _tick(self, backlog: bool = False) -> None:
         now = time.monotonic()
