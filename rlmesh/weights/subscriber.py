@@ -221,8 +221,9 @@ class Subscriber:
             except (StateDictMismatchError, TransportUnavailableError):
                 raise
             except WeightSyncError as exc:
-                if left <= 0:
-                    raise
+                if time.monotonic() >= deadline:  # the pull's own timeout ran out: say so, with what failed last
+                    raise WeightSyncError(f"no version >= {min_version} of {self.name!r} within the timeout: "
+                                          f"{exc}") from exc
                 last_err = exc
                 self._record = None  # publisher gone or restarted: look it up again
                 got = None

@@ -78,7 +78,7 @@ class Control:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
-                raise WeightSyncError(f"publisher of {self.pub_name!r} at {self.addr} did not answer within {timeout:.0f}s")
+                raise WeightSyncError(f"publisher of {self.pub_name!r} at {self.addr} did not answer within {timeout:.3g} s")
             frames = self._sock.recv_multipart(copy=False)
             try:
                 _, body = self._replies.verify(frames)

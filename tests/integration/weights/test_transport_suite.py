@@ -1,8 +1,11 @@
 """Every transport passes the same suite (see suite.py)."""
 
-import pytest
+import time
 
-from rlmesh.weights import rdma_plan
+import pytest
+import torch
+
+from rlmesh.weights import WeightSyncError, rdma_plan
 from suite import TransportSuite
 
 
@@ -12,6 +15,23 @@ class TestShm(TransportSuite):
 
 class TestTcp(TransportSuite):
     transport = "tcp"
+
+    @pytest.mark.parametrize("timeout", [0, 0.3])
+    def test_a_publisher_that_does_not_answer_fails_the_pull_at_its_timeout(self, env, timeout):
+        """The pull's own timeout ends it, and the error names the version wanted and what failed last.
+        A pull whose last try came after its deadline used to raise the bare control error instead:
+        'did not answer within 0s'."""
+        pub, sub = env
+        pub.publish({"a": torch.zeros(2)}, version=1)
+        assert sub.pull(min_version=1, timeout=10)[1] == 1  # the publisher is looked up and connected
+        with pub.pool.lock:  # the server thread waits on it to answer the next "open"
+            t0 = time.monotonic()
+            with pytest.raises(WeightSyncError, match=r"no version >= 2 of 'w-tcp' within the timeout: publisher "
+                                                      r".* did not answer within 0\.\d+ s"):
+                sub.pull(min_version=2, timeout=timeout)
+            assert time.monotonic() - t0 < 5
+        pub.publish({"a": torch.ones(2)}, version=2)
+        assert sub.pull(min_version=2, timeout=10)[1] == 2  # and the subscriber still works afterwards
 
 
 _rdma_ok, _rdma_why = rdma_plan.available()
