@@ -220,10 +220,7 @@ class Subscriber:
                 got = t.fetch(min_version, version, max(left, 0.001))
             except (StateDictMismatchError, TransportUnavailableError):
                 raise
-            except WeightSyncError as exc:
-                if time.monotonic() >= deadline:  # the pull's own timeout ran out: say so, with what failed last
-                    raise WeightSyncError(f"no version >= {min_version} of {self.name!r} within the timeout: "
-                                          f"{exc}") from exc
+            except WeightSyncError as exc:  # past the deadline, the check below says so, with this error
                 last_err = exc
                 self._record = None  # publisher gone or restarted: look it up again
                 got = None
