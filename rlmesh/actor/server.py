@@ -163,7 +163,12 @@ class ActorServer:
     async def _serve_async(self, call: "_Served", hosted: HostedActor, fn: Any, args: tuple, kwargs: dict) -> None:
         try:
             result = await fn(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
+        except GeneratorExit:
+            # The coroutine is being closed with this proc's event loop: the proc is going away, and the
+            # call has no answer. Its caller learns that from the proc's stop or death (ActorDied); a
+            # reply here would race it and say "ActorError: GeneratorExit" instead (seen in a clean run).
+            raise
+        except BaseException as exc:  # noqa: BLE001 - everything else goes back to the caller
             if debugger.post_mortem_enabled():  # on the actor's thread: the proc's event loop goes on
                 await self._run_in_actor(hosted, _post_mortem, exc)
             self._finish(call, hosted, exc=exc, tb="".join(traceback.format_exception(exc)))
