@@ -25,7 +25,7 @@ _NAMES = {
     "ValueMesh": "rlmesh.actor.shape",
     "ActorMesh": "rlmesh.actor.mesh",
     "ProcMesh": "rlmesh.actor.proc_mesh",
-    "this_host": "rlmesh.launch.local",
+    "this_host": "rlmesh.launch",
     "RlmeshError": "rlmesh.errors",
     "ActorError": "rlmesh.errors",
     "ActorDied": "rlmesh.errors",
@@ -83,5 +83,5 @@ if TYPE_CHECKING:  # pragma: no cover
     from rlmesh.actor.shape import ValueMesh
     from rlmesh.errors import (ActorDied, ActorError, CallTimeout, ConfigError, RlmeshError, SerializationError,
                                WeightSyncError)
-    from rlmesh.launch.local import this_host
+    from rlmesh.launch import this_host
 

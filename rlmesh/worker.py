@@ -11,7 +11,7 @@ from rlmesh.actor.worker import main
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--fork-server"]:
-        from rlmesh.launch.forkserver import main as fork_server_main
+        from rlmesh.launch.fork_template import main as fork_server_main
 
         raise SystemExit(fork_server_main(sys.argv[2:]))
     raise SystemExit(main())

@@ -13,7 +13,6 @@ Relaunches of procs whose mesh may restart are forked from a warm template
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import os
@@ -24,9 +23,9 @@ import threading
 from typing import Any, Callable, Iterable
 
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
-from rlmesh.actor.hooks import WORKER_PLUGINS_ENV, worker_module_hints
+from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
 from rlmesh.actor.proc_mesh import ProcMesh
-from rlmesh.launch import capture, forkserver
+from rlmesh.launch import capture, forkserver, starters
 from rlmesh.launch.forkserver import ForkedProcHandle, ForkServer
 
 logger = logging.getLogger(__name__)
@@ -55,28 +54,6 @@ class LocalProcHandle:
         return self.pid
 
 
-# Start-up templates are shared by all LocalLaunchers (every ``this_host()``) of the process, keyed by
-# interpreter and environment; the controller's shutdown (which closes every launcher) stops them.
-_STARTERS: dict[str, ForkServer] = {}
-_SET_BY_IMPORTS = frozenset({"TORCHINDUCTOR_CACHE_DIR", "PYGAME_HIDE_SUPPORT_PROMPT"})
-"""Variables that importing a recipe's modules sets in the importing process itself (torch: its
-inductor cache; gymnasium: pygame's banner), to the same value in the template: a controller that
-imported them after :func:`prewarm` must still find that template."""
-_STARTERS_LOCK = threading.Lock()
-
-
-TORCH_HEAVY = ("numpy", "torch", "torch._dynamo")
-"""What a proc that uses torch imports: ``torch._dynamo`` too (~1.2 s of CPU), which building a
-``torch.optim`` optimiser imports lazily. The template imports it, so a trainer and its restarts
-do not pay it; the controller, which builds no optimiser, never imports it."""
-
-
-def _controller_heavy() -> tuple[str, ...]:
-    """Heavy modules the start-up template imports because this controller did: a controller that
-    imported torch (an RL recipe) starts procs that import it too, and ~4 s of CPU each is paid once."""
-    return TORCH_HEAVY if "torch" in sys.modules else ()
-
-
 class LocalLauncher:
     """Starts ``python -m rlmesh.worker`` children. ``python`` defaults to this interpreter.
 
@@ -96,7 +73,6 @@ class LocalLauncher:
         self.fork_server = fork_server
         self.fork_preload = tuple(fork_preload)
         self._servers: dict[str, ForkServer] = {}  # proc mesh -> its restart template (actor modules, torch)
-        self._starters = _STARTERS  # environment -> start-up template, shared by every launcher of this controller
         self._lock = threading.Lock()
         self._capture: capture.OutputCapture | None = None
 
@@ -104,14 +80,7 @@ class LocalLauncher:
         return forkserver.enabled_by_env() if self.fork_server is None else self.fork_server
 
     def _env(self, req: LaunchRequest) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.extra_env)
-        env.update(req.env)
-        paths = [p or os.getcwd() for p in sys.path]
-        if env.get("PYTHONPATH"):
-            paths.append(env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        return env
+        return starters.worker_env({**self.extra_env, **req.env})
 
     def launch(self, req: LaunchRequest) -> LocalProcHandle | ForkedProcHandle:
         env = self._env(req)
@@ -157,7 +126,7 @@ class LocalLauncher:
         if srv is None:
             return None
         plugins = [m.split(":", 1)[0].strip() for m in env.get(WORKER_PLUGINS_ENV, "").split(",") if m.strip()]
-        want = [*plugins, *_controller_heavy()]
+        want = [*plugins, *starters.controller_heavy()]
         try:
             if any(m not in srv.preloaded for m in want):  # imported before the forks queued after this
                 srv.preload([m for m in want if m not in srv.preloaded], now=True)
@@ -168,49 +137,35 @@ class LocalLauncher:
             return None
 
     def _starter(self, env: dict[str, str], heavy: tuple[str, ...] = ()) -> ForkServer | None:
-        """The start-up template for ``env``: rlmesh's own variables (the run's telemetry address, the
-        job secret) are read at run time, not import time, so they may differ from the template's."""
-        key = hashlib.sha1(repr((self.python, sorted((k, v) for k, v in env.items()
-                                                     if not k.startswith("RLMESH_") and k not in _SET_BY_IMPORTS))
-                                ).encode()).hexdigest()
-        with _STARTERS_LOCK:
-            srv = self._starters.get(key)
-            if srv is not None and not srv.dead:
-                return srv
-            if srv is not None and not srv.ready.is_set():  # it never worked: do not start it again
-                if not srv.warned:
-                    srv.warned = True
-                    logger.warning("the start-up template could not start; procs start Python afresh")
-                return None
-            if srv is not None:  # it served, then died (killed): a new one takes its place
-                logger.warning("the start-up template died; starting a new one")
-            try:
-                srv = self._starters[key] = ForkServer(self.python, env, os.getcwd(),
-                                                       (*forkserver.STARTER_PRELOAD, *dict.fromkeys(
-                                                           (*worker_module_hints(), *heavy, *_controller_heavy()))),
-                                                       name=f"starter{len(self._starters)}",
-                                                       on_exit=Controller.notice_exit_if_open)
-            except Exception:  # noqa: BLE001 - procs still start the plain way
-                logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
-                return None
-            return srv
+        """The start-up template for ``env`` (shared by every launcher of this controller)."""
+        return starters.starter(self.python, env, (*heavy, *starters.controller_heavy()),
+                                on_exit=Controller.notice_exit_if_open)
 
-    def prestart(self, env: dict[str, str] | None = None, heavy: tuple[str, ...] = ()) -> None:
+    def prestart(self, env: dict[str, str] | None = None, heavy: tuple[str, ...] = (), output: bool = True) -> None:
         """Start the start-up template now (on the supervisor thread: it must outlive the call), so its
         imports overlap the controller's own start (the telemetry service) instead of following it.
         ``heavy``: modules it imports before its first fork even though this controller has not yet
-        (a recipe's torch, while the controller is still importing it too)."""
+        (a recipe's torch, while the controller is still importing it too). ``output``: start the
+        output capture's threads too (each thread's start waits for the GIL: ~10 ms apiece while the
+        controller imports, which the first launch would otherwise wait out)."""
         if self._fork_enabled():
             self._starter(self._env(LaunchRequest("", "", "", 0, 0, env or {})), heavy)
+        if output:
+            self._output_capture()
 
-    def _prepare_capture(self, req: LaunchRequest, fork: bool) -> capture.Prepared | None:
-        """FIFOs for this launch's output (the ``logs``/``stacks`` tables, the terminal echo), unless RLMESH_CAPTURE=0."""
+    def _output_capture(self) -> capture.OutputCapture | None:
+        """The launcher's output capture (one reader thread for all its procs), unless RLMESH_CAPTURE=0."""
         if not capture.capture_enabled():
             return None
         with self._lock:
             if self._capture is None:
                 self._capture = capture.OutputCapture()
-        return self._capture.prepare(req.proc_id, req.proc_mesh, req.rank, req.incarnation, fork)
+            return self._capture
+
+    def _prepare_capture(self, req: LaunchRequest, fork: bool) -> capture.Prepared | None:
+        """FIFOs for this launch's output (the ``logs``/``stacks`` tables, the terminal echo), unless RLMESH_CAPTURE=0."""
+        cap = self._output_capture()
+        return None if cap is None else cap.prepare(req.proc_id, req.proc_mesh, req.rank, req.incarnation, fork)
 
     def _via_fork_server(self, req: LaunchRequest, env: dict[str, str], argv: list[str],
                          child_env: dict[str, str] | None = None,
@@ -264,11 +219,7 @@ class LocalLauncher:
         """Stop every template (the controller shuts down)."""
         for name in list(self._servers):
             self.release(name)
-        with _STARTERS_LOCK:
-            starters = list(self._starters.values())
-            self._starters.clear()
-        for srv in starters:
-            srv.close()
+        starters.close_all()
         with self._lock:
             cap, self._capture = self._capture, None
         if cap is not None:
@@ -301,7 +252,7 @@ class HostMesh:
                                timeout)
 
 
-def prewarm(heavy: tuple[str, ...] = TORCH_HEAVY) -> None:
+def prewarm(heavy: tuple[str, ...] = starters.TORCH_HEAVY) -> None:
     """Start this host's start-up template now, importing ``heavy``, for procs a later
     ``this_host().spawn_procs`` will fork from it.
 
@@ -313,7 +264,7 @@ def prewarm(heavy: tuple[str, ...] = TORCH_HEAVY) -> None:
     with the others at shutdown).
     """
     launcher = LocalLauncher()
-    Controller.get().submit(lambda: launcher.prestart(None, heavy))
+    Controller.get().submit(lambda: launcher.prestart(None, heavy, output=False))
 
 
 def this_host(**launcher_opts: Any) -> HostMesh:

@@ -18,6 +18,7 @@ import pytest
 import rlmesh as rm
 from rlmesh.actor import hooks
 from rlmesh.actor.payload import modules_in_payload
+from rlmesh.launch import starters
 from rlmesh.transport.serialization import dumps
 from proc_checks import gone, wait_gone  # noqa: E402
 
@@ -145,8 +146,8 @@ def test_a_dead_fork_server_takes_its_children_and_restarts_fall_back(probe, eve
         wait_event(events, "died", 1, 0)
         wait_event(events, "restarted", 2, 0, timeout=30)  # ... and the next replacement comes from the
         info = p.info.call().get(timeout=30).values()[0]   # start-up template (no torch preloaded there)
-        starters = [s.pid for s in launcher._starters.values()]
-        assert info["incarnation"] == 2 and info["ppid"] in starters and info["ppid"] != server_pid
+        starter_pids = [s.pid for s in starters.STARTERS.values()]
+        assert info["incarnation"] == 2 and info["ppid"] in starter_pids and info["ppid"] != server_pid
         assert gone(forked["pid"])
     assert any("fork server" in r.getMessage() and "gone" in r.getMessage() for r in caplog.records)
 
@@ -191,10 +192,9 @@ def test_first_launches_are_forked_from_the_start_up_template():
             host.spawn_procs(per_host={"procs": 1}, env={"FS_MARK": "b"}) as b:
         ia = a.spawn("where_a", Where).info.call().get(timeout=30).values()
         ib = b.spawn("where_b", Where).info.call().get(timeout=30).values()
-        launcher = host.launcher
-        starters = {s.pid for s in launcher._starters.values()}  # shared by every launcher of the controller
+        starter_pids = {s.pid for s in starters.STARTERS.values()}  # shared by every launcher of the controller
         assert ia[0]["ppid"] == ia[1]["ppid"] != ib[0]["ppid"]  # the two meshes' environments differ
-        assert {ia[0]["ppid"], ib[0]["ppid"]} <= starters
+        assert {ia[0]["ppid"], ib[0]["ppid"]} <= starter_pids
         assert [i["mark"] for i in ia] == ["a", "a"] and ib[0]["mark"] == "b"
         assert [(i["rank"], i["proc_rank"]) for i in ia] == [(0, 0), (1, 1)]
         assert len({i["pid"] for i in [*ia, *ib]}) == 3 and all(i["cwd"] == os.getcwd() for i in ia)
@@ -284,6 +284,7 @@ CONTROLLER = textwrap.dedent("""
     import os, signal, sys, time
     import rlmesh as rm
     from rlmesh.actor import hooks
+    from rlmesh.launch.starters import STARTERS
 
     class Pinger(rm.Actor):
         @rm.endpoint
@@ -304,7 +305,7 @@ CONTROLLER = textwrap.dedent("""
         forked = p.pid.call().get(timeout=30).values()[0]
         plain = rm.this_host().spawn_procs(per_host={"procs": 1})  # a first launch: forked from the starter
         other = plain.spawn("p2", Pinger).pid.call().get(timeout=30).values()[0]
-        starter = [s.pid for s in plain._controller.procs[plain._proc_ids[0]].launcher._starters.values()][0]
+        [starter] = [s.pid for s in STARTERS.values()]  # one template: the one this_host() started early
         print(launcher._servers[procs._name].pid, forked, starter, other, flush=True)
         time.sleep(600)
 """)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 SCRIPT = """
 import json, sys
-import rlmesh.launch.local as local
+import rlmesh.launch.starters as starters
 import rlmesh.recipes.cli as cli
 from rlmesh.cli import main
 calls = []
@@ -26,8 +26,8 @@ cli.compose = lambda *a, **k: (calls.append("compose"), compose(*a, **k))[1]
 cli.prewarm = lambda *a, **k: (calls.append("prewarm"), prewarm(*a, **k))[1]
 sys.argv = ["rlmesh", "run", "recipe=ppo_cartpole", "trainer.total_steps=2048", "eval.every=0", "run.progress=false"]
 rc = main()
-print("RESULT " + json.dumps({"rc": rc, "calls": calls, "starters": [s.name for s in local._STARTERS.values()],
-                              "forked": sorted(len(s._pids) for s in local._STARTERS.values())}))
+print("RESULT " + json.dumps({"rc": rc, "calls": calls, "starters": [s.name for s in starters.STARTERS.values()],
+                              "forked": sorted(len(s._pids) for s in starters.STARTERS.values())}))
 """
 
 

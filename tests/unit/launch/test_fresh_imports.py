@@ -4,7 +4,7 @@ so it imports today's files; rlmesh's own modules stay even when the workspace i
 import sys
 import types
 
-from rlmesh.launch.forkserver import _forget_modules_under
+from rlmesh.launch.fork_template import _forget_modules_under
 
 
 def test_modules_under_fresh_folders_are_dropped_rlmesh_kept(tmp_path, monkeypatch):
