@@ -63,7 +63,9 @@ RECIPE_ARGS: list[str] = []  # extra overrides for the recipe (--recipe-args)
 def run_recipe(seed: int, eval_every: int, budget: int) -> dict:
     """The ppo_cartpole recipe through ``rlmesh run``, in a fresh directory; reads its result.json."""
     with tempfile.TemporaryDirectory(prefix="cartpole-recipe-") as tmp:
-        env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID")}
+        # no PYTHONDONTWRITEBYTECODE: rlmesh runs from cached bytecode, as SB3 (compiled at install) does
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID", "PYTHONDONTWRITEBYTECODE")}
         env["RLMESH_RUNS_DIR"] = os.path.join(tmp, "runs")
         t0 = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "rlmesh.cli", "run", "recipe=ppo_cartpole", f"run.seed={seed}",
