@@ -23,6 +23,7 @@ from typing import Any
 
 from rlmesh.actor import hooks
 from rlmesh.actor.context import current_proc
+from rlmesh.telemetry import exit_order
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.client import RemoteSink
 from rlmesh.telemetry.health import HealthSampler
@@ -155,13 +156,7 @@ def start_run(config: Any = None, *, run_id: str | None = None,
             raise ValueError("start_run(resume=True) needs the run_id of the run to continue")
         run_id = run_id or runs.new_run_id()
         d = runs.reopen_run_dir(run_id, root) if resume else runs.create_run_dir(run_id, root)
-        # The database opens on the service's own thread (DuckDB, pyarrow: ~0.3 s), while procs start;
-        # a resume opens it first, so that a run that cannot be reopened fails here.
-        _svc = TelemetryService(d, run_id, _auth(), config, resume=resume,
-                                on_duckdb=_end_before_duckdb).start(wait=resume)
-        _set(Recorder(run_id, _svc.ingest))
-        _health = HealthSampler(_rec.record_trusted, run_id).start()
-        if not _hooked:
+        if not _hooked:  # before the service starts: its opener defers the exit handlers of what it imports
             _hooked = True
             atexit.register(_at_exit)
             prev = sys.excepthook
@@ -172,23 +167,13 @@ def start_run(config: Any = None, *, run_id: str | None = None,
                 prev(*exc)
 
             sys.excepthook = hook
+        # The database opens on the service's own thread (DuckDB, pyarrow: ~0.3 s), while procs start;
+        # a resume opens it first, so that a run that cannot be reopened fails here.
+        _svc = TelemetryService(d, run_id, _auth(), config, resume=resume,
+                                importing=exit_order.handlers_deferred).start(wait=resume)
+        _set(Recorder(run_id, _svc.ingest))
+        _health = HealthSampler(_rec.record_trusted, run_id).start()
         return run_id
-
-
-def _end_before_duckdb() -> None:
-    """Have the run end at exit before DuckDB's own exit handler runs.
-
-    Why: DuckDB registers an ``atexit`` handler when first imported, and once it has run, DuckDB
-    refuses to append Arrow batches ("the interpreter is shutting down") and calls on a connection
-    in use. The service imports DuckDB on its opener thread, after :func:`start_run` registered
-    :func:`_at_exit`; ``atexit`` runs the last registered first, so ours is registered again,
-    behind DuckDB's, right after that import. (A program that exits while the opener is still
-    importing DuckDB: ``_at_exit`` runs first and waits for the opener; a handler registered
-    while exit handlers run is not run by that exit.)
-    """
-    if _hooked:
-        atexit.unregister(_at_exit)
-        atexit.register(_at_exit)
 
 
 def exit_status(exc: BaseException | None) -> tuple[str, str | None]:
@@ -231,7 +216,11 @@ def end_run(status: str | None = None, error: str | None = None) -> None:
 
 
 def _at_exit() -> None:
-    finish_run()
+    """The run's exit handler; then the exit handlers of DuckDB and pyarrow, which must come after it."""
+    try:
+        finish_run()
+    finally:
+        exit_order.run_deferred()
 
 
 def finish_run(status: str | None = None, error: str | None = None) -> None:

@@ -19,6 +19,7 @@ their senders at once) wait in the ingest queue; queries wait for the file.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -29,7 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 import zmq
 
@@ -64,9 +65,11 @@ class TelemetryService:
     """Start with :meth:`start`; :meth:`stop` finalises the ``runs`` row and closes the file."""
 
     def __init__(self, run_dir: Path, run_id: str, auth: Authenticator, config: Any = None, resume: bool = False,
-                 on_duckdb: Callable[[], None] | None = None):
+                 on_duckdb: Callable[[], None] | None = None,
+                 importing: Callable[[], ContextManager[Any]] = contextlib.nullcontext):
         self.run_dir = Path(run_dir)
-        self._on_duckdb = on_duckdb  # called on the opener thread right after DuckDB is imported
+        self._on_duckdb = on_duckdb  # called on the opener thread right after DuckDB is imported (tests hold it)
+        self._importing = importing  # around the opener's imports (rlmesh.telemetry.exit_order)
         self.run_id = run_id
         self.auth = auth
         self.db_path = self.run_dir / runs.DB_NAME
@@ -108,12 +111,13 @@ class TelemetryService:
     def _open(self) -> None:
         """On the opener thread: the database (created, or for a resume reopened), then the threads that use it."""
         try:
-            # DuckDB and pyarrow (~0.3 s of CPU) load here, off the run's start; DuckDB first, alone,
-            # because importing it registers its exit handler (see api._end_before_duckdb)
-            importlib.import_module("duckdb")
-            if self._on_duckdb is not None:  # at once: DuckDB's exit handler is registered from here on
+            # DuckDB and pyarrow (~0.3 s of CPU) load here, off the run's start. Their exit handlers must
+            # run after the run's own, which writes its last rows (rlmesh.telemetry.exit_order)
+            with self._importing():
+                importlib.import_module("duckdb")
+                from rlmesh.telemetry.store import Store  # deferred: pyarrow and DuckDB, see above
+            if self._on_duckdb is not None:
                 self._on_duckdb()
-            from rlmesh.telemetry.store import Store  # deferred: pyarrow and DuckDB, see above
 
             store = Store(self.db_path, self.run_id)
             with self._open_lock:
@@ -138,7 +142,8 @@ class TelemetryService:
         if self._stop.is_set():
             return  # stopped while opening: stop() finishes the file
         self._thread("writer", self._write_loop)
-        from rlmesh.telemetry import snapshots  # deferred: pyarrow.parquet, loaded with the store above
+        with self._importing():
+            from rlmesh.telemetry import snapshots  # deferred: pyarrow.parquet, loaded with the store above
 
         every = snapshots.interval_from_env()  # Parquet under runs/<run>/live/ for pandas, polars & co.
         self._snap = snapshots.Snapshotter(store.con, self.run_dir, every).start() if every else None
