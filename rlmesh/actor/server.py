@@ -60,6 +60,8 @@ class ActorServer:
         self._reply_tls = threading.local()
         self._reply_lock = threading.Lock()
         self._reply_registry: list = []
+        self._serving: set[asyncio.Task] = set()  # async endpoint calls in flight (cancelled at stop)
+        self._stopping = False
         loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)
 
     # ------------------------------------------------------------------ actors
@@ -105,6 +107,29 @@ class ActorServer:
             except Exception:
                 logger.exception("on_stop of %s failed", hosted.ctx.actor_id)
             hosted.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def cancel_calls(self, timeout: float) -> int:
+        """Cancel the async endpoint calls still in flight when the proc stops, and give their
+        ``finally`` blocks up to ``timeout`` seconds; returns how many there were.
+
+        Why: left pending, such a call was simply dropped at exit: its cleanup never ran, and if the
+        garbage collector met its task first, asyncio logged "Task was destroyed but it is pending!"
+        into the proc's logs (seen in a suite run). They send no reply: their callers learn of the
+        stop from the proc's end (``ActorDied``), as for any call a stopping proc leaves unanswered.
+        A call still running after ``timeout`` (a cleanup that hangs) is abandoned with the proc.
+        When: after the actors' ``on_stop``, before the shutdown hooks (so rows that cleanup records
+        are still shipped).
+        """
+        self._stopping = True
+        pending = [t for t in self._serving if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=timeout)
+            for t in still:
+                t._log_destroy_pending = False  # abandoned on purpose: the proc exits with it
+                logger.warning("a call still ran %.0f s after the proc's stop cancelled it; abandoned", timeout)
+        return len(pending)
 
     # ------------------------------------------------------------------ calls
     def _drain(self) -> None:
@@ -152,9 +177,11 @@ class ActorServer:
         if hosted.is_async[endpoint]:
             token = _current.set(hosted.ctx)
             try:
-                self.loop.create_task(self._serve_async(call, hosted, fn, args, kwargs))
+                task = self.loop.create_task(self._serve_async(call, hosted, fn, args, kwargs))
             finally:
                 _current.reset(token)
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
         else:
             ctx = contextvars.copy_context()
             ctx.run(_current.set, hosted.ctx)
@@ -169,6 +196,8 @@ class ActorServer:
             # reply here would race it and say "ActorError: GeneratorExit" instead (seen in a clean run).
             raise
         except BaseException as exc:  # noqa: BLE001 - everything else goes back to the caller
+            if self._stopping and isinstance(exc, asyncio.CancelledError):
+                raise  # cancelled by the proc's stop (cancel_calls): no answer, as for GeneratorExit above
             if debugger.post_mortem_enabled():  # on the actor's thread: the proc's event loop goes on
                 await self._run_in_actor(hosted, _post_mortem, exc)
             self._finish(call, hosted, exc=exc, tb="".join(traceback.format_exception(exc)))

@@ -50,6 +50,8 @@ HEARTBEAT_S_ENV = "RLMESH_HEARTBEAT_S"
 CONTROLLER_TIMEOUT_ENV = "RLMESH_CONTROLLER_TIMEOUT_S"
 EVENT_LOOP_ENV = "RLMESH_EVENT_LOOP"
 """``asyncio`` (default) or ``uvloop``: the event loop a worker serves its actors on."""
+CANCEL_GRACE_S = 2.0
+"""How long the async calls a stopping proc cancels may take to finish their cleanup (``finally``)."""
 
 
 class _WhereFilter(logging.Filter):
@@ -330,6 +332,7 @@ class Worker:
             await asyncio.wait_for(self.server.stop_actors(), timeout=15)
         except Exception:
             logger.exception("stopping actors failed")
+        await self.server.cancel_calls(timeout=CANCEL_GRACE_S)
         hooks.run_shutdown_hooks()
         self.link.send(P.BYE, proc_id=self.proc.proc_id)
         self.link.stopping = True

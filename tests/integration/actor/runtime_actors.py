@@ -182,3 +182,23 @@ class CallsBlocker(rm.Actor):
         with open(self.out, "w") as f:
             f.write(how)
         return how
+
+
+class CleansUp(rm.Actor):
+    """``hold`` says it runs (KV ``key``) and waits forever; when it is cancelled it writes so to
+    ``out`` (its cleanup), and with ``hang_in_cleanup`` that cleanup then waits forever too."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    @rm.endpoint
+    async def hold(self, key: str, hang_in_cleanup: bool = False) -> None:
+        rm.actor.kv.put(key, True)  # a key per call: the controller's KV outlives a test's procs
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            with open(self.out, "a") as f:
+                f.write("cancelled\n")
+            if hang_in_cleanup:
+                await asyncio.Event().wait()
+            raise

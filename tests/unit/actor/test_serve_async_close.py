@@ -1,6 +1,7 @@
 """An async endpoint whose coroutine is closed with its proc's event loop (the proc stopping while
-the call is pending) sends no reply: its caller learns of the stop from the proc's end (ActorDied),
-not from a racing ``ActorError: GeneratorExit``. Pure logic: the server's reply path is recorded."""
+the call is pending), or cancelled by the proc's stop, sends no reply: its caller learns of the stop
+from the proc's end (ActorDied), not from a racing ``ActorError: GeneratorExit`` or
+``CancelledError``. Pure logic: the server's reply path is recorded."""
 
 import asyncio
 
@@ -8,8 +9,9 @@ from rlmesh.actor.server import ActorServer, _Served
 
 
 class _Recorded(ActorServer):
-    def __init__(self) -> None:  # no sockets: only the serving coroutine is exercised
+    def __init__(self, stopping: bool = False) -> None:  # no sockets: only the serving coroutine is exercised
         self.finished: list[BaseException | None] = []
+        self._stopping = stopping
 
     def _finish(self, call, hosted, frames=None, exc=None, tb=None) -> None:
         self.finished.append(exc)
@@ -46,3 +48,28 @@ def test_an_endpoint_that_raises_still_replies_with_its_error():
 
     asyncio.run(server._serve_async(_served(), None, boom, (), {}))
     assert len(server.finished) == 1 and isinstance(server.finished[0], ValueError)
+
+
+def _cancelled_while_pending(server: _Recorded) -> None:
+    async def hold() -> None:
+        await asyncio.Event().wait()
+
+    async def main() -> None:
+        task = asyncio.get_running_loop().create_task(server._serve_async(_served(), None, hold, (), {}))
+        await asyncio.sleep(0)  # the endpoint is now waiting
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_a_call_cancelled_by_the_procs_stop_sends_no_reply():
+    server = _Recorded(stopping=True)
+    _cancelled_while_pending(server)
+    assert server.finished == []
+
+
+def test_a_call_cancelled_otherwise_still_replies_with_the_cancellation():
+    server = _Recorded(stopping=False)
+    _cancelled_while_pending(server)
+    assert len(server.finished) == 1 and isinstance(server.finished[0], asyncio.CancelledError)
