@@ -59,8 +59,3 @@ def run_deferred() -> None:
             func(*args, **kwargs)
         except Exception:  # noqa: BLE001 - as atexit does: say it, and run the others
             logger.exception("exit handler %r failed", func)
-
-
-def deferred_count() -> int:
-    """How many handlers are kept (tests)."""
-    return len(_deferred)
