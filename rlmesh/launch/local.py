@@ -138,8 +138,7 @@ class LocalLauncher:
 
     def _starter(self, env: dict[str, str], heavy: tuple[str, ...] = ()) -> ForkServer | None:
         """The start-up template for ``env`` (shared by every launcher of this controller)."""
-        return starters.starter(self.python, env, (*heavy, *starters.controller_heavy()),
-                                on_exit=Controller.notice_exit_if_open)
+        return starters.starter(self.python, env, heavy, on_exit=Controller.notice_exit_if_open)
 
     def prestart(self, env: dict[str, str] | None = None, heavy: tuple[str, ...] = (), output: bool = True) -> None:
         """Start the start-up template now (on the supervisor thread: it must outlive the call), so its

@@ -71,8 +71,9 @@ def key(python: str, env: dict[str, str]) -> str:
 
 def starter(python: str, env: dict[str, str], preload: tuple[str, ...] = (),
             on_exit: Callable[[], None] | None = None) -> ForkServer | None:
-    """The running template for ``(python, env)``, started (importing ``preload`` too) if there is
-    none; None when templates cannot work here (one never started: procs start Python afresh).
+    """The running template for ``(python, env)``, started (importing ``preload`` too, and what
+    :func:`controller_heavy` says) if there is none; None when templates cannot work here (one never
+    started: procs start Python afresh).
 
     ``on_exit``: what the template calls when a child's exit is reported (the controller's wake-up);
     a template started before the controller existed gets it from its first launch.
@@ -94,7 +95,7 @@ def starter(python: str, env: dict[str, str], preload: tuple[str, ...] = (),
         try:
             srv = STARTERS[k] = ForkServer(
                 python, env, os.getcwd(),
-                (*forkserver.STARTER_PRELOAD, *dict.fromkeys((*worker_module_hints(), *preload))),
+                (*forkserver.STARTER_PRELOAD, *dict.fromkeys((*worker_module_hints(), *preload, *controller_heavy()))),
                 name=f"starter{len(STARTERS)}", on_exit=on_exit)
         except Exception:  # noqa: BLE001 - procs still start the plain way
             logger.warning("could not start the start-up template; procs start Python afresh", exc_info=True)
@@ -112,7 +113,7 @@ def start_early() -> None:
     """
     if not forkserver.enabled_by_env() or threading.current_thread() is not threading.main_thread():
         return
-    starter(sys.executable, worker_env(), controller_heavy())
+    starter(sys.executable, worker_env())
 
 
 def close_all() -> None:
