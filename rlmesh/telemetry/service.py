@@ -65,11 +65,9 @@ class TelemetryService:
     """Start with :meth:`start`; :meth:`stop` finalises the ``runs`` row and closes the file."""
 
     def __init__(self, run_dir: Path, run_id: str, auth: Authenticator, config: Any = None, resume: bool = False,
-                 on_duckdb: Callable[[], None] | None = None,
                  importing: Callable[[], ContextManager[Any]] = contextlib.nullcontext):
         self.run_dir = Path(run_dir)
-        self._on_duckdb = on_duckdb  # called on the opener thread right after DuckDB is imported (tests hold it)
-        self._importing = importing  # around the opener's imports (rlmesh.telemetry.exit_order)
+        self._importing = importing  # around the opener's imports (rlmesh.telemetry.exit_order; tests hold it)
         self.run_id = run_id
         self.auth = auth
         self.db_path = self.run_dir / runs.DB_NAME
@@ -116,8 +114,6 @@ class TelemetryService:
             with self._importing():
                 importlib.import_module("duckdb")
                 from rlmesh.telemetry.store import Store  # deferred: pyarrow and DuckDB, see above
-            if self._on_duckdb is not None:
-                self._on_duckdb()
 
             store = Store(self.db_path, self.run_id)
             with self._open_lock:

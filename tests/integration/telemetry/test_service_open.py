@@ -6,6 +6,7 @@ is open must land and be answered; a service stopped before it is open must stil
 a file that cannot be opened must say so, not hang the callers.
 """
 
+import contextlib
 import json
 import threading
 import time
@@ -19,6 +20,17 @@ from rlmesh.telemetry.service import TelemetryService
 from rlmesh.transport import Authenticator
 
 
+def held(gate: threading.Event):
+    """An ``importing`` hook that holds the service's opener before its imports until ``gate`` is set."""
+
+    @contextlib.contextmanager
+    def importing():
+        gate.wait()
+        yield
+
+    return importing
+
+
 @pytest.fixture
 def auth():
     return Authenticator(Authenticator.new_secret())
@@ -26,8 +38,8 @@ def auth():
 
 @pytest.mark.timeout(120)
 def test_rows_and_queries_before_the_file_is_open_are_kept_and_answered(tmp_path, auth):
-    gate = threading.Event()  # as on_duckdb, it holds the opener: "not open yet", for sure
-    svc = TelemetryService(tmp_path, "r1", auth, on_duckdb=gate.wait)
+    gate = threading.Event()  # it holds the opener at its imports: "not open yet", for sure
+    svc = TelemetryService(tmp_path, "r1", auth, importing=held(gate))
     svc.start()
     assert svc.ingest_addr and svc.query_addr  # what procs need, before the file is open
     rec = Recorder("r1", svc.ingest, flush_interval=60)
@@ -49,7 +61,7 @@ def test_rows_and_queries_before_the_file_is_open_are_kept_and_answered(tmp_path
 @pytest.mark.timeout(120)
 def test_a_service_stopped_while_its_file_opens_finishes_its_run(tmp_path, auth):
     gate = threading.Event()
-    svc = TelemetryService(tmp_path, "r2", auth, config={"lr": 0.1}, on_duckdb=gate.wait).start()
+    svc = TelemetryService(tmp_path, "r2", auth, config={"lr": 0.1}, importing=held(gate)).start()
     threading.Timer(0.3, gate.set).start()  # stop() below starts while the opener is held
     svc.stop("ok")
     from rlmesh.telemetry.store import open_read_only, execute_read_only
@@ -66,7 +78,7 @@ def test_a_service_stopped_while_its_file_opens_finishes_its_run(tmp_path, auth)
 @pytest.mark.timeout(120)
 def test_a_config_set_while_the_file_opens_is_stored(tmp_path, auth):
     gate = threading.Event()
-    svc = TelemetryService(tmp_path, "r3", auth, on_duckdb=gate.wait).start()
+    svc = TelemetryService(tmp_path, "r3", auth, importing=held(gate)).start()
     svc.set_config({"seed": 7})  # the opener is held: kept for it
     gate.set()
     try:
