@@ -21,13 +21,14 @@ import duckdb
 import pytest
 
 PROGRAM = textwrap.dedent("""
-    import importlib.abc, importlib.machinery, sys, threading, time
+    import atexit, importlib.abc, importlib.machinery, sys, threading, time
 
     imported = threading.Event()
+    exiting = threading.Event()  # set by the program's newest exit handler: the first to run at exit
 
     class HoldAfterDuckDB(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         '''Imports the real DuckDB (its exit handler is registered then), says so, and holds the
-        importing thread (the service's opener) there for a second.'''
+        importing thread (the service's opener) there until the program has begun to exit.'''
         def find_spec(self, name, path, target=None):
             if name != "duckdb" or threading.current_thread() is threading.main_thread():
                 return None
@@ -40,7 +41,7 @@ PROGRAM = textwrap.dedent("""
                 time.sleep(0.01)                                   # first, as when DuckDB loads slowly
             real = importlib.import_module("duckdb")
             imported.set()
-            time.sleep(1.0)
+            exiting.wait(60)
             return real
         def exec_module(self, module):
             pass
@@ -52,6 +53,7 @@ PROGRAM = textwrap.dedent("""
         rm.telemetry.record("early", i=i)  # the controller's rows: written by the service's writer thread
     run = rm.telemetry.current_run()
     assert imported.wait(60)
+    atexit.register(exiting.set)  # newer than DuckDB's handler: the exit starts while the opener is held
     print("EXITING", run, flush=True)  # the program ends in the window
 """)
 
