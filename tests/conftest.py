@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("RLMESH_LOG_LEVEL", "WARNING")
 # Runs written by tests go to a temporary folder, never into the checkout.
 if "RLMESH_RUNS_DIR" not in os.environ:
@@ -46,6 +48,41 @@ _HEAVY_FILES = {
 }
 
 
+# One unit of work, not one per file: the Kubernetes tests share one real control plane, which takes
+# ~5 s to start and ~3 % of a core while it idles. Together, on one xdist worker, one cluster serves
+# them all and stops after the last (tests/integration/kubernetes/conftest.py); one per file's worker
+# meant two clusters, each idling on to the end of the session.
+_TOGETHER = "tests/integration/kubernetes/"
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its file, or ``_TOGETHER`` for the Kubernetes files."""
+    path = nodeid.split("::", 1)[0]
+    return _TOGETHER if path.startswith(_TOGETHER) else path
+
+
+def _weight(unit: str) -> int:
+    if unit == _TOGETHER:
+        return sum(w for f, w in _HEAVY_FILES.items() if f.startswith(_TOGETHER))
+    return _HEAVY_FILES.get(unit, 0)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Heaviest files first (a stable sort: each file's tests stay together and in order)."""
-    items.sort(key=lambda item: -_HEAVY_FILES.get(item.nodeid.split("::", 1)[0], 0))
+    """Heaviest units first (a stable sort: each file's tests stay together and in order, and the
+    Kubernetes files stay next to each other, as collected)."""
+    items.sort(key=lambda item: -_weight(_unit(item.nodeid)))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: no error when it is not loaded
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (scripts/test.sh), with the Kubernetes files as one unit, so one worker runs
+    them all in a row."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # only where xdist runs the session
+
+    class _FileOrTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return _FileOrTogether(config, log)

@@ -60,8 +60,10 @@ def pytest_configure(config: Any) -> None:
         subprocess.run(["nice", "-n", "10", "bash", str(ROOT / "scripts/k8s_build.sh")], check=False)
 
 
-@pytest.fixture(scope="session")
-def k8s(tmp_path_factory) -> K8s:
+_cluster: K8s | None = None  # the running cluster of this pytest process, if any
+
+
+def _start_cluster(tmp_path_factory: Any) -> K8s:
     missing = missing_binaries()
     if missing:
         # The README's test command builds them (scripts/test.sh), so under CI a missing binary is a
@@ -93,9 +95,41 @@ def k8s(tmp_path_factory) -> K8s:
     env.timings["cluster_ready_s"] = time.monotonic() - t0
     print(f"\n[k8s fixture] kube-apiserver ready in {env.timings['apiserver_ready_s']:.1f}s, "
           f"cluster usable in {env.timings['cluster_ready_s']:.1f}s")
-    yield env
-    kubelet.stop()
-    plane.stop()
+    return env
+
+
+def _stop_cluster() -> None:
+    global _cluster
+    env, _cluster = _cluster, None
+    if env is not None:
+        env.kubelet.stop()
+        env.plane.stop()
+
+
+@pytest.fixture
+def k8s(tmp_path_factory) -> K8s:
+    """The cluster, started by the first test that asks for it and shared by the tests that follow.
+
+    It stops after the last Kubernetes test of a run of them (see ``pytest_runtest_teardown``), not
+    at the end of the session: an idle control plane costs ~3 % of a core, and a pytest-xdist worker
+    goes on with other files for minutes. ``tests/conftest.py`` keeps the Kubernetes files together
+    (in order, and on one xdist worker), so a run starts one cluster.
+    """
+    global _cluster
+    if _cluster is None:
+        _cluster = _start_cluster(tmp_path_factory)
+    return _cluster
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: Any, nextitem: Any) -> None:
+    """Called for the tests of this directory only: stop the cluster when the next test is not one."""
+    if nextitem is None or HERE not in Path(str(nextitem.path)).resolve().parents:
+        _stop_cluster()
+
+
+def pytest_sessionfinish(session: Any) -> None:
+    _stop_cluster()
 
 
 def _bind_limited_role(api: Any) -> None:
