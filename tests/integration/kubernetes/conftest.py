@@ -1,7 +1,8 @@
-"""Session fixture: a real kube-apiserver (+ etcd, controller manager, scheduler) on loopback,
+"""The cluster fixture: a real kube-apiserver (+ etcd, controller manager, scheduler) on loopback,
 one registered Node whose kubelet is played by :mod:`fake_kubelet`.
 
-Started once per session (~5-10 s). Skips the suite, with the reason, when the binaries
+Started by the first test that needs it (~5-10 s) and stopped after the last of a row of them
+(tests/conftest.py keeps these files in a row, on one xdist worker). Skips the suite, with the reason, when the binaries
 are not cached: ``bash scripts/k8s_build.sh`` builds them (~12 min on 2 cores) into
 ``~/.cache/rlmesh/k8s/bin`` (or ``$RLMESH_K8S_BIN``); set ``RLMESH_K8S_BUILD=1`` to let
 the fixture run the build itself.
