@@ -20,7 +20,6 @@ their senders at once) wait in the ingest queue; queries wait for the file.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -112,7 +111,6 @@ class TelemetryService:
             # DuckDB and pyarrow (~0.3 s of CPU) load here, off the run's start. Their exit handlers must
             # run after the run's own, which writes its last rows (rlmesh.telemetry.exit_order)
             with self._importing():
-                importlib.import_module("duckdb")
                 from rlmesh.telemetry.store import Store  # deferred: pyarrow and DuckDB, see above
 
             store = Store(self.db_path, self.run_id)
