@@ -40,7 +40,8 @@ from rlmesh.errors import ActorDied, ActorError, CallTimeout
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.channel import Outbound
 from rlmesh.transport.serialization import dumps, loads
-from rlmesh.transport.sockets import bind_channel, connect_channel, has_message, tune, wait_readable, zmq_context
+from rlmesh.transport.sockets import (bind_channel, connect_channel, has_message, recv_frames, tune, wait_readable,
+                                      zmq_context)
 
 logger = logging.getLogger(__name__)
 
@@ -376,7 +377,7 @@ class Client:
         inbox = self._inbox
         while has_message(inbox):  # cheaper than a zmq.Again per drain
             try:
-                frames = inbox.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(inbox, zmq.NOBLOCK)
             except zmq.Again:
                 return
             body = frames[1:]

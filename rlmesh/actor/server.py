@@ -30,7 +30,7 @@ from rlmesh.actor.context import Context, ProcInfo, _current
 from rlmesh.actor.dedup import CallIdWindow, Verdict
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import SerializationError, dumps, loads, nbytes
-from rlmesh.transport.sockets import bind_channel, has_message, tune, zmq_context
+from rlmesh.transport.sockets import bind_channel, has_message, recv_frames, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class ActorServer:
         sock = self.sock
         while has_message(sock):  # the FD is edge-triggered: empty the queue
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = recv_frames(sock, zmq.NOBLOCK)
             except zmq.Again:
                 break
             ident, body = frames[0], frames[1:]
