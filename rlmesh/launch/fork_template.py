@@ -14,6 +14,7 @@ The rules that make ``fork()`` safe here, and the pipe protocol, are in
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -124,6 +125,12 @@ def _fork(msg: dict, close_fds: list[int]) -> None:
     # SIGCHLD stays blocked until the child is registered: a child that dies at once is reported
     # under its request id, never missed (the handler reaps only what it knows).
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    # Everything the template holds now goes to the collector's permanent generation, in the template
+    # and so in the child. Why: a full collection writes into the header of every object it scans,
+    # and in a child that copies every page of the template's objects it touches. Measured with torch
+    # preloaded (294k objects): a worker's first full collection took its private memory from 17 MB
+    # to 81 MB and each one paused its event loop 77-100 ms. Frozen, the child scans only its own.
+    gc.freeze()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # threads of preloaded C libraries
