@@ -5,8 +5,9 @@
 Why a second latency script: ``actor_latency.py`` measures raw zmq, then rlmesh, each in its own
 process, one after the other. On a VM the raw floor is not one number: a DEALER/ROUTER round
 trip took 23-27 µs in some stretches and 95-130 µs in others, on the same quiet machine, minutes
-apart (5 Dec 2026). The slow stretches are the vCPUs halting between messages and paying a
-wake-up from idle; when something keeps them busy, no wake-up pays it. A ratio of two numbers
+apart (5 Dec 2026). The slow stretches are most likely the vCPUs halting between messages and
+paying a wake-up from idle (not verified at the hypervisor): when busy loops keep them busy, the
+floor is the fast one. A ratio of two numbers
 taken at different moments can land on either side of that, so it swings between runs.
 
 Here the two alternate in blocks (``--block`` calls of raw zmq, then as many ``call_one``, for
