@@ -54,6 +54,11 @@ def dump_stacks_on_sigusr2() -> None:
     if _stacks_on_sigusr2 or not hasattr(signal, "SIGUSR2") or sys.stderr is None:
         return
     try:
+        # A controller that crashes (SIGSEGV, SIGABRT: a C library at exit, say) prints every
+        # thread's Python stack on its way down, instead of ending with a bare signal: seen once, a
+        # `rlmesh run` that ended with SIGABRT after its summary and said nothing else.
+        if not faulthandler.is_enabled():
+            faulthandler.enable(all_threads=True)
         signal.signal(signal.SIGUSR2, _print_tasks)  # chained after faulthandler's dump
         faulthandler.register(signal.SIGUSR2, all_threads=True, chain=True)
         _stacks_on_sigusr2 = True

@@ -31,3 +31,20 @@ def test_sigusr2_prints_threads_then_the_loops_tasks_after_two_set_ups():
     assert "Current thread" in r.stderr, r.stderr  # faulthandler's dump: lost to the second set-up before
     assert "asyncio: 2 task(s)" in r.stderr and "in main" in r.stderr, r.stderr
     assert r.stderr.index("Current thread") < r.stderr.index("asyncio:")
+
+
+CRASH = """
+import os, signal, threading
+from rlmesh.recipes.runner import dump_stacks_on_sigusr2
+
+dump_stacks_on_sigusr2()
+threading.Thread(target=threading.Event().wait, name="parked", daemon=True).start()
+os.abort()  # what a C library does when it gives up
+"""
+
+
+def test_a_crash_prints_every_threads_stack():
+    r = subprocess.run([sys.executable, "-c", CRASH], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == -6, (r.returncode, r.stderr)
+    assert "Fatal Python error: Aborted" in r.stderr, r.stderr
+    assert r.stderr.count("Thread 0x") + r.stderr.count("Current thread 0x") >= 2, r.stderr  # main + parked
