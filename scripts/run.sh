@@ -7,5 +7,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# Python writes bytecode on first import even where the environment says not to: without it every
+# process recompiles torch and the rest of what it imports (scripts/setup.sh compiles only what rlmesh imports).
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh
 exec .venv/bin/rlmesh run recipe=ppo_cartpole "$@"

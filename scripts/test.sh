@@ -17,6 +17,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# Python writes bytecode on first import even where the environment says not to: without it every
+# process recompiles torch and the rest of what it imports (scripts/setup.sh compiles only what rlmesh imports).
+unset PYTHONDONTWRITEBYTECODE
 
 phase() {  # phase NAME COMMAND...: runs it and prints how long it took
   local name="$1" t0 rc=0
