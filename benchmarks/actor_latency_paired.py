@@ -23,24 +23,11 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner  # noqa: E402
-
-
-def _raw_server(addr_q) -> None:
-    import zmq
-
-    s = zmq.Context().socket(zmq.ROUTER)
-    addr_q.put(f"tcp://127.0.0.1:{s.bind_to_random_port('tcp://127.0.0.1')}")
-    while True:
-        ident, msg = s.recv_multipart(copy=False)
-        if bytes(msg) == b"quit":
-            return
-        s.send_multipart([ident, b"ok"])
+from _common import banner, median, timed  # noqa: E402
+from actor_latency import _zmq_server  # noqa: E402  (the same raw ROUTER server as the sequential script)
 
 
 def _raw_client(addr: str, blocks, medians) -> None:
@@ -49,17 +36,13 @@ def _raw_client(addr: str, blocks, medians) -> None:
 
     s = zmq.Context().socket(zmq.DEALER)
     s.connect(addr)
+
+    def rtt() -> None:
+        s.send(b"ping")
+        s.recv()
+
     while (n := blocks.get()) is not None:
-        for _ in range(50):
-            s.send(b"ping")
-            s.recv()
-        xs = []
-        for _ in range(n):
-            t = time.perf_counter()
-            s.send(b"ping")
-            s.recv()
-            xs.append(time.perf_counter() - t)
-        medians.put(statistics.median(xs))
+        medians.put(median(timed(rtt, n)))
     s.send(b"quit")
 
 
@@ -69,14 +52,7 @@ def _busy() -> None:
 
 
 def _rlmesh_block(ep, n: int) -> float:
-    for _ in range(50):
-        ep.call_one().get()
-    xs = []
-    for _ in range(n):
-        t = time.perf_counter()
-        ep.call_one().get()
-        xs.append(time.perf_counter() - t)
-    return statistics.median(xs)
+    return median(timed(lambda: ep.call_one().get(), n))
 
 
 def main() -> None:
@@ -96,7 +72,7 @@ def main() -> None:
 
     spawn = mp.get_context("spawn")
     addr_q, blocks, medians = spawn.Queue(), spawn.Queue(), spawn.Queue()
-    helpers = [spawn.Process(target=_raw_server, args=(addr_q,), daemon=True)]
+    helpers = [spawn.Process(target=_zmq_server, args=(addr_q,), daemon=True)]
     helpers[0].start()
     helpers.append(spawn.Process(target=_raw_client, args=(addr_q.get(timeout=60), blocks, medians), daemon=True))
     helpers[1].start()
@@ -128,7 +104,7 @@ def main() -> None:
     ratios = sorted(o / w for w, o in rows)
     raws, ours = sorted(w for w, _ in rows), sorted(o for _, o in rows)
     print(f"\nraw zmq {raws[0] * 1e6:.1f}-{raws[-1] * 1e6:.1f} µs, call_one {ours[0] * 1e6:.1f}-{ours[-1] * 1e6:.1f} µs; "
-          f"ratio median {statistics.median(ratios):.2f}x (range {ratios[0]:.2f}-{ratios[-1]:.2f}x)")
+          f"ratio median {median(ratios):.2f}x (range {ratios[0]:.2f}-{ratios[-1]:.2f}x)")
     fast = [o / w for w, o in rows if w < 50e-6]
     if fast and len(fast) < len(rows):
         print(f"rounds where the raw floor was its fast one (< 50 µs, no wake-up from idle): {len(fast)} of "
