@@ -46,7 +46,8 @@ def dump_stacks_on_sigusr2() -> None:
     """``kill -USR2 <pid of rlmesh run>`` prints every thread's Python stack of the controller on its
     stderr, as workers' stacks reach ``rlmesh stacks``: the way to see where a controller that does
     not stop (or does not progress) is. faulthandler writes from its C handler, so this works even
-    while a thread holds the GIL. Not in a sweep job's thread (the handler is per process).
+    while a thread holds the GIL. Not in a sweep job's thread (the handler is per process). A fatal
+    signal (SIGSEGV, SIGABRT) prints the same stacks before the controller dies.
 
     Once per process: sweep jobs run one after another in the same one, and a second
     ``signal.signal`` would replace faulthandler's handler, which ``register`` does not put back."""
@@ -54,9 +55,8 @@ def dump_stacks_on_sigusr2() -> None:
     if _stacks_on_sigusr2 or not hasattr(signal, "SIGUSR2") or sys.stderr is None:
         return
     try:
-        # A controller that crashes (SIGSEGV, SIGABRT: a C library at exit, say) prints every
-        # thread's Python stack on its way down, instead of ending with a bare signal: seen once, a
-        # `rlmesh run` that ended with SIGABRT after its summary and said nothing else.
+        # Why the fatal signals too: a `rlmesh run` once ended with SIGABRT after its summary (a C
+        # library at exit) and said nothing else.
         if not faulthandler.is_enabled():
             faulthandler.enable(all_threads=True)
         signal.signal(signal.SIGUSR2, _print_tasks)  # chained after faulthandler's dump
