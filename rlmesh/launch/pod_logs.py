@@ -7,6 +7,13 @@ API merges stdout and stderr, so lines arrive as ``stdout``; a worker in a pod l
 records as plain lines (no FIFOs there). The kubelet keeps the container's log after a
 crash, so the last lines of a killed pod are read as long as the pod object exists (the
 launcher deletes finished pods; ``keep_failed_pods`` keeps failed ones).
+
+The launcher stops its followers when it closes (:func:`stop_all`) and waits for them: a daemon
+thread still inside a Kubernetes API call when the interpreter finalizes is ended by
+``pthread_exit``, whose unwinding cannot cross the Rust frames of pydantic-core (which the
+kubernetes client calls through): the process aborts. That is how an ``rlmesh run`` on Kubernetes
+sometimes ended with SIGABRT after its summary (a follower reconnecting to the log of a pod whose
+container had not started yet, in a core dump).
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from rlmesh.launch.output import ProcLine, ProcMeta, Stream
 logger = logging.getLogger(__name__)
 
 START_WAIT_S = 600.0  # a pod may wait this long for its image and node before its log exists
+# A log request's (connect, read) timeouts. The client takes no "no read timeout" beside a connect
+# one, so a stream quiet for READ_TIMEOUT_S ends as if cut, and is followed again from its last line.
+CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 10.0, 3600.0
 
 
 def split_timestamp(line: str) -> tuple[float, str]:
@@ -46,40 +56,61 @@ class PodLogFollower(threading.Thread):
         super().__init__(name=f"rlmesh-podlog-{pod}", daemon=True)
         self.core, self.namespace, self.pod, self.meta, self.gone = core, namespace, pod, meta, gone
         self.last_ts: float | None = None  # the newest line emitted: a re-follow skips what came before it
+        self.stopping = threading.Event()
+        self._resp: Any = None  # the open log stream, which stop() shuts
+
+    def stop(self) -> None:
+        """End the thread soon: no new request, and the open stream's socket shut for reading."""
+        self.stopping.set()
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.shutdown()  # urllib3 >= 2.3: ends a read blocked on another thread
+            except Exception as exc:  # noqa: BLE001 - released or closed already: it ends on its own
+                logger.debug("pod log stream of %s already closed: %s", self.pod, exc)
 
     def run(self) -> None:
         deadline = time.monotonic() + START_WAIT_S
         other_errors, wait = 0, 0.5
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.stopping.is_set():
             try:
                 since = {} if self.last_ts is None else {"since_seconds": max(1, int(time.time() - self.last_ts) + 2)}
                 resp = self.core.read_namespaced_pod_log(self.pod, self.namespace, follow=True, timestamps=True,
-                                                         _preload_content=False, _request_timeout=None, **since)
+                                                         _preload_content=False,
+                                                         _request_timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S), **since)
             except Exception as exc:  # noqa: BLE001 - 400 while the container is being created; 404 once deleted
                 status = getattr(exc, "status", None)
                 if status not in (400, 404):
                     other_errors += 1
                 # 404: the pod was deleted, or its node has no log for it yet (a container not
                 # started, a kubelet that restarted): only the pod object itself tells which
-                if (status == 404 and not self._pod_exists()) or self.gone() or other_errors > 5:
+                if self.stopping.is_set() or (status == 404 and not self._pod_exists()) or self.gone() \
+                        or other_errors > 5:
                     logger.debug("not following the log of pod %s: %s", self.pod, exc)
                     return
-                time.sleep(wait)
+                if self.stopping.wait(wait):
+                    return
                 wait = min(wait * 1.5, 5.0)
                 continue
+            self._resp = resp
+            if self.stopping.is_set():  # stop() came while the request was being made
+                resp.release_conn()
+                return
             self._read(resp)
-            if self.gone():
+            self._resp = None
+            if self.gone() or self.stopping.is_set():
                 return  # the stream ended with the container: all its lines were read
             # The stream was cut while the proc lives (an API server or proxy timeout, a kubelet
             # restart): follow again from the last line read, as `kubectl logs -f` users do by hand.
             logger.debug("pod log of %s ended while its proc runs; following it again", self.pod)
             deadline, other_errors, wait = time.monotonic() + START_WAIT_S, 0, 0.5
-            time.sleep(0.5)
+            if self.stopping.wait(0.5):
+                return
 
     def _pod_exists(self) -> bool:
         """False only when the API server says the pod object is gone (any other answer: it may exist)."""
         try:
-            self.core.read_namespaced_pod(self.pod, self.namespace)
+            self.core.read_namespaced_pod(self.pod, self.namespace, _request_timeout=30)
         except Exception as exc:  # noqa: BLE001
             return getattr(exc, "status", None) != 404
         return True
@@ -116,3 +147,19 @@ def follow(core: Any, namespace: str, pod: str, meta: ProcMeta, gone: Callable[[
     t = PodLogFollower(core, namespace, pod, meta, gone)
     t.start()
     return t
+
+
+def stop_all(followers: list[PodLogFollower], grace_s: float = 1.0, timeout_s: float = 5.0) -> None:
+    """Let ``followers`` read what their streams still hold for up to ``grace_s``, then stop them and
+    wait up to ``timeout_s`` more: none may be inside an API call when the interpreter finalizes."""
+    deadline = time.monotonic() + grace_s
+    for t in followers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for t in followers:
+        t.stop()
+    deadline = time.monotonic() + timeout_s
+    for t in followers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    left = [t.pod for t in followers if t.is_alive()]
+    if left:
+        logger.warning("the log followers of pods %s did not end within %.0f s of being stopped", left, timeout_s)

@@ -45,6 +45,7 @@ class KubernetesLauncher:
         self.handles: dict[str, PodHandle] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="rlmesh-k8s")
         self._watcher: PodWatcher | None = None
+        self._followers: list[pod_logs.PodLogFollower] = []  # one per created pod, while capture is on
         self._lock = threading.Lock()
         self._warned_loopback = False
         self.closed = False
@@ -146,8 +147,11 @@ class KubernetesLauncher:
             return
         handle.created = True
         if capture_enabled():  # the pod's output into the logs table, like a local proc's
-            pod_logs.follow(self.core, self.config.namespace, handle.name, handle.log_meta,
-                            lambda: handle.poll() is not None)
+            with self._lock:  # under the lock close() takes them with: none starts after close()
+                if not self.closed:
+                    self._followers = [t for t in self._followers if t.is_alive()]  # restarts add more
+                    self._followers.append(pod_logs.follow(self.core, self.config.namespace, handle.name,
+                                                           handle.log_meta, lambda: handle.poll() is not None))
         if handle.killed:  # kill() raced the create
             self.delete_pod(handle.name)
 
@@ -209,9 +213,11 @@ class KubernetesLauncher:
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
         """Stop watching and delete the run's pods and Secret (synchronously, for exit paths)."""
-        if self.closed:
-            return
-        self.closed = True
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            followers, self._followers = self._followers, []
         if self._watcher is not None:
             self._watcher.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -220,3 +226,5 @@ class KubernetesLauncher:
         except Exception as exc:  # noqa: BLE001 - at exit: say how to finish by hand
             logger.warning("cleaning up run %s failed (%s); run `rlmesh k8s cleanup %s --namespace %s`",
                            self.run, exc, self.run, self.config.namespace)
+        # Threads inside API calls must end before the interpreter finalizes (pod_logs says why).
+        pod_logs.stop_all(followers)

@@ -197,10 +197,28 @@ class PodWatcher(threading.Thread):
                 if failures > 3:
                     rv = ""  # relist, in case events were lost
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop watching and wait (up to ``timeout_s``) for the thread to end.
+
+        Why wait: ``Watch.stop()`` only sets a flag that the stream reads after its next event,
+        so the thread stayed inside the API call, blocked in a read, and woke on the events of the
+        run's own pod deletions. A daemon thread that wakes inside a Kubernetes API call while the
+        interpreter finalizes aborts the process (``rlmesh.launch.pod_logs`` says how). Shutting
+        the open response's socket for reading ends that read now."""
         self.stopping.set()
-        if self._watch is not None:
-            self._watch.stop()
+        watch = self._watch
+        if watch is not None:
+            watch.stop()
+            resp = getattr(watch, "_resp", None)  # the open watch response (kubernetes >= 29)
+            if resp is not None:
+                try:
+                    resp.shutdown()
+                except Exception as exc:  # noqa: BLE001 - already closed or released: nothing to end
+                    logger.debug("pod watch response already closed: %s", exc)
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout_s)
+            if self.is_alive():
+                logger.warning("pod watch (%s) did not end within %.0f s of stop()", self.selector, timeout_s)
 
 
 def describe_events(core: Any, namespace: str, pod: str) -> str:

@@ -10,6 +10,7 @@ import select
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -220,6 +221,48 @@ def test_watch_resumes_after_it_expires(k8s, events, monkeypatch):
         with pytest.raises(rm.ActorDied, match="pod deleted"):
             pending.get(timeout=20)
         assert time.monotonic() - t0 < 1.0  # from the watch, not the 1.5 s heartbeat timeout
+
+
+def test_stopping_the_watch_ends_its_thread_at_once(k8s):
+    """stop() ends the thread blocked in the watch's read, so no watch thread is left to wake while
+    the interpreter finalizes (an ``rlmesh run`` once ended with SIGABRT that way)."""
+    from rlmesh.launch.kubernetes.pods import PodWatcher
+
+    w = PodWatcher(k8s.core, k8s.namespace, run_selector("it-no-pods"), lambda name, pod: None, lambda names: None)
+    w.start()
+    # the thread is inside a watch request that no event will end for watch_timeout_s (45 s)
+    wait_for(lambda: w._watch is not None and getattr(w._watch, "_resp", None) is not None, 20, "watch open")
+    t0 = time.monotonic()
+    w.stop()
+    assert not w.is_alive(), "the watch thread outlived stop()"
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_closing_the_cluster_stops_its_pod_log_followers(k8s):
+    """A follower inside the log API when the interpreter finalizes aborts the process, so stop()
+    ends one blocked in an open stream at once, and closing the cluster leaves none running."""
+    from k8s_actors import Probe
+
+    from rlmesh.launch.output import ProcMeta
+    from rlmesh.launch.pod_logs import PodLogFollower
+
+    def followers() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("rlmesh-podlog-") and t.is_alive()]
+
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-follow")
+    with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
+        procs = cluster.spawn_procs(per_host={"procs": 1}, name="k8s-follow")
+        procs.spawn("k8s-follow-probe", Probe).say.call("up").get(timeout=20)
+        pod = "it-follow-k8s-follow-0-0"
+        mine = PodLogFollower(k8s.core, k8s.namespace, pod, ProcMeta("x", "x", 0, 0, pod), lambda: False)
+        mine.start()
+        wait_for(lambda: mine._resp is not None, 20, "the log stream open")   # blocked reading it now
+        t0 = time.monotonic()
+        mine.stop()
+        mine.join(5)
+        assert not mine.is_alive() and time.monotonic() - t0 < 5.0
+        assert followers(), "the launcher follows its pod's log"
+    assert followers() == []   # at once: close() waited for them
 
 
 @pytest.mark.parametrize("how,reason", [("oom", "OOMKilled (memory limit 1Gi"),
