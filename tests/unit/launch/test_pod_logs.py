@@ -5,6 +5,7 @@ is in tests/integration/kubernetes/test_launch.py)."""
 from __future__ import annotations
 
 import threading
+import time
 
 from rlmesh.launch import output
 from rlmesh.launch.output import ProcMeta
@@ -75,7 +76,7 @@ class NoLogYetAPI:
             raise NotFound("the server could not find the requested resource (pods/log)")
         return Stream(["2026-12-03T10:00:00.000000001Z hello"])
 
-    def read_namespaced_pod(self, pod, namespace):
+    def read_namespaced_pod(self, pod, namespace, **kw):
         if self.deleted:
             raise NotFound("pods not found")
         return object()
@@ -99,3 +100,27 @@ def test_a_404_for_the_log_of_a_pod_that_exists_is_retried_and_one_that_is_gone_
         assert not f.is_alive() and gone.log_calls == 1  # the pod is gone: no second try
     finally:
         output.remove_sinks(sink)
+
+
+class NeverALogAPI(NoLogYetAPI):
+    """The pod exists but its container never starts: the follower retries, backing off."""
+
+    def read_namespaced_pod_log(self, pod, namespace, **kw):
+        self.log_calls += 1
+        raise NotFound("the server could not find the requested resource (pods/log)")
+
+
+def test_stop_ends_a_follower_that_is_waiting_to_retry():
+    api = NeverALogAPI(deleted=False)
+    f = PodLogFollower(api, "ns", "pod-2", META, lambda: False)
+    f.start()
+    deadline = time.monotonic() + 30
+    while api.log_calls < 2:  # then it is in its back-off between tries
+        assert time.monotonic() < deadline, "the follower did not retry"
+        time.sleep(0.01)
+    f.stop()
+    f.join(2.0)   # its back-off alone would keep it 0.75-5 s more, and it would retry for 10 min
+    assert not f.is_alive()
+    calls = api.log_calls
+    f.join(0.5)
+    assert api.log_calls == calls   # no request after stop()
