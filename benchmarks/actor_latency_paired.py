@@ -1,14 +1,14 @@
 """``call_one`` against raw pyzmq, interleaved: the ratio with both sides measured at the same moments.
 
-    python benchmarks/actor_latency_paired.py [--rounds 10] [--block 500] [--load 0]
+    python benchmarks/actor_latency_paired.py [--rounds 10] [--block 500] [--load 0] [--pin none|same|split]
 
 Why a second latency script: ``actor_latency.py`` measures raw zmq, then rlmesh, each in its own
 process, one after the other. On a VM the raw floor is not one number: a DEALER/ROUTER round
 trip took 23-27 µs in some stretches and 95-130 µs in others, on the same quiet machine, minutes
-apart (5 Dec 2026). The slow stretches are most likely the vCPUs halting between messages and
-paying a wake-up from idle (not verified at the hypervisor): when busy loops keep them busy, the
-floor is the fast one. A ratio of two numbers
-taken at different moments can land on either side of that, so it swings between runs.
+apart (5 Dec 2026). The modes are placement: a hop to a process on the same core is a context
+switch (fast), a hop to the other core wakes it (slow), and ``--pin`` below fixes one or the other.
+A ratio of two numbers taken at different moments can land on either side of that, so it swings
+between runs.
 
 Here the two alternate in blocks (``--block`` calls of raw zmq, then as many ``call_one``, for
 ``--rounds`` rounds), each round's ratio is its rlmesh median over its raw median, and the
@@ -16,6 +16,12 @@ script prints every round, then the median and the range of the ratios. The raw 
 its own process, so rlmesh's background threads never slow the floor. ``--load K`` starts K busy
 loops (at normal priority) for the whole measurement: the "at load 6" condition of issue 16,
 reproducible (``--load 6``). With busy loops no vCPU idles, so the raw floor is its fast one.
+
+``--pin`` takes the scheduler's placement out of it: ``same`` puts every process of the measurement
+(callers and servers, raw and rlmesh) on CPU 0, so each hop is a context switch on one core and
+the round trip is the CPU work of both sides; ``split`` puts the callers on CPU 0 and the servers
+(the raw ROUTER, rlmesh's worker procs and all their threads) on CPU 1, so each hop wakes the
+other core. Busy loops stay free to run anywhere.
 """
 
 from __future__ import annotations
@@ -51,6 +57,19 @@ def _busy() -> None:
         pass
 
 
+def _pinned(cpus: set[int] | None, target, *args) -> None:
+    """Run ``target`` on ``cpus`` (set before it starts any thread, so its threads inherit them)."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+    target(*args)
+
+
+def pin_process(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus`` (affinity is per thread on Linux)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
 def _rlmesh_block(ep, n: int) -> float:
     return median(timed(lambda: ep.call_one().get(), n))
 
@@ -60,8 +79,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10, help="raw-then-rlmesh rounds")
     ap.add_argument("--block", type=int, default=500, help="round trips per side per round")
     ap.add_argument("--load", type=int, default=0, help="busy loops to run beside it (issue 16: --load 6)")
+    ap.add_argument("--pin", choices=("none", "same", "split"), default="none",
+                    help="same: everything on CPU 0; split: callers on CPU 0, servers on CPU 1")
     args = ap.parse_args()
-    banner(f"call_one vs raw pyzmq, interleaved ({args.rounds} rounds of {args.block}, {args.load} busy loops)")
+    banner(f"call_one vs raw pyzmq, interleaved ({args.rounds} rounds of {args.block}, {args.load} busy loops, "
+           f"pin {args.pin})")
+    everywhere = os.sched_getaffinity(0)
+    if args.pin == "split" and len(everywhere) < 2:
+        raise SystemExit("--pin split needs two CPUs")
+    caller_cpus = None if args.pin == "none" else {0}
+    server_cpus = {"none": None, "same": {0}, "split": {1}}[args.pin]
+    if caller_cpus is not None:
+        os.sched_setaffinity(0, caller_cpus)  # before rlmesh starts a thread: they all inherit it
 
     import rlmesh as rm
 
@@ -70,20 +99,30 @@ def main() -> None:
         async def ping(self, x=None):
             return x
 
+        @rm.endpoint
+        def pid(self) -> int:
+            return os.getpid()
+
     spawn = mp.get_context("spawn")
     addr_q, blocks, medians = spawn.Queue(), spawn.Queue(), spawn.Queue()
-    helpers = [spawn.Process(target=_zmq_server, args=(addr_q,), daemon=True)]
+    helpers = [spawn.Process(target=_pinned, args=(server_cpus, _zmq_server, addr_q), daemon=True)]
     helpers[0].start()
-    helpers.append(spawn.Process(target=_raw_client, args=(addr_q.get(timeout=60), blocks, medians), daemon=True))
+    helpers.append(spawn.Process(target=_pinned, args=(caller_cpus, _raw_client, addr_q.get(timeout=60), blocks,
+                                                       medians), daemon=True))
     helpers[1].start()
     hogs = [spawn.Process(target=_busy, daemon=True) for _ in range(args.load)]
     for h in hogs:
         h.start()
+        os.sched_setaffinity(h.pid, everywhere)
     rows = []
     try:
         # Four procs, as actor_latency.py: their idle heartbeats and telemetry are part of the cost.
         with rm.this_host().spawn_procs(per_host={"procs": 4}) as procs:
-            one = procs.spawn("echo", Echo).slice(procs=0)
+            echoes = procs.spawn("echo", Echo)
+            if server_cpus is not None:
+                for pid in echoes.pid.call().get(timeout=60):
+                    pin_process(pid, server_cpus)
+            one = echoes.slice(procs=0)
             _rlmesh_block(one.ping, 500)  # warm both sides before the first round
             blocks.put(500)
             medians.get(timeout=120)
