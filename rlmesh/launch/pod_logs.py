@@ -9,11 +9,12 @@ crash, so the last lines of a killed pod are read as long as the pod object exis
 launcher deletes finished pods; ``keep_failed_pods`` keeps failed ones).
 
 The launcher stops its followers when it closes (:func:`stop_all`) and waits for them: a daemon
-thread still inside a Kubernetes API call when the interpreter finalizes is ended by
-``pthread_exit``, whose unwinding cannot cross the Rust frames of pydantic-core (which the
-kubernetes client calls through): the process aborts. That is how an ``rlmesh run`` on Kubernetes
-sometimes ended with SIGABRT after its summary (a follower reconnecting to the log of a pod whose
-container had not started yet, in a core dump).
+thread that comes back from a Kubernetes API call while the interpreter finalizes is ended by
+``pthread_exit`` (Python 3.11), and glibc aborts the process when that forced unwinding fails,
+as it did on such a thread's stack (most likely at pydantic-core's compiled Rust frames: the
+kubernetes client runs every call inside its validator). That is how an ``rlmesh run`` on
+Kubernetes sometimes ended with SIGABRT after its summary: a core dump showed a follower
+returning from ``connect()`` to the log of a pod whose container had not started yet.
 """
 
 from __future__ import annotations
