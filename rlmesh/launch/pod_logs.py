@@ -37,6 +37,17 @@ START_WAIT_S = 600.0  # a pod may wait this long for its image and node before i
 CONNECT_TIMEOUT_S, READ_TIMEOUT_S = 10.0, 3600.0
 
 
+def shut_stream(resp: Any, what: str) -> None:
+    """Shut an open API response's socket for reading (urllib3 >= 2.3), so a thread blocked reading
+    it returns now; ``None`` or a response already closed or released: nothing to do."""
+    if resp is None:
+        return
+    try:
+        resp.shutdown()
+    except Exception as exc:  # noqa: BLE001 - released or closed already: its reader ends on its own
+        logger.debug("%s already closed: %s", what, exc)
+
+
 def split_timestamp(line: str) -> tuple[float, str]:
     """``2026-12-03T09:45:07.123456789Z text`` (the API's ``timestamps=True`` prefix) -> (epoch seconds, text)."""
     stamp, sep, text = line.partition(" ")
@@ -63,12 +74,7 @@ class PodLogFollower(threading.Thread):
     def stop(self) -> None:
         """End the thread soon: no new request, and the open stream's socket shut for reading."""
         self.stopping.set()
-        resp = self._resp
-        if resp is not None:
-            try:
-                resp.shutdown()  # urllib3 >= 2.3: ends a read blocked on another thread
-            except Exception as exc:  # noqa: BLE001 - released or closed already: it ends on its own
-                logger.debug("pod log stream of %s already closed: %s", self.pod, exc)
+        shut_stream(self._resp, f"pod log stream of {self.pod}")
 
     def run(self) -> None:
         deadline = time.monotonic() + START_WAIT_S

@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol
 from rlmesh.launch.kubernetes.api import kubernetes_client
 from rlmesh.launch.kubernetes.config import KubernetesConfig
 from rlmesh.launch.kubernetes.status import Outcome, format_events, pod_outcome
+from rlmesh.launch.pod_logs import shut_stream
 
 logger = logging.getLogger(__name__)
 
@@ -209,12 +210,8 @@ class PodWatcher(threading.Thread):
         watch = self._watch
         if watch is not None:
             watch.stop()
-            resp = getattr(watch, "_resp", None)  # the open watch response (kubernetes >= 29)
-            if resp is not None:
-                try:
-                    resp.shutdown()
-                except Exception as exc:  # noqa: BLE001 - already closed or released: nothing to end
-                    logger.debug("pod watch response already closed: %s", exc)
+            # the open watch response (kubernetes >= 29)
+            shut_stream(getattr(watch, "_resp", None), f"pod watch ({self.selector}) response")
         if self.is_alive() and threading.current_thread() is not self:
             self.join(timeout_s)
             if self.is_alive():
