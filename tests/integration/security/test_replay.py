@@ -35,13 +35,18 @@ def test_replayed_frames_are_never_executed_or_stored_twice(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_a_batch_stored_once_even_if_two_sessions_deliver_it(tmp_path):
-    """Ingest is idempotent by (sender id, batch seq), below the transport's own counters."""
+    """Ingest is idempotent by (sender id, batch seq), below the transport's own counters.
+
+    Each message is sent only once the service has handled the one before: messages from
+    different sockets have no order between them (a later socket's connection can be up first
+    on a busy machine), and a sender's batches always travel in order through its one socket."""
     import time
 
     import pyarrow as pa
     import zmq
 
     from rlmesh.telemetry import wire
+    from rlmesh.telemetry.client import ask
     from rlmesh.telemetry.service import TelemetryService
     from rlmesh.transport import Authenticator, connect_channel
 
@@ -50,15 +55,18 @@ def test_a_batch_stored_once_even_if_two_sessions_deliver_it(tmp_path):
     try:
         ctx = zmq.Context.instance()
         batch = [("tally", pa.table({"k": [1, 2, 3]}))]
-        for seq in (1, 1, 2, 1):  # the same batch key through fresh sessions: stored once each
+        # the same batch key through fresh sessions: stored once each; (seq sent, newest stored, duplicates)
+        for seq, stored, duplicates in ((1, 1, 0), (1, 1, 1), (2, 2, 1), (1, 2, 2)):
             push = ctx.socket(zmq.PUSH)
             out = connect_channel(push, auth, svc.ingest_addr)
             push.send_multipart(wire.encode_batches(out, "gen.0", batch, ("sender-a", seq)))
             push.close(linger=2000)
-        deadline = time.monotonic() + 60
-        while svc.duplicate_batches < 2:
-            assert time.monotonic() < deadline, "the service did not see the four batches"
-            time.sleep(0.05)
+            deadline = time.monotonic() + 60
+            while svc.duplicate_batches < duplicates or int(ask(svc.query_addr, auth, "acked", "sender-a")[0]) < stored:
+                assert time.monotonic() < deadline, f"the service did not handle the batch with seq {seq}"
+                time.sleep(0.05)
+            assert svc.duplicate_batches == duplicates
+            assert int(ask(svc.query_addr, auth, "acked", "sender-a")[0]) == stored
         svc.sync()
         assert svc.query("SELECT count(*) AS n FROM tally").to_pylist() == [{"n": 6}]
     finally:
