@@ -34,6 +34,11 @@ SET_BY_IMPORTS = frozenset({"TORCHINDUCTOR_CACHE_DIR", "PYGAME_HIDE_SUPPORT_PROM
 """Variables that importing a recipe's modules sets in the importing process itself (torch: its
 inductor cache; gymnasium: pygame's banner), to the same value in the template: a controller that
 imported them after its template started must still find that template."""
+CHANGED_PER_CALL = frozenset({"PYTEST_CURRENT_TEST"})
+"""Variables that change while the controller runs and that no import reads: pytest names the
+running test in ``PYTEST_CURRENT_TEST``, so with it in the key every test of a user's suite started
+(and left idling) a template of its own, importing torch again: ~1.8 s per test on 2 cores. Each
+fork still gets the variable's value of its own launch (the request carries the full environment)."""
 
 
 TORCH_HEAVY = ("numpy", "torch", "torch._dynamo")
@@ -65,7 +70,8 @@ def key(python: str, env: dict[str, str]) -> str:
     """Which template serves ``env``: rlmesh's own variables (the run's telemetry address, the job
     secret) are read at run time, not import time, so they may differ from the template's."""
     return hashlib.sha1(repr((python, sorted((k, v) for k, v in env.items()
-                                             if not k.startswith("RLMESH_") and k not in SET_BY_IMPORTS))
+                                             if not k.startswith("RLMESH_") and k not in SET_BY_IMPORTS
+                                             and k not in CHANGED_PER_CALL))
                              ).encode()).hexdigest()
 
 

@@ -227,6 +227,26 @@ def test_first_launches_are_forked_from_the_start_up_template():
     assert psutil.pid_exists(ia[0]["ppid"]) and psutil.pid_exists(ib[0]["ppid"])  # (shutdown stops them: see below)
 
 
+class WhichTest(rm.Actor):
+    @rm.endpoint
+    def info(self):
+        return {"ppid": os.getppid(), "test": os.environ.get("PYTEST_CURRENT_TEST")}
+
+
+def test_each_test_of_a_suite_forks_from_the_same_template(monkeypatch):
+    """pytest names the running test in the environment; a template keyed by it was started anew
+    (torch imported again, ~1.8 s) for every test of a user's suite, and each idled on to the end.
+    Each proc still sees the value of its own launch."""
+    host = rm.this_host()
+    seen = []
+    for test in ("test_a.py::one (call)", "test_b.py::two (call)"):
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", test)
+        with host.spawn_procs(per_host={"procs": 1}) as procs:
+            seen.append(procs.spawn("which_test", WhichTest).info.call_one().get(timeout=60))
+    assert seen[0]["ppid"] == seen[1]["ppid"] in {s.pid for s in starters.STARTERS.values()}, seen
+    assert [s["test"] for s in seen] == ["test_a.py::one (call)", "test_b.py::two (call)"]
+
+
 HINTED = textwrap.dedent("""
     import os
     IMPORTED_IN = os.getpid()  # the process that imported this module first
