@@ -12,39 +12,40 @@ if "RLMESH_RUNS_DIR" not in os.environ:
     os.environ["RLMESH_RUNS_DIR"] = tempfile.mkdtemp(prefix="rlmesh-test-runs-")
 
 
-# The heaviest test files first (seconds on a quiet 2-core machine, from `--durations`, 5 Dec 2026).
+# The heaviest test files first (seconds on a quiet 2-core machine, from `--durations`, 5 Dec 2026,
+# once each test no longer started a start-up template of its own: rlmesh.launch.starters).
 # scripts/test.sh runs files on two xdist workers with `--no-loadscope-reorder`, so this order is
 # the order files are handed out: with the long ones first, the two workers finish together instead
 # of one running the chaos recipes alone at the end (xdist's default order is by number of tests,
 # which put these few-but-long files last). Files not listed keep their place after these.
 _HEAVY_FILES = {
-    "tests/integration/recipes/test_chaos.py": 150,
-    "tests/integration/recipes/test_algorithms.py": 98,
-    "tests/integration/vllm/test_vllm_backend.py": 95,
-    "tests/integration/chaos/test_random_kills.py": 53,
-    "tests/integration/chaos/test_supervision.py": 46,
-    "tests/integration/recipes/test_recipes.py": 39,
-    "tests/integration/actor/test_faults.py": 39,
-    "tests/integration/recipes/test_sweep.py": 38,
-    "tests/integration/kubernetes/test_workspace.py": 31,
-    "tests/integration/weights/test_runtime.py": 29,
-    "tests/integration/dashboard/test_browser.py": 28,
+    "tests/integration/recipes/test_chaos.py": 117,
+    "tests/integration/recipes/test_algorithms.py": 80,
+    "tests/integration/vllm/test_vllm_backend.py": 77,
+    "tests/integration/recipes/test_recipes.py": 48,
+    "tests/integration/recipes/test_sweep.py": 34,
+    "tests/integration/observe/test_observe.py": 33,
+    "tests/integration/chaos/test_supervision.py": 30,
+    "tests/integration/chaos/test_random_kills.py": 30,
     "tests/integration/actor/test_forkserver.py": 26,
-    "tests/integration/vllm/test_agentic_vllm.py": 24,
     "tests/integration/rl/test_agentic.py": 24,
-    "tests/integration/rl/test_actors.py": 24,
-    "tests/integration/actor/test_lifecycle_security.py": 23,
-    "tests/integration/recipes/test_resume_bookkeeping.py": 20,
-    "tests/integration/recipes/test_docs.py": 17,
-    "tests/integration/recipes/test_plugins.py": 16,
-    "tests/integration/recipes/test_examples.py": 15,
-    "tests/integration/kubernetes/test_launch.py": 14,
-    "tests/integration/workspace/test_sync_api.py": 12,
-    "tests/integration/observe/test_observe.py": 12,
-    "tests/integration/kubernetes/test_recipe.py": 12,
-    "tests/integration/recipes/test_workspace_option.py": 11,
-    "tests/integration/recipes/test_new_algorithm.py": 11,
-    "tests/integration/kubernetes/test_errors.py": 11,
+    "tests/integration/dashboard/test_browser.py": 23,
+    "tests/integration/kubernetes/test_workspace.py": 23,
+    "tests/integration/actor/test_faults.py": 18,
+    "tests/integration/vllm/test_agentic_vllm.py": 18,
+    "tests/integration/recipes/test_resume_bookkeeping.py": 16,
+    "tests/integration/recipes/test_docs.py": 14,
+    "tests/integration/recipes/test_plugins.py": 13,
+    "tests/integration/kubernetes/test_launch.py": 13,
+    "tests/integration/recipes/test_examples.py": 13,
+    "tests/integration/recipes/test_new_algorithm.py": 12,
+    "tests/integration/weights/test_stress.py": 11,
+    "tests/integration/packaging/test_wheel.py": 11,
+    "tests/integration/recipes/test_workspace_option.py": 10,
+    "tests/integration/rl/test_actors.py": 10,
+    "tests/integration/kubernetes/test_recipe.py": 9,
+    "tests/integration/kubernetes/test_docs.py": 7,
+    "tests/integration/kubernetes/test_errors.py": 4,
 }
 
 
