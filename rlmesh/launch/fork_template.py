@@ -20,11 +20,12 @@ import logging
 import os
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 from rlmesh.actor import worker as actor_worker  # what every forked child runs, imported before any fork
 from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 _status_fd = -1
 _children: dict[int, int] = {}  # pid -> request id
+_template_pid = 0  # this template's pid: what a template forked from it checks its parent against
 
 
 def _send(msg: dict) -> None:
@@ -78,8 +80,8 @@ def _import(mod: str) -> None:
                        mod, type(exc).__name__, exc)
 
 
-def _child(msg: dict, close_fds: list[int]) -> None:
-    """In the forked child: become the worker a fresh ``python -m rlmesh.worker`` would have been."""
+def _leave_template(close_fds: list[int]) -> None:
+    """In a forked child: drop what belongs to the template (its signal set-up, pipes, children)."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # SIGINT stays ignored, as in the template, until the worker installs its own handler: a Ctrl-C
@@ -89,6 +91,11 @@ def _child(msg: dict, close_fds: list[int]) -> None:
             os.close(fd)
         except OSError:
             pass
+    _children.clear()
+
+
+def _take_environment(msg: dict) -> None:
+    """The environment, working directory and ``sys.path`` a fresh ``python -m rlmesh.worker`` would have."""
     env = msg["env"]
     os.chdir(msg["cwd"])
     os.environ.clear()
@@ -97,6 +104,12 @@ def _child(msg: dict, close_fds: list[int]) -> None:
         if p not in sys.path:
             sys.path.insert(1, p)
     _forget_modules_under([p for p in env.get(FRESH_IMPORTS_ENV, "").split(os.pathsep) if p])
+
+
+def _child(msg: dict, close_fds: list[int]) -> None:
+    """In the forked child: become the worker a fresh ``python -m rlmesh.worker`` would have been."""
+    _leave_template(close_fds)
+    _take_environment(msg)
     sys.argv = ["rlmesh.worker", *msg["argv"]]
     np = sys.modules.get("numpy")
     if np is not None:  # a fresh process would not share the template's global RNG state
@@ -105,6 +118,19 @@ def _child(msg: dict, close_fds: list[int]) -> None:
         except Exception:  # noqa: BLE001
             pass
     actor_worker.main(msg["argv"])  # ends with os._exit
+
+
+def _template_child(msg: dict, close_fds: list[int]) -> None:
+    """In the forked child: become a mesh's restart template, talking to the controller over the
+    socket it listens on (``msg["addr"]``), with everything this template imported already loaded.
+    It dies with this template (which dies with the controller), as this template's workers do."""
+    parent = _template_pid
+    _leave_template(close_fds)
+    _take_environment(msg)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(msg["addr"])
+    fd = sock.detach()
+    sys.exit(serve(fd, fd, parent, list(msg.get("preload", ()))))
 
 
 def _forget_modules_under(folders: list[str]) -> None:
@@ -121,7 +147,9 @@ def _forget_modules_under(folders: list[str]) -> None:
             del sys.modules[name]
 
 
-def _fork(msg: dict, close_fds: list[int]) -> None:
+def _fork(msg: dict, close_fds: list[int], become: Callable[[dict, list[int]], None] = _child) -> None:
+    """Fork a child that runs ``become(msg, close_fds)`` (a worker, or a restart template), and
+    report its pid, and later its exit, under the request's id."""
     # SIGCHLD stays blocked until the child is registered: a child that dies at once is reported
     # under its request id, never missed (the handler reaps only what it knows).
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
@@ -145,7 +173,7 @@ def _fork(msg: dict, close_fds: list[int]) -> None:
     if pid == 0:
         code = 1
         try:
-            _child(msg, close_fds)
+            become(msg, close_fds)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001
@@ -161,8 +189,9 @@ def _fork(msg: dict, close_fds: list[int]) -> None:
 
 def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> int:
     """The server's loop: preload, say ready, then fork on request until the request pipe closes."""
-    global _status_fd
+    global _status_fd, _template_pid
     _status_fd = status_fd
+    _template_pid = os.getpid()
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     wake_r, wake_w = os.pipe()
@@ -170,7 +199,7 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _reap)  # reaps (and reports) even while a preload import runs
-    close_fds = [req_fd, status_fd, wake_r, wake_w]
+    close_fds = list(dict.fromkeys([req_fd, status_fd, wake_r, wake_w]))  # one socket serves both ways when forked
     plugins = [s.split(":", 1)[0].strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if s.strip()]
     for mod in [*preload, *plugins]:  # worker plugins' modules are imported, never run, here
         _import(mod)
@@ -179,7 +208,7 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     pending: list[str] = []
     buf = b""
     try:
-        _send({"ready": True})
+        _send({"ready": True, "pid": os.getpid()})
         poller = select.poll()  # not select(): it refuses fds numbered 1,024 or more
         poller.register(req_fd, select.POLLIN)
         poller.register(wake_r, select.POLLIN)
@@ -201,6 +230,8 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
                     msg = json.loads(line)
                     if msg["op"] == "fork":
                         _fork(msg, close_fds)
+                    elif msg["op"] == "template":
+                        _fork(msg, close_fds, _template_child)
                     elif msg["op"] == "preload" and msg.get("now"):
                         for mod in msg["modules"]:
                             _import(mod)

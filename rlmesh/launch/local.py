@@ -169,14 +169,17 @@ class LocalLauncher:
     def _via_fork_server(self, req: LaunchRequest, env: dict[str, str], argv: list[str],
                          child_env: dict[str, str] | None = None,
                          fallback: Callable[[], LocalProcHandle] | None = None) -> ForkedProcHandle | None:
-        """First launch: start the mesh's template (in the background) and return None; relaunch: fork it."""
+        """First launch: start the mesh's template (in the background) and return None; relaunch: fork it.
+
+        The template is forked from the start-up template of the same environment where one runs
+        (it has the worker runtime and torch imported already), else started as a fresh Python."""
         with self._lock:
             srv = self._servers.get(req.proc_mesh)
             if srv is None and req.incarnation == 0:
                 try:
                     self._servers[req.proc_mesh] = ForkServer(
                         self.python, env, os.getcwd(), self.fork_preload, name=req.proc_mesh,
-                        on_exit=Controller.notice_exit_if_open)
+                        on_exit=Controller.notice_exit_if_open, parent=starters.running(self.python, env))
                 except Exception:  # noqa: BLE001 - procs still start the plain way
                     logger.warning("could not start a fork server for %s; its restarts start Python afresh",
                                    req.proc_mesh, exc_info=True)

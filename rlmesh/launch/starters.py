@@ -109,6 +109,14 @@ def starter(python: str, env: dict[str, str], preload: tuple[str, ...] = (),
         return srv
 
 
+def running(python: str, env: dict[str, str]) -> ForkServer | None:
+    """The template for ``(python, env)`` if one runs (ready or still importing), without starting one:
+    what a mesh's restart template forks from (:class:`~rlmesh.launch.forkserver.ForkServer` ``parent``)."""
+    with STARTERS_LOCK:
+        srv = STARTERS.get(key(python, env))
+    return srv if srv is not None and not srv.dead else None
+
+
 def start_early() -> None:
     """Start the template for this controller's default environment now, if none runs yet.
 

@@ -106,7 +106,10 @@ def test_restarts_are_forked_warm_and_nothing_outlives_stop(probe, events):
         launcher = launcher_of(procs)
         assert launcher.wait_fork_server(procs._name, 30), "the fork server never became ready"
         server_pid = launcher._servers[procs._name].pid
-        assert psutil.Process(server_pid).ppid() == os.getpid()
+        # forked from the controller's start-up template of the same environment: torch and the
+        # worker runtime came imported, so the restart template cost a fork, not a Python start
+        starter = psutil.Process(server_pid).ppid()
+        assert starter in {s.pid for s in starters.STARTERS.values()} and psutil.Process(starter).ppid() == os.getpid()
 
         # (1) SIGKILL rank 1: the replacement is forked from the template and serves.
         old = procs.pids[1]
@@ -175,6 +178,24 @@ def test_a_dead_fork_server_takes_its_children_and_restarts_fall_back(probe, eve
         assert info["incarnation"] == 2 and info["ppid"] in starter_pids and info["ppid"] != server_pid
         assert gone(forked["pid"])
     assert any("fork server" in r.getMessage() and "gone" in r.getMessage() for r in caplog.records)
+
+
+def test_a_killed_start_up_template_takes_the_restart_template_forked_from_it_and_restarts_still_come_up(
+        probe, events):
+    """The restart template is the start-up template's child and dies with it (as the procs forked
+    from either do); the proc's next incarnation comes from a new start-up template instead."""
+    with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=3)) as procs:
+        p = procs.spawn("probe", probe)
+        launcher = launcher_of(procs)
+        assert launcher.wait_fork_server(procs._name, 30)
+        server_pid = launcher._servers[procs._name].pid
+        starter, first = psutil.Process(server_pid).ppid(), procs.pids[0]
+        os.kill(starter, signal.SIGKILL)
+        wait_gone([server_pid, first], 10)
+        wait_event(events, "restarted", 1, 0, timeout=60)
+        info = p.info.call().get(timeout=30).values()[0]
+        assert info["incarnation"] == 1 and info["pid"] != first and info["ppid"] not in (starter, server_pid)
+        assert launcher._servers[procs._name].dead
 
 
 @pytest.mark.parametrize("how", ["env", "arg"])
