@@ -201,8 +201,13 @@ class ForkServer:
         self._unsent: list[bytes] = []  # requests written before a forked template connected
         self._closing = False
         if parent is not None:
-            self._fork_from(parent, env, cwd, preload)
-            return
+            try:
+                self._fork_from(parent, env, cwd, preload)
+                return
+            except OSError:  # e.g. a socket path over the 108-byte limit (a long TMPDIR): start Python instead
+                logger.info("fork server %s: cannot fork it from the start-up template; starting it afresh",
+                            name, exc_info=True)
+                self._forked = None
         req_r, self._req_w = os.pipe()
         self._st_r, st_w = os.pipe()
         try:

@@ -198,6 +198,25 @@ def test_a_killed_start_up_template_takes_the_restart_template_forked_from_it_an
         assert launcher._servers[procs._name].dead
 
 
+def test_a_restart_template_that_cannot_be_forked_starts_as_its_own_python(probe, events, tmp_path, monkeypatch):
+    """Its socket's path must fit in 108 bytes: under a long temporary folder the template is started
+    as a fresh Python, as before, and restarts still fork from it."""
+    import tempfile
+
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=1)) as procs:
+        p = procs.spawn("probe", probe)
+        launcher = launcher_of(procs)
+        assert launcher.wait_fork_server(procs._name, 60)
+        server_pid = launcher._servers[procs._name].pid
+        assert psutil.Process(server_pid).ppid() == os.getpid()
+        os.kill(procs.pids[0], signal.SIGKILL)
+        wait_event(events, "restarted", 1, 0)
+        assert p.info.call().get(timeout=30).values()[0]["ppid"] == server_pid
+
+
 @pytest.mark.parametrize("how", ["env", "arg"])
 def test_opt_out_restarts_with_a_fresh_python(probe, events, monkeypatch, how):
     if how == "env":
