@@ -128,7 +128,10 @@ def _template_child(msg: dict, close_fds: list[int]) -> None:
     _leave_template(close_fds)
     _take_environment(msg)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(msg["addr"])
+    try:
+        sock.connect(msg["addr"])
+    except OSError:  # the controller gave up on it (the mesh stopped first): nothing to serve, nothing to say
+        sys.exit(1)
     fd = sock.detach()
     sys.exit(serve(fd, fd, parent, list(msg.get("preload", ()))))
 

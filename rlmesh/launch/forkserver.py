@@ -286,6 +286,8 @@ class ForkServer:
     def _write(self, msg: dict) -> None:
         data = (json.dumps(msg) + "\n").encode()
         with self._lock:
+            if self._closing:  # its descriptors are closed (their numbers may already be reused)
+                raise BrokenPipeError(f"the fork server {self.name} is closed")
             if self._forked is not None and self._conn is None:
                 if self.dead:
                     raise BrokenPipeError(f"the fork server {self.name} is gone")
