@@ -230,16 +230,15 @@ class ForkServer:
         """Ask ``parent`` to fork this template; it connects back to a socket only this user can reach
         (a fresh 0700 folder), which then carries requests and replies as the two pipes would."""
         self._dir = tempfile.mkdtemp(prefix="rlmesh-template-")
+        addr = os.path.join(self._dir, "s")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(os.path.join(self._dir, "s"))
+            listener.bind(addr)
             listener.listen(1)
             listener.settimeout(0.2)
-            with parent._lock:
-                parent._next_id += 1
-                rid = parent._next_id
-            parent._write({"op": "template", "id": rid, "addr": os.path.join(self._dir, "s"), "env": env,
-                           "cwd": cwd, "preload": list(preload)})
+            rid = parent._request_id()
+            parent._write({"op": "template", "id": rid, "addr": addr, "env": env, "cwd": cwd,
+                           "preload": list(preload)})
         except BaseException:
             listener.close()
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -300,13 +299,17 @@ class ForkServer:
             n = os.write(self._req_w, data)
             data = data[n:]
 
+    def _request_id(self) -> int:
+        """A new id for a request to this server: its replies and its child's exit come back under it."""
+        with self._lock:
+            self._next_id += 1
+            return self._next_id
+
     def fork(self, argv: list[str], env: dict[str, str], cwd: str, wait_s: float = 0.05,
              fallback: Callable[[], Any] | None = None) -> ForkedProcHandle:
         """Ask for a worker running ``rlmesh.worker`` ``main(argv)``; waits at most ``wait_s`` for its pid.
         ``fallback``: starts the worker afresh should the server die before forking it."""
-        with self._lock:
-            self._next_id += 1
-            rid = self._next_id
+        rid = self._request_id()
         self._write({"op": "fork", "id": rid, "argv": argv, "env": env, "cwd": cwd})
         handle = ForkedProcHandle(self, rid, fallback)
         deadline = time.monotonic() + wait_s

@@ -55,6 +55,7 @@ def test_a_batch_stored_once_even_if_two_sessions_deliver_it(tmp_path):
     try:
         ctx = zmq.Context.instance()
         batch = [("tally", pa.table({"k": [1, 2, 3]}))]
+        acked = lambda: int(ask(svc.query_addr, auth, "acked", "sender-a")[0])  # noqa: E731 - newest seq stored
         # the same batch key through fresh sessions: stored once each; (seq sent, newest stored, duplicates)
         for seq, stored, duplicates in ((1, 1, 0), (1, 1, 1), (2, 2, 1), (1, 2, 2)):
             push = ctx.socket(zmq.PUSH)
@@ -62,11 +63,11 @@ def test_a_batch_stored_once_even_if_two_sessions_deliver_it(tmp_path):
             push.send_multipart(wire.encode_batches(out, "gen.0", batch, ("sender-a", seq)))
             push.close(linger=2000)
             deadline = time.monotonic() + 60
-            while svc.duplicate_batches < duplicates or int(ask(svc.query_addr, auth, "acked", "sender-a")[0]) < stored:
+            while svc.duplicate_batches < duplicates or acked() < stored:
                 assert time.monotonic() < deadline, f"the service did not handle the batch with seq {seq}"
                 time.sleep(0.05)
             assert svc.duplicate_batches == duplicates
-            assert int(ask(svc.query_addr, auth, "acked", "sender-a")[0]) == stored
+            assert acked() == stored
         svc.sync()
         assert svc.query("SELECT count(*) AS n FROM tally").to_pylist() == [{"n": 6}]
     finally:
