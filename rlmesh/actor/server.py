@@ -180,14 +180,14 @@ class ActorServer:
                 task = self.loop.create_task(self._serve_async(call, hosted, fn, args, kwargs))
             finally:
                 _current.reset(token)
-            self._serving.add(task)
-            task.add_done_callback(self._serving.discard)
+            self._serving.add(task)  # _serve_async takes it out (a done callback costs a loop iteration)
         else:
             ctx = contextvars.copy_context()
             ctx.run(_current.set, hosted.ctx)
             hosted.executor.submit(ctx.run, self._serve_sync, call, hosted, fn, args, kwargs)
 
     async def _serve_async(self, call: "_Served", hosted: HostedActor, fn: Any, args: tuple, kwargs: dict) -> None:
+        task = asyncio.current_task()  # here, not in ``finally``: a coroutine closed at exit runs that outside its task
         try:
             result = await fn(*args, **kwargs)
         except GeneratorExit:
@@ -204,6 +204,8 @@ class ActorServer:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             return
+        finally:
+            self._serving.discard(task)
         self._reply_result(call, hosted, result)
 
     def _serve_sync(self, call: "_Served", hosted: HostedActor, fn: Any, args: tuple, kwargs: dict) -> None:

@@ -12,6 +12,7 @@ class _Recorded(ActorServer):
     def __init__(self, stopping: bool = False) -> None:  # no sockets: only the serving coroutine is exercised
         self.finished: list[BaseException | None] = []
         self._stopping = stopping
+        self._serving: set[asyncio.Task] = set()
 
     def _finish(self, call, hosted, frames=None, exc=None, tb=None) -> None:
         self.finished.append(exc)
@@ -57,9 +58,11 @@ def _cancelled_while_pending(server: _Recorded) -> None:
 
     async def main() -> None:
         task = asyncio.get_running_loop().create_task(server._serve_async(_served(), None, hold, (), {}))
+        server._serving.add(task)  # as _dispatch does
         await asyncio.sleep(0)  # the endpoint is now waiting
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        assert not server._serving  # the call took itself out of the in-flight set
 
     asyncio.run(main())
 
@@ -74,3 +77,24 @@ def test_a_call_cancelled_otherwise_still_replies_with_the_cancellation():
     server = _Recorded(stopping=False)
     _cancelled_while_pending(server)
     assert len(server.finished) == 1 and isinstance(server.finished[0], asyncio.CancelledError)
+
+
+def test_a_finished_call_leaves_the_in_flight_set():
+    """What ``cancel_calls`` cancels at stop: only calls still running (each takes itself out)."""
+    server = _Recorded()
+
+    async def ok() -> int:
+        return 1
+
+    async def boom() -> None:
+        raise ValueError("bad input")
+
+    async def main() -> None:
+        for fn in (ok, boom):
+            task = asyncio.get_running_loop().create_task(server._serve_async(_served(), None, fn, (), {}))
+            server._serving.add(task)
+            await task
+            assert not server._serving
+
+    asyncio.run(main())
+    assert server.finished[0] is None and isinstance(server.finished[1], ValueError)

@@ -1,0 +1,141 @@
+"""CPU per round trip, per side and per thread: ``call_one`` against raw pyzmq, both measured in one run.
+
+    python benchmarks/call_cpu.py [--calls 20000] [--rounds 3] [--pin same|split]
+
+Why this script: a latency ratio on a VM swings with where the scheduler puts the two ends
+(``actor_latency_paired.py`` shows the modes), so it cannot tell whether a change to the call path
+made it cheaper. CPU time per call can: each thread's user and system time is read from
+``/proc/<pid>/task/<tid>/stat`` before and after a block of calls, and divided by the calls. The
+caller's and the server's main threads are where rlmesh's Python runs; their libzmq I/O threads do
+the same work as raw zmq's. Raw zmq is measured the same way in the same run: a DEALER in this
+process's main thread against a ROUTER in a process of its own (``actor_latency.py``'s server).
+
+``--pin same`` (the default) puts every thread of both ends on CPU 0, so the wall time of a round
+trip is the CPU work of both ends, with no idle core to wake; ``split`` puts the callers on CPU 0
+and the servers on CPU 1. The per-call numbers are clock ticks summed over ``--calls`` calls
+(``SC_CLK_TCK``, 100 Hz: 10 ms granularity over 2-4 s of work per block, so about ±0.5 µs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import banner  # noqa: E402
+from actor_latency import _zmq_server  # noqa: E402  (the raw ROUTER server the latency scripts use)
+from actor_latency_paired import _pinned, pin_process  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float, float]]:
+    """``{tid: (name, user s, system s)}`` for every thread of ``pid`` now."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        out[int(tid)] = (stat[stat.index("(") + 1:stat.rindex(")")], int(fields[11]) / TICK, int(fields[12]) / TICK)
+    return out
+
+
+def per_call(pid: int, before: dict, after: dict, calls: int) -> tuple[float, float]:
+    """(main thread, all other threads) CPU µs per call of process ``pid`` between two snapshots."""
+    main = other = 0.0
+    for tid, (_, u, s) in after.items():
+        if tid in before:
+            d = (u - before[tid][1] + s - before[tid][2]) / calls * 1e6
+            if tid == pid:
+                main += d
+            else:
+                other += d
+    return main, other
+
+
+def measure(calls: int, fn, server_pid: int) -> tuple[float, tuple[float, float], tuple[float, float]]:
+    """Wall µs per call, (main, others) CPU µs per call of this process, and of the server."""
+    me = os.getpid()
+    c0, s0, t0 = thread_cpu(me), thread_cpu(server_pid), time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1, c1, s1 = time.perf_counter(), thread_cpu(me), thread_cpu(server_pid)
+    return (t1 - t0) / calls * 1e6, per_call(me, c0, c1, calls), per_call(server_pid, s0, s1, calls)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calls", type=int, default=20000, help="round trips per block")
+    ap.add_argument("--rounds", type=int, default=3, help="raw-then-rlmesh blocks")
+    ap.add_argument("--pin", choices=("same", "split"), default="same",
+                    help="same: both ends on CPU 0; split: callers on CPU 0, servers on CPU 1")
+    args = ap.parse_args()
+    if not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"):
+        raise SystemExit("needs Linux (/proc and os.sched_setaffinity)")
+    if args.pin == "split" and len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("--pin split needs two CPUs")
+    banner(f"CPU per round trip: call_one vs raw pyzmq ({args.rounds} rounds of {args.calls}, pin {args.pin})")
+    server_cpus = {0} if args.pin == "same" else {1}
+    os.sched_setaffinity(0, {0})  # before rlmesh starts a thread: they all inherit it
+
+    import zmq
+
+    import rlmesh as rm
+
+    class Echo(rm.Actor):
+        @rm.endpoint
+        async def ping(self, x=None):
+            return x
+
+        @rm.endpoint
+        def pid(self) -> int:
+            return os.getpid()
+
+    spawn = mp.get_context("spawn")
+    addr_q = spawn.Queue()
+    raw_server = spawn.Process(target=_pinned, args=(server_cpus, _zmq_server, addr_q), daemon=True)
+    raw_server.start()
+    sock = zmq.Context().socket(zmq.DEALER)
+    sock.connect(addr_q.get(timeout=60))
+
+    def raw_rtt() -> None:
+        sock.send(b"ping")
+        sock.recv()
+
+    header = (f"{'round':>5} {'what':<9}{'wall':>9}{'caller main':>13}{'caller rest':>13}"
+              f"{'server main':>13}{'server rest':>13}   (µs per call)")
+    rows: dict[str, list[tuple]] = {"raw zmq": [], "call_one": []}
+    try:
+        with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+            echo = procs.spawn("echo", Echo)
+            worker_pid = echo.pid.call().get(timeout=60)[0]
+            pin_process(worker_pid, server_cpus)
+            one = echo.slice(procs=0)
+            for _ in range(2000):  # warm both ends
+                raw_rtt()
+                one.ping.call_one().get()
+            print(header)
+            for r in range(1, args.rounds + 1):
+                for what, fn, pid in (("raw zmq", raw_rtt, raw_server.pid),
+                                      ("call_one", lambda: one.ping.call_one().get(), worker_pid)):
+                    wall, (cm, co), (sm, so) = measure(args.calls, fn, pid)
+                    rows[what].append((wall, cm, co, sm, so))
+                    print(f"{r:>5} {what:<9}{wall:>9.1f}{cm:>13.1f}{co:>13.1f}{sm:>13.1f}{so:>13.1f}", flush=True)
+    finally:
+        sock.send(b"quit")
+        raw_server.join(10)
+    lo_hi = {w: [(min(c), max(c)) for c in zip(*rs)] for w, rs in rows.items()}
+    (rw, rcm, _, rsm, _), (ow, ocm, _, osm, _) = lo_hi["raw zmq"], lo_hi["call_one"]
+    print(f"\nwall: raw {rw[0]:.1f}-{rw[1]:.1f} µs, call_one {ow[0]:.1f}-{ow[1]:.1f} µs")
+    print(f"main threads, caller + server: raw {rcm[0] + rsm[0]:.1f}-{rcm[1] + rsm[1]:.1f} µs, "
+          f"call_one {ocm[0] + osm[0]:.1f}-{ocm[1] + osm[1]:.1f} µs of CPU per call")
+
+
+if __name__ == "__main__":
+    main()
