@@ -39,7 +39,7 @@ from rlmesh.actor.future import Future
 from rlmesh.errors import ActorDied, ActorError, CallTimeout
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.channel import Outbound
-from rlmesh.transport.serialization import dumps, loads
+from rlmesh.transport.serialization import dumps, loads, nbytes
 from rlmesh.transport.sockets import (bind_channel, connect_channel, has_message, recv_frames, tune, wait_readable,
                                       zmq_context)
 
@@ -278,7 +278,7 @@ class Client:
             self._fail(call_id, ActorError(f"send to {addr} failed: {exc}", mesh=mesh, rank=rank,
                                            endpoint=endpoint))
             return fut
-        size = sum(memoryview(getattr(f, "buffer", f)).nbytes for f in frames)
+        size = nbytes(frames)
         with self._lock:
             self.calls_sent += 1
             self.bytes_sent += size
@@ -335,22 +335,24 @@ class Client:
             if self._timeouts:
                 self._expire()
 
-    def drive_until(self, cf: Any, timeout: float | None) -> None:
-        """Block until ``cf`` is done, reading the inbox from this thread meanwhile (no handoff).
+    def drive_until(self, fut: Future, timeout: float | None) -> None:
+        """Block until ``fut`` is done, reading the inbox from this thread meanwhile (no handoff).
 
         Raises ``TimeoutError`` after ``timeout`` seconds. Safe with any number of
         waiting threads: one reads and completes everyone's futures, the others
         sleep until their own future is done.
         """
-        if cf.done():
+        if fut.done():
             return
         deadline = None if timeout is None else time.monotonic() + timeout
-        wake = _thread_eventfd()
-        cf.add_done_callback(lambda _f: os.eventfd_write(wake, 1))
+        wake, me = _thread_eventfd(), threading.get_ident()
+        # Wake this thread only if another one completes the future: when this thread reads the reply
+        # itself (the usual case) there is no one to wake, and no stale wake-up left for its next wait.
+        fut.add_done_callback(lambda _f: threading.get_ident() == me or os.eventfd_write(wake, 1))
         with self._lock:
             self._drivers += 1
         try:
-            while not cf.done():
+            while not fut.done():
                 if self._closed:
                     return  # close() fails every pending future
                 if self._inbox_lock.acquire(blocking=False):
@@ -358,7 +360,7 @@ class Client:
                         self._drain()
                     finally:
                         self._inbox_lock.release()
-                    if cf.done():
+                    if fut.done():
                         return
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -447,15 +449,14 @@ _tls_wake = threading.local()
 
 
 def _thread_eventfd() -> int:
-    """An eventfd per thread, for waking a thread that waits in ``poll``."""
+    """An eventfd per thread, for waking a thread that waits in ``poll``.
+
+    Not cleared here (a syscall and an exception per call): a wake-up left over from an earlier wait
+    (another thread completed that future just as this one saw it done) costs one extra pass of
+    ``drive_until``'s loop, which reads it."""
     fd = getattr(_tls_wake, "fd", None)
     if fd is None:
         fd = _tls_wake.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-    else:
-        try:
-            os.eventfd_read(fd)  # clear a stale wake-up from an earlier wait
-        except BlockingIOError:
-            pass
     return fd
 
 

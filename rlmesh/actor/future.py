@@ -1,75 +1,144 @@
 """One future type for sync and async code: ``await fut`` or ``fut.get(timeout)``.
 
 Why: the same controller program should read the same whether it is an asyncio
-program, a plain script or a Jupyter cell. The future is completed by the
-client's IO thread; ``await`` bridges to the running event loop, ``get`` blocks
-the calling thread.
+program, a plain script or a Jupyter cell. The future is completed by whichever
+thread reads the reply (a thread blocked in ``get()`` reads the inbox itself, see
+``Client.drive_until``); ``await`` bridges to the running event loop, ``get``
+blocks the calling thread.
+
+Why not ``concurrent.futures.Future`` underneath (it was, until Dec 2026): every call makes
+one, and that type builds a ``Condition`` (an ``RLock`` and a waiter list) per future and
+takes it on each ``done()``, five or six times per blocking call. Here the state is three
+slots set once under one module-wide lock, ``done()`` is an attribute read, and a thread
+that waits without a driver gets an ``Event`` made only then: a third of the cost to make,
+complete and read (measured in docs/performance.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import logging
 import threading
 from typing import Any, Callable, Generic, TypeVar
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()  # guards every future's completion and callback list (held for a few bytecodes)
 
 
 class Future(Generic[T]):
-    __slots__ = ("_cf", "_driver")
+    __slots__ = ("_done", "_value", "_exc", "_callbacks", "_event", "_driver")
 
-    def __init__(self, cf: concurrent.futures.Future | None = None, driver: Any = None):
-        self._cf: concurrent.futures.Future = cf if cf is not None else concurrent.futures.Future()
+    def __init__(self, driver: Any = None):
+        self._done = False
+        self._value: Any = None
+        self._exc: BaseException | None = None
+        self._callbacks: list[Callable[["Future[T]"], None]] | None = None
+        self._event: threading.Event | None = None
         # The client whose inbox delivers this result: get() reads it directly instead of
         # waiting to be woken by the IO thread (see Client.drive_until).
         self._driver = driver
 
     # --- producer side (runtime) ---
     def _set_result(self, value: Any) -> None:
-        if not self._cf.done():
-            try:
-                self._cf.set_result(value)
-            except concurrent.futures.InvalidStateError:
-                pass
+        self._complete(value, None)
 
     def _set_exception(self, exc: BaseException) -> None:
-        if not self._cf.done():
-            try:
-                self._cf.set_exception(exc)
-            except concurrent.futures.InvalidStateError:
-                pass
+        self._complete(None, exc)
+
+    def _complete(self, value: Any, exc: BaseException | None) -> None:
+        """First completion wins (a reply racing a death or a timeout); later ones are ignored."""
+        with _lock:
+            if self._done:
+                return
+            self._value, self._exc = value, exc
+            self._done = True  # last: a reader that sees it done sees the outcome
+            callbacks, self._callbacks = self._callbacks, None
+            event = self._event
+        if event is not None:
+            event.set()
+        for fn in callbacks or ():
+            _run_callback(fn, self)
 
     # --- consumer side ---
     def get(self, timeout: float | None = None) -> T:
         """Block until done and return the value (or raise the remote error). ``TimeoutError`` after ``timeout`` s."""
-        try:
-            if self._driver is not None and not self._cf.done():
-                self._driver.drive_until(self._cf, timeout)
-            return self._cf.result(0 if self._driver is not None and self._cf.done() else timeout)
-        except concurrent.futures.TimeoutError:
-            if self._cf.done():  # the call itself failed with a TimeoutError (e.g. rm.CallTimeout)
-                raise
-            raise TimeoutError(f"no result within {timeout}s (the call is still pending)") from None
+        if not self._done:
+            if self._driver is not None:
+                try:
+                    self._driver.drive_until(self, timeout)
+                except TimeoutError:
+                    raise TimeoutError(f"no result within {timeout}s (the call is still pending)") from None
+            if not self._done:  # no driver, or its client closed (it fails every pending future next)
+                self._wait(timeout)
+        if self._exc is not None:
+            raise self._exc
+        return self._value
 
     def result(self, timeout: float | None = None) -> T:
         return self.get(timeout)
 
     def done(self) -> bool:
-        return self._cf.done()
+        return self._done
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._cf.exception(timeout)
+        """The call's error once done (``None`` if it succeeded); waits up to ``timeout`` s like :meth:`get`."""
+        try:
+            self.get(timeout)
+        except BaseException as exc:  # noqa: BLE001 - the call's own error is the answer
+            if exc is self._exc:
+                return exc
+            raise
+        return None
 
     def add_done_callback(self, fn: Callable[["Future[T]"], None]) -> None:
-        self._cf.add_done_callback(lambda _cf: fn(self))
+        """Call ``fn(self)`` once done: on the completing thread, or here and now if done already."""
+        with _lock:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        _run_callback(fn, self)
+
+    def _wait(self, timeout: float | None) -> None:
+        with _lock:
+            if self._done:
+                return
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if not event.wait(timeout):
+            raise TimeoutError(f"no result within {timeout}s (the call is still pending)")
 
     def __await__(self):
-        return asyncio.wrap_future(self._cf).__await__()
+        if not self._done:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+
+            def wake(_f: "Future[T]") -> None:  # on the completing thread
+                if not loop.is_closed():
+                    loop.call_soon_threadsafe(_resolve, waiter)
+
+            self.add_done_callback(wake)
+            yield from waiter.__await__()  # cancelling the await leaves this future as it is
+        return self.get()
 
     def __repr__(self) -> str:
-        state = "done" if self._cf.done() else "pending"
-        return f"<rlmesh.Future {state}>"
+        return f"<rlmesh.Future {'done' if self._done else 'pending'}>"
+
+
+def _resolve(waiter: asyncio.Future) -> None:
+    if not waiter.done():  # the awaiting task may have been cancelled meanwhile
+        waiter.set_result(None)
+
+
+def _run_callback(fn: Callable[[Any], None], fut: Future) -> None:
+    try:
+        fn(fut)
+    except Exception:
+        logger.exception("a done callback of %r failed", fut)
 
 
 def gather_futures(futs: list[Future], combine: Callable[[list[Any]], T]) -> Future[T]:
@@ -83,12 +152,11 @@ def gather_futures(futs: list[Future], combine: Callable[[list[Any]], T]) -> Fut
         out._set_result(combine([]))
         return out
 
-    def on_done(i: int, cf: concurrent.futures.Future) -> None:
-        exc = cf.exception()
-        if exc is not None:
-            out._set_exception(exc)
+    def on_done(i: int, f: Future) -> None:
+        if f._exc is not None:
+            out._set_exception(f._exc)
             return
-        results[i] = cf.result()
+        results[i] = f._value
         with lock:  # completions may arrive on the IO thread and the supervisor thread
             remaining[0] -= 1
             last = remaining[0] == 0
@@ -96,5 +164,5 @@ def gather_futures(futs: list[Future], combine: Callable[[list[Any]], T]) -> Fut
             out._set_result(combine(results))
 
     for i, f in enumerate(futs):
-        f._cf.add_done_callback(lambda cf, i=i: on_done(i, cf))
+        f.add_done_callback(lambda f, i=i: on_done(i, f))
     return out

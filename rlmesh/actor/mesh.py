@@ -151,5 +151,5 @@ class Stream:
             yield self._q.get().get()
 
     async def __aiter__(self) -> AsyncIterator[Any]:
-        for aw in asyncio.as_completed([asyncio.wrap_future(f._cf) for f in self._futs]):
+        for aw in asyncio.as_completed(self._futs):
             yield await aw

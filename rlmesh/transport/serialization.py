@@ -203,4 +203,6 @@ def loads(frames: list[Any]) -> Any:
 
 def nbytes(frames: list[Any]) -> int:
     """Total payload size of a frame list (for byte counters and span telemetry)."""
+    if len(frames) == 1:  # the usual message: no generator (this runs on every call and reply)
+        return memoryview(getattr(frames[0], "buffer", frames[0])).nbytes
     return sum(memoryview(getattr(fr, "buffer", fr)).nbytes for fr in frames)
