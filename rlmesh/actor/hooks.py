@@ -64,9 +64,12 @@ class ProcEvent:
     ts: float = field(default_factory=time.time)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Span:
-    """One endpoint call as seen by the proc that served it."""
+    """One endpoint call as seen by the proc that served it.
+
+    Slotted, not frozen: one is made per call served, and a frozen dataclass's ``__init__`` costs
+    three times as much (1.6 against 0.55 µs). Sinks read it; none should change it."""
 
     mesh: str
     actor_id: str
