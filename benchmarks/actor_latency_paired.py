@@ -70,6 +70,23 @@ def pin_process(pid: int, cpus: set[int]) -> None:
         os.sched_setaffinity(int(tid), cpus)
 
 
+def echo_actor() -> type:
+    """The actor the latency scripts call: an async ``ping`` and ``pid`` (to pin its proc). Made in a
+    function so that workers get it by value, as a class defined in ``main`` would be."""
+    import rlmesh as rm  # here, not at the top: callers set their CPU affinity before rlmesh starts a thread
+
+    class Echo(rm.Actor):
+        @rm.endpoint
+        async def ping(self, x=None):
+            return x
+
+        @rm.endpoint
+        def pid(self) -> int:
+            return os.getpid()
+
+    return Echo
+
+
 def _rlmesh_block(ep, n: int) -> float:
     return median(timed(lambda: ep.call_one().get(), n))
 
@@ -96,15 +113,7 @@ def main() -> None:
 
     import rlmesh as rm
 
-    class Echo(rm.Actor):
-        @rm.endpoint
-        async def ping(self, x=None):
-            return x
-
-        @rm.endpoint
-        def pid(self) -> int:
-            return os.getpid()
-
+    Echo = echo_actor()
     spawn = mp.get_context("spawn")
     addr_q, blocks, medians = spawn.Queue(), spawn.Queue(), spawn.Queue()
     helpers = [spawn.Process(target=_pinned, args=(server_cpus, _zmq_server, addr_q), daemon=True)]

@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import banner  # noqa: E402
 from actor_latency import _zmq_server  # noqa: E402  (the raw ROUTER server the latency scripts use)
-from actor_latency_paired import _pinned, pin_process  # noqa: E402
+from actor_latency_paired import _pinned, echo_actor, pin_process  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -88,15 +88,7 @@ def main() -> None:
 
     import rlmesh as rm
 
-    class Echo(rm.Actor):
-        @rm.endpoint
-        async def ping(self, x=None):
-            return x
-
-        @rm.endpoint
-        def pid(self) -> int:
-            return os.getpid()
-
+    Echo = echo_actor()
     spawn = mp.get_context("spawn")
     addr_q = spawn.Queue()
     raw_server = spawn.Process(target=_pinned, args=(server_cpus, _zmq_server, addr_q), daemon=True)
