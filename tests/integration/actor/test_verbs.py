@@ -91,6 +91,24 @@ def test_stream_yields_in_completion_order(counters, tmp_path):
         assert next(staggered) == r
 
 
+def test_waiting_less_than_the_call_leaves_it_pending_and_its_reply_still_arrives(counters, tmp_path):
+    one = counters.slice(procs=1)
+    gate = tmp_path / "go"
+    fut = one.wait_for_file.call_one(str(gate))
+    with pytest.raises(TimeoutError, match="still pending"):
+        fut.get(timeout=0.05)
+    assert not fut.done()
+
+    async def give_up_then_wait():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(fut, 0.05)  # cancels this await, not the call
+        gate.touch()
+        return await fut
+
+    assert asyncio.run(give_up_then_wait()) == 1
+    assert fut.get(timeout=0) == 1
+
+
 def test_await_and_gather_from_asyncio(counters):
     async def main():
         a, b = await asyncio.gather(counters.value.call(), counters.slice(procs=2).value.call_one())
