@@ -1,7 +1,6 @@
 """Every endpoint verb, slicing and context, against real worker procs on loopback."""
 
 import asyncio
-import os
 import threading
 import time
 
