@@ -108,6 +108,39 @@ def test_waiting_less_than_the_call_leaves_it_pending_and_its_reply_still_arrive
     assert fut.get(timeout=0) == 1
 
 
+def test_many_threads_and_an_event_loop_calling_at_once_each_get_their_own_replies(counters):
+    """Blocking callers take turns reading the shared inbox (whoever holds it completes everyone's
+    futures); awaited calls are completed by whichever thread reads them. Every reply must reach its
+    own caller, none may be lost or hang."""
+    ranks = len(counters)
+    errors: list[BaseException] = []
+
+    def blocking_caller(t: int) -> None:
+        try:
+            for i in range(150):
+                one = counters.slice(procs=i % ranks)
+                x = (t, i)
+                if i % 10 == 0:  # a mesh-wide call now and then: a gathered future among the single ones
+                    assert counters.echo.call(x).get(timeout=30).values() == [x] * ranks
+                else:
+                    assert one.echo.call_one(x).get(timeout=30) == x
+        except BaseException as exc:  # noqa: BLE001 - reported below, with the thread's number
+            errors.append(exc)
+
+    async def awaiting_caller() -> list:
+        return await asyncio.gather(*[counters.slice(procs=i % ranks).echo.call_one(("aio", i)) for i in range(300)])
+
+    threads = [threading.Thread(target=blocking_caller, args=(t,)) for t in range(6)]
+    for th in threads:
+        th.start()
+    awaited = asyncio.run(awaiting_caller())
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    assert not any(th.is_alive() for th in threads)
+    assert awaited == [("aio", i) for i in range(300)]
+
+
 def test_await_and_gather_from_asyncio(counters):
     async def main():
         a, b = await asyncio.gather(counters.value.call(), counters.slice(procs=2).value.call_one())
