@@ -383,7 +383,7 @@ class Client:
             except zmq.Again:
                 return
             body = frames[1:]
-            size = sum(len(f) for f in body)
+            size = nbytes(body)
             self.bytes_received += size
             try:
                 (call_id, status), payload = P.decode_meta(self._inbox_in, body)

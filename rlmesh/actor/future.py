@@ -69,7 +69,7 @@ class Future(Generic[T]):
                 try:
                     self._driver.drive_until(self, timeout)
                 except TimeoutError:
-                    raise TimeoutError(f"no result within {timeout}s (the call is still pending)") from None
+                    raise _still_pending(timeout) from None
             if not self._done:  # no driver, or its client closed (it fails every pending future next)
                 self._wait(timeout)
         if self._exc is not None:
@@ -110,7 +110,7 @@ class Future(Generic[T]):
                 self._event = threading.Event()
             event = self._event
         if not event.wait(timeout):
-            raise TimeoutError(f"no result within {timeout}s (the call is still pending)")
+            raise _still_pending(timeout)
 
     def __await__(self):
         if not self._done:
@@ -127,6 +127,11 @@ class Future(Generic[T]):
 
     def __repr__(self) -> str:
         return f"<rlmesh.Future {'done' if self._done else 'pending'}>"
+
+
+def _still_pending(timeout: float | None) -> TimeoutError:
+    """What a wait that gave up raises: the call itself goes on (``get`` again, or ``await``, later)."""
+    return TimeoutError(f"no result within {timeout}s (the call is still pending)")
 
 
 def _resolve(waiter: asyncio.Future) -> None:
