@@ -253,7 +253,11 @@ class OutputCapture:
     def _run(self) -> None:
         last_sweep = 0.0
         while True:
-            ready = self._sel.select(0.05)
+            # Timed work (streams waiting for a writer, stack dumps going quiet, dump deadlines) needs a
+            # look every 0.05 s; without any, sleep until a stream or the wake pipe is readable (an idle
+            # run's controller woke this thread 20 times a second for nothing). 1 s is a safety net only.
+            timed = self._waiting or self._dumping or any(p.dump_req is not None for p in self._procs)
+            ready = self._sel.select(0.05 if timed else 1.0)
             if any(key.data is not None for key, _ in ready):
                 time.sleep(GATHER_S)  # let a chatty proc's lines pile up: one read and one sink call per ~100 lines
             for key, _ in ready:

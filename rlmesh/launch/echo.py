@@ -70,6 +70,7 @@ class TerminalEcho:
         self._groups: dict[tuple[str, Stream, str], _Group] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._holding = threading.Event()  # set while a line is held: an idle echo thread sleeps until then
         self._thread: threading.Thread | None = None
         if self.window > 0:
             self._thread = threading.Thread(target=self._loop, name="rlmesh-echo", daemon=True)
@@ -90,9 +91,25 @@ class TerminalEcho:
                 if g is None:
                     g = groups[key] = _Group(now, mesh, line.stream, text)
                 g.ranks.append(line.proc.rank)
+            self._holding.set()  # under the lock: the loop clears it under the lock when it finds none
 
     def _loop(self) -> None:
-        while not self._stop.wait(min(0.1, self.window)):
+        """Print each group once its window is over; with nothing held, sleep until a line comes.
+
+        Why not a fixed 0.1 s poll (as until Dec 2026): an idle run's controller woke this thread ten
+        times a second for nothing, one of the wake-ups that add up to its idle CPU
+        (docs/performance.md, "the controller at idle")."""
+        while not self._stop.is_set():
+            with self._lock:
+                oldest = min((g.first for g in self._groups.values()), default=None)
+                if oldest is None:
+                    self._holding.clear()
+            if oldest is None:
+                self._holding.wait()  # a held line or close() sets it
+                continue
+            due = oldest + self.window - time.monotonic()
+            if due > 0 and self._stop.wait(due):
+                break
             self.flush(older_than=self.window)
 
     def flush(self, older_than: float = 0.0) -> None:
@@ -129,6 +146,7 @@ class TerminalEcho:
 
     def close(self) -> None:
         self._stop.set()
+        self._holding.set()
         if self._thread is not None:
             self._thread.join(1)
         self.flush()

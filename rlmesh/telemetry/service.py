@@ -140,7 +140,7 @@ class TelemetryService:
             from rlmesh.telemetry import snapshots  # deferred: pyarrow.parquet, loaded with the store above
 
         every = snapshots.interval_from_env()  # Parquet under runs/<run>/live/ for pandas, polars & co.
-        self._snap = snapshots.Snapshotter(store.con, self.run_dir, every).start() if every else None
+        self._snap = snapshots.Snapshotter(store.con, self.run_dir, every, store.write_marks).start() if every else None
         logger.info("telemetry: run %s recording to %s", self.run_id, self.db_path)
 
     # ---- lifecycle -------------------------------------------------------------------

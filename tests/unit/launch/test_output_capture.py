@@ -50,6 +50,32 @@ def test_echo_folds_a_line_repeated_by_ranks_and_keeps_order():
     assert err.getvalue() == "[p[1]] oops\n"
 
 
+def _wait_for(cond, timeout: float = 30.0) -> bool:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_echo_prints_each_group_after_its_window_and_sleeps_in_between():
+    out, err = io.StringIO(), io.StringIO()
+    echo = TerminalEcho(window=0.2, out=out, err=err)
+    try:
+        assert _wait_for(lambda: not echo._holding.is_set())  # nothing held: the thread sleeps until a line
+        t0 = time.monotonic()
+        echo([_line(0, "first"), _line(1, "first")])
+        assert _wait_for(lambda: out.getvalue() == "[p[0-1] x2] first\n")
+        assert time.monotonic() - t0 >= 0.2  # held for the window, so other ranks could join
+        assert _wait_for(lambda: not echo._holding.is_set())  # and asleep again once it is printed
+        echo([_line(3, "second", Stream.STDERR)])  # a line after the idle sleep still comes out
+        assert _wait_for(lambda: err.getvalue() == "[p[3]] second\n")
+    finally:
+        echo.close()
+    assert not echo._thread.is_alive()
+
+
 def test_echo_without_window_prints_at_once_and_renders_records():
     out, err = io.StringIO(), io.StringIO()
     echo = TerminalEcho(window=0, out=out, err=err)

@@ -3,7 +3,7 @@ import time
 import pytest
 
 from rlmesh.telemetry.gpu import GpuSampler
-from rlmesh.telemetry.health import HealthSampler, host_sample
+from rlmesh.telemetry.health import HealthSampler, ProcessTree, host_sample
 
 
 def test_host_sample_reads_real_values():
@@ -11,6 +11,38 @@ def test_host_sample_reads_real_values():
 
     row = host_sample(psutil.Process())
     assert row["mem_total"] > 0 and row["rss"] > 0 and row["load_1m"] is not None
+
+
+def test_process_tree_keeps_its_list_until_the_refresh_and_drops_the_dead_at_once():
+    import subprocess
+    import sys
+
+    import psutil
+
+    def child() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+    a = child()
+    b = None
+    try:
+        kept = ProcessTree(psutil.Process(), refresh_s=3600)
+        fresh = ProcessTree(psutil.Process(), refresh_s=0)
+        assert kept.rss() > psutil.Process().memory_info().rss  # the child's memory counts too
+        assert a.pid in kept.pids
+        b = child()
+        kept.rss()
+        assert b.pid not in kept.pids  # listed again only after refresh_s (the scan costs)
+        fresh.rss()
+        assert b.pid in fresh.pids
+        a.kill()
+        a.wait()
+        kept.rss()
+        assert a.pid not in kept.pids  # an exited process drops out at the next sample
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def test_one_sampler_per_host_and_takeover(tmp_path):

@@ -30,3 +30,42 @@ def test_snapshots_of_several_tables_hold_each_row_once(tmp_path):
     assert len(list((live / "rollouts").glob("part-*.parquet"))) == 2
     assert _rows(live / "spans") == [0, 1, 2]
     assert _rows(live / "runs") == [2]
+
+
+def test_with_the_stores_write_marks_a_snapshot_visits_only_what_was_written(tmp_path):
+    import pyarrow as pa
+
+    from rlmesh.telemetry.store import Store
+
+    store = Store(tmp_path / "t.duckdb", "r1")
+    store.execute_write("INSERT INTO runs (run_id, id, status) VALUES ('r1', 'r1', 'running')")
+    store.append("rollouts_x", pa.table({"i": [0, 1]}))
+    store.append("spans_x", pa.table({"i": [0]}))
+    snap = Snapshotter(store.con, tmp_path, interval=0, marks=store.write_marks)
+    snap.root.mkdir()
+    snap.snapshot()  # the first one looks at every table
+    live = tmp_path / "live"
+    runs_part = live / "runs" / "part-000000.parquet"
+    runs_inode = runs_part.stat().st_ino
+    assert _rows(live / "rollouts_x") == [0, 1] and _rows(live / "spans_x") == [0]
+
+    def parts() -> dict[str, int]:
+        return {d.name: len(list(d.glob("part-*.parquet"))) for d in live.iterdir() if d.is_symlink()}  # a link per table
+
+    before = parts()
+    snap.snapshot()  # nothing written since: nothing visited, nothing rewritten
+    assert parts() == before and runs_part.stat().st_ino == runs_inode
+
+    store.append("rollouts_x", pa.table({"i": [2]}))
+    snap.snapshot()  # one table appended to: only it gains a part; runs is left as it was
+    assert _rows(live / "rollouts_x") == [0, 1, 2]
+    assert parts() == {**before, "rollouts_x": before["rollouts_x"] + 1}
+    assert runs_part.stat().st_ino == runs_inode
+
+    store.append("new_table", pa.table({"i": [7]}))  # a table created since the last snapshot
+    store.execute_write("UPDATE runs SET status = 'ok'")  # not an append: every table is looked at again
+    snap.snapshot()
+    assert _rows(live / "new_table") == [7]
+    assert runs_part.stat().st_ino != runs_inode
+    assert pq.read_table(runs_part).column("status").to_pylist() == ["ok"]
+    store.close()
