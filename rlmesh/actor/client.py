@@ -25,6 +25,7 @@ import heapq
 import itertools
 import logging
 import os
+import select
 import threading
 import time
 import traceback
@@ -346,6 +347,7 @@ class Client:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         wake, me = _thread_eventfd(), threading.get_ident()
+        poller = _thread_poller(self._inbox_fd, wake)
         # Wake this thread only if another one completes the future: when this thread reads the reply
         # itself (the usual case) there is no one to wake, and no stale wake-up left for its next wait.
         fut.add_done_callback(lambda _f: threading.get_ident() == me or os.eventfd_write(wake, 1))
@@ -365,8 +367,8 @@ class Client:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError
-                ready = wait_readable([self._inbox_fd, wake], 0.2 if left is None else min(left, 0.2))
-                if wake in ready:
+                ready = poller.poll(200 if left is None else max(0, int(min(left, 0.2) * 1000 + 0.999)))
+                if any(fd == wake for fd, _ in ready):
                     try:
                         os.eventfd_read(wake)
                     except BlockingIOError:
@@ -458,6 +460,19 @@ def _thread_eventfd() -> int:
     if fd is None:
         fd = _tls_wake.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
     return fd
+
+
+def _thread_poller(inbox_fd: int, wake: int) -> select.poll:
+    """This thread's ``poll`` object over the inbox and its wake-up eventfd, kept between waits: building
+    and registering one per wait cost ~0.6 µs of the blocking call's path. Rebuilt when the inbox is
+    another (a new client after :func:`reset_client`)."""
+    held = getattr(_tls_wake, "poller", None)
+    if held is None or held[0] != inbox_fd:
+        p = select.poll()
+        p.register(inbox_fd, select.POLLIN)
+        p.register(wake, select.POLLIN)
+        held = _tls_wake.poller = (inbox_fd, p)
+    return held[1]
 
 
 _client: Client | None = None

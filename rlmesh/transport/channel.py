@@ -46,8 +46,24 @@ def derive(key: bytes, label: bytes, data: bytes = b"") -> bytes:
     return hashlib.blake2b(label + b"\0" + data, key=key[:64], digest_size=32).digest()
 
 
-def _mac(key: bytes, hdr: bytes | memoryview, frames: list[Any]) -> bytes:
-    h = hashlib.blake2b(key=key, digest_size=MAC_LEN)
+_ONE_FRAME = (1).to_bytes(4, "little")
+
+
+def _keyed(key: bytes) -> Any:
+    """The keyed BLAKE2b state every MAC of a channel starts from: a ``copy()`` of it costs a third of
+    keying a new one (which hashes a whole key block), and there are four MACs per round trip."""
+    return hashlib.blake2b(key=key, digest_size=MAC_LEN)
+
+
+def _mac(keyed: Any, hdr: bytes | memoryview, frames: list[Any]) -> bytes:
+    """BLAKE2b over the header, the frame count, each frame's size, and the frames' bytes (frames of
+    ``_FULL_UNDER`` bytes or more, after the first, by size only)."""
+    h = keyed.copy()
+    if len(frames) == 1:  # the usual message: the same bytes hashed in two updates rather than four
+        mv = memoryview(getattr(frames[0], "buffer", frames[0]))
+        h.update(b"".join((hdr, _ONE_FRAME, mv.nbytes.to_bytes(8, "little"))))
+        h.update(mv)
+        return h.digest()
     h.update(hdr)
     h.update(len(frames).to_bytes(4, "little"))
     for i, fr in enumerate(frames):
@@ -62,10 +78,11 @@ def _mac(key: bytes, hdr: bytes | memoryview, frames: list[Any]) -> bytes:
 class Outbound:
     """The sending end of one session on one channel. Use from one thread, and send in signing order."""
 
-    __slots__ = ("_key", "sid", "_n")
+    __slots__ = ("_key", "_keyed", "sid", "_n")
 
     def __init__(self, key: bytes, sid: bytes | None = None):
         self._key = key
+        self._keyed = _keyed(key)
         self.sid = sid or secrets.token_bytes(SID_LEN)
         self._n = 0
 
@@ -76,12 +93,12 @@ class Outbound:
     def sign_packed(self, body: bytes, extra: list[Any]) -> list[Any]:
         """``[mac + sid + n + body, *extra]``: the MAC shares the first frame (one zmq frame fewer)."""
         hdr = self._hdr()
-        return [_mac(self._key, hdr, [body, *extra]) + hdr + body, *extra]
+        return [_mac(self._keyed, hdr, [body, *extra]) + hdr + body, *extra]
 
     def sign(self, frames: list[Any]) -> list[Any]:
         """``[mac + sid + n, *frames]`` for senders whose first frame must stay apart (JSON, Arrow)."""
         hdr = self._hdr()
-        return [_mac(self._key, hdr, frames) + hdr, *frames]
+        return [_mac(self._keyed, hdr, frames) + hdr, *frames]
 
     def reply_inbound(self, name: str) -> "Inbound":
         """Where replies to this session are checked (a DEALER's receiving side)."""
@@ -96,6 +113,7 @@ class Inbound:
 
     def __init__(self, key: bytes, name: str, nonce: bytes = b""):
         self._key = key
+        self._keyed = _keyed(key)
         self.name = name
         self.nonce = nonce
         self._last: dict[bytes, int] = {}
@@ -111,7 +129,7 @@ class Inbound:
         return self.log.counts.replayed
 
     def _check(self, mac: Any, hdr: memoryview, frames: list[Any], raw: list[Any]) -> bytes:
-        if not hmac.compare_digest(mac, _mac(self._key, hdr, frames)):
+        if not hmac.compare_digest(mac, _mac(self._keyed, hdr, frames)):
             self.log.refused(_peer(raw), "bad MAC: the peer does not hold this job's secret, or the message was cut")
             raise AuthError("bad MAC: the peer does not hold this job's secret, or the message was cut")
         sid = bytes(hdr[:SID_LEN])

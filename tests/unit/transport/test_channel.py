@@ -24,6 +24,29 @@ def test_round_trip_packed_and_framed():
     assert frames == [b"header", b"y" * 10]
 
 
+def test_the_mac_is_blake2b_over_header_frame_count_sizes_and_bytes_whatever_the_frame_count():
+    """The one-frame fast path and the general one hash the same bytes: pinned against hashlib here,
+    so a peer running either path (or an older rlmesh) verifies the other's messages."""
+    import hashlib
+
+    key = b"q" * 32
+    out = Outbound(key, sid=b"s" * 8)
+
+    def expected(first: bytes, frames: list[bytes], n: int) -> bytes:
+        h = hashlib.blake2b(key=key, digest_size=32)
+        h.update(b"s" * 8 + n.to_bytes(8, "little") + len(frames).to_bytes(4, "little"))
+        for f in frames:
+            h.update(len(f).to_bytes(8, "little") + f)
+        return h.digest()
+
+    one = out.sign_packed(b"body", [])
+    assert bytes(one[0][:32]) == expected(b"body", [b"body"], 1)
+    two = out.sign_packed(b"head", [b"z" * 300])
+    assert bytes(two[0][:32]) == expected(b"head", [b"head", b"z" * 300], 2)
+    inb = Inbound(key, "test")
+    assert bytes(inb.verify_packed(one)[1]) == b"body" and inb.verify_packed(two)[2] == [b"z" * 300]
+
+
 def test_replayed_and_reordered_messages_are_dropped_and_counted():
     out, inb = pair()
     first, second, third = (out.sign_packed(b"m%d" % i, []) for i in range(3))
