@@ -36,6 +36,17 @@ class Counter(rm.Actor):
         return rm.context().rank
 
     @rm.endpoint
+    async def in_task(self, wait_s: float = 0.0) -> dict:
+        """What an endpoint's first step sees: its own task, a working ``asyncio.timeout``, its actor's
+        context; and the same after it waits, if ``wait_s``."""
+        first = asyncio.current_task()
+        async with asyncio.timeout(5):  # raises outside a task
+            if wait_s:
+                await asyncio.sleep(wait_s)
+        return {"in_task": first is not None, "same_task": first is asyncio.current_task(),
+                "rank": rm.context().rank}
+
+    @rm.endpoint
     async def wait_for_file(self, path: str) -> int:
         """Returns (its rank) once ``path`` exists: lets a test choose the order calls complete in."""
         while not os.path.exists(path):

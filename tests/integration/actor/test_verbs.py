@@ -150,6 +150,15 @@ def test_await_and_gather_from_asyncio(counters):
     assert a[2] == b
 
 
+def test_an_async_endpoints_first_step_runs_inside_its_own_task(counters):
+    """An endpoint's first line may be ``async with asyncio.timeout(...)``, which needs a current task: any
+    change that starts calls faster (an eager first step, tried in docs/performance.md) must keep that."""
+    for wait_s in (0.0, 0.05):
+        got = counters.in_task.call(wait_s).get(timeout=10).values()
+        assert [g["rank"] for g in got] == [0, 1, 2, 3]
+        assert all(g["in_task"] and g["same_task"] for g in got)
+
+
 def test_remote_exception_carries_traceback_and_actor_keeps_serving(counters):
     with pytest.raises(rm.ActorError) as ei:
         counters.slice(procs=3).fail.call_one("bad input 42").get(timeout=10)
