@@ -27,15 +27,22 @@ from _common import banner, median, p90, run_json, timed  # noqa: E402
 MIB64 = 64 * 1024 * 1024
 
 
-def _zmq_server(addr_q, curve_keys=None) -> None:
+def _zmq_server(addr_q, curve_keys=None, transport: str = "tcp") -> None:
+    """The raw floor's ROUTER: loopback TCP, or (``transport="ipc"``) a Linux abstract Unix socket, the
+    transport rlmesh's data plane uses between local procs (``RLMESH_LOCAL_TRANSPORT``)."""
     import zmq
 
     ctx = zmq.Context()
     s = ctx.socket(zmq.ROUTER)
     if curve_keys:  # CURVE without a ZAP handler: the same crypto as rlmesh's, no key check
         s.curve_server, s.curve_publickey, s.curve_secretkey = True, *curve_keys
-    port = s.bind_to_random_port("tcp://127.0.0.1")
-    addr_q.put(f"tcp://127.0.0.1:{port}")
+    if transport == "ipc":
+        addr = f"ipc://@rlmesh-bench-raw-{os.getpid()}"
+        s.bind(addr)
+        addr_q.put(addr)
+    else:
+        port = s.bind_to_random_port("tcp://127.0.0.1")
+        addr_q.put(f"tcp://127.0.0.1:{port}")
     while True:
         ident, *frames = s.recv_multipart(copy=False)
         if len(frames[0]) == 4 and bytes(frames[0]) == b"quit":  # never copy a 64 MiB frame to compare it
@@ -43,13 +50,13 @@ def _zmq_server(addr_q, curve_keys=None) -> None:
         s.send_multipart([ident, b"ok"])
 
 
-def bench_zmq(n: int, curve: bool = False) -> dict:
+def bench_zmq(n: int, curve: bool = False, transport: str = "tcp") -> dict:
     import numpy as np
     import zmq
 
     keys = zmq.curve_keypair() if curve else None
     q = mp.get_context("spawn").Queue()
-    p = mp.get_context("spawn").Process(target=_zmq_server, args=(q, keys), daemon=True)
+    p = mp.get_context("spawn").Process(target=_zmq_server, args=(q, keys, transport), daemon=True)
     p.start()
     addr = q.get(timeout=30)
     s = zmq.Context.instance().socket(zmq.DEALER)
@@ -162,13 +169,18 @@ def bench_zmq_curve(n: int) -> dict:
     return bench_zmq(n, curve=True)
 
 
+def bench_zmq_ipc(n: int) -> dict:
+    """The raw floor over an abstract Unix socket: rlmesh's data plane between local procs on Linux."""
+    return bench_zmq(n, transport="ipc")
+
+
 def bench_rlmesh_curve(n: int) -> dict:
     os.environ["RLMESH_TRANSPORT_ENCRYPTION"] = "always"  # read when each socket binds, here and in the workers
     return bench_rlmesh(n)
 
 
-BENCHES = {"zmq": bench_zmq, "rlmesh": bench_rlmesh, "zmq_curve": bench_zmq_curve, "rlmesh_curve": bench_rlmesh_curve,
-           "ray": bench_ray, "monarch": bench_monarch}
+BENCHES = {"zmq": bench_zmq, "zmq_ipc": bench_zmq_ipc, "rlmesh": bench_rlmesh, "zmq_curve": bench_zmq_curve,
+           "rlmesh_curve": bench_rlmesh_curve, "ray": bench_ray, "monarch": bench_monarch}
 
 
 def main() -> None:
@@ -181,8 +193,9 @@ def main() -> None:
         return
     banner("actor call latency and 64 MiB argument bandwidth", "torch", "ray", "torchmonarch")
     res = {}
-    for name in ("zmq", "rlmesh", "zmq_curve", "rlmesh_curve", "ray", "monarch"):
-        n = args.n if name in ("zmq", "rlmesh", "zmq_curve", "rlmesh_curve") else max(200, args.n // 4)
+    linux = sys.platform.startswith("linux")
+    for name in ("zmq", *(("zmq_ipc",) if linux else ()), "rlmesh", "zmq_curve", "rlmesh_curve", "ray", "monarch"):
+        n = args.n if name in ("zmq", "zmq_ipc", "rlmesh", "zmq_curve", "rlmesh_curve") else max(200, args.n // 4)
         res[name] = run_json([os.path.abspath(__file__), "--only", name, "--n", str(n)])
     z = res["zmq"]
     if z is None:
@@ -191,10 +204,16 @@ def main() -> None:
     print(f"\n{'measurement':<44}{'value':>14}{'ratio':>12}")
     print(f"{'raw pyzmq round trip (floor)':<44}{z['rtt_s'] * 1e6:>11.1f} µs{1.0:>11.2f}x")
     print(f"{'raw pyzmq 64 MiB (floor)':<44}{gbps(z['mib64_s']):>9.2f} GB/s{1.0:>11.2f}x")
+    zi = res.get("zmq_ipc")
+    if zi:  # rlmesh's local procs talk over this: the like-for-like floor (ratios in brackets below)
+        print(f"{'raw pyzmq round trip, ipc (rlmesh local)':<44}{zi['rtt_s'] * 1e6:>11.1f} µs"
+              f"{zi['rtt_s'] / z['rtt_s']:>11.2f}x")
+        print(f"{'raw pyzmq 64 MiB, ipc':<44}{gbps(zi['mib64_s']):>9.2f} GB/s{z['mib64_s'] / zi['mib64_s']:>11.2f}x")
     r = res["rlmesh"]
     if r:
         print(f"{'rlmesh call_one round trip (async ep)':<44}{r['rtt_s'] * 1e6:>11.1f} µs"
-              f"{r['rtt_s'] / z['rtt_s']:>11.2f}x  (target <= 2x)")
+              f"{r['rtt_s'] / z['rtt_s']:>11.2f}x  (target <= 2x)"
+              + (f"  [{r['rtt_s'] / zi['rtt_s']:.2f}x raw ipc]" if zi else ""))
         print(f"{'rlmesh call_one round trip (sync ep)':<44}{r['rtt_sync_s'] * 1e6:>11.1f} µs"
               f"{r['rtt_sync_s'] / z['rtt_s']:>11.2f}x")
         print(f"{'rlmesh call_one p90':<44}{r['rtt_p90_s'] * 1e6:>11.1f} µs")

@@ -1,6 +1,11 @@
 """``call_one`` against raw pyzmq, interleaved: the ratio with both sides measured at the same moments.
 
     python benchmarks/actor_latency_paired.py [--rounds 10] [--block 500] [--load 0] [--pin none|same|split]
+                                             [--raw same|tcp|ipc]
+
+The raw floor runs over the transport rlmesh's data plane uses between local procs (``--raw same``,
+the default: an abstract Unix socket on Linux since 6 Dec 2026, loopback TCP before), so the ratio
+compares like with like; ``--raw tcp`` gives the ratio against the TCP floor that earlier runs used.
 
 Why a second latency script: ``actor_latency.py`` measures raw zmq, then rlmesh, each in its own
 process, one after the other. On a VM the raw floor is not one number: a DEALER/ROUTER round
@@ -96,6 +101,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10, help="raw-then-rlmesh rounds")
     ap.add_argument("--block", type=int, default=500, help="round trips per side per round")
     ap.add_argument("--load", type=int, default=0, help="busy loops to run beside it (issue 16: --load 6)")
+    ap.add_argument("--raw", choices=("same", "tcp", "ipc"), default="same",
+                    help="the raw floor's transport: same (default: what rlmesh's data plane uses between local "
+                         "procs, RLMESH_LOCAL_TRANSPORT), or tcp / ipc")
     ap.add_argument("--pin", choices=("none", "same", "split"), default="none",
                     help="same: everything on CPU 0; split: callers on CPU 0, servers on CPU 1")
     args = ap.parse_args()
@@ -116,7 +124,11 @@ def main() -> None:
     Echo = echo_actor()
     spawn = mp.get_context("spawn")
     addr_q, blocks, medians = spawn.Queue(), spawn.Queue(), spawn.Queue()
-    helpers = [spawn.Process(target=_pinned, args=(server_cpus, _zmq_server, addr_q), daemon=True)]
+    from rlmesh.transport.sockets import local_transport
+
+    raw = local_transport() if args.raw == "same" else args.raw
+    print(f"# raw floor over {raw}; rlmesh's data plane between local procs: {local_transport()}")
+    helpers = [spawn.Process(target=_pinned, args=(server_cpus, _zmq_server, addr_q, None, raw), daemon=True)]
     helpers[0].start()
     helpers.append(spawn.Process(target=_pinned, args=(caller_cpus, _raw_client, addr_q.get(timeout=60), blocks,
                                                        medians), daemon=True))

@@ -8,7 +8,10 @@ made it cheaper. CPU time per call can: each thread's user and system time is re
 ``/proc/<pid>/task/<tid>/stat`` before and after a block of calls, and divided by the calls. The
 caller's and the server's main threads are where rlmesh's Python runs; their libzmq I/O threads do
 the same work as raw zmq's. Raw zmq is measured the same way in the same run: a DEALER in this
-process's main thread against a ROUTER in a process of its own (``actor_latency.py``'s server).
+process's main thread against a ROUTER in a process of its own (``actor_latency.py``'s server), over
+loopback TCP and, on Linux, over an abstract Unix socket: the transport rlmesh's data plane uses
+between local procs (``RLMESH_LOCAL_TRANSPORT``, default ``ipc`` on Linux). The ratio that compares
+like with like is against the raw floor on rlmesh's own transport; both are printed.
 
 ``--pin same`` (the default) puts every thread of both ends on CPU 0, so the wall time of a round
 trip is the CPU work of both ends, with no idle core to wake; ``split`` puts the callers on CPU 0
@@ -87,22 +90,31 @@ def main() -> None:
     import zmq
 
     import rlmesh as rm
+    from rlmesh.transport.sockets import local_transport
 
     Echo = echo_actor()
     spawn = mp.get_context("spawn")
-    addr_q = spawn.Queue()
-    raw_server = spawn.Process(target=_pinned, args=(server_cpus, _zmq_server, addr_q), daemon=True)
-    raw_server.start()
-    sock = zmq.Context().socket(zmq.DEALER)
-    sock.connect(addr_q.get(timeout=60))
+    # The raw floor over both transports: loopback TCP (the historical baseline) and, on Linux, the
+    # abstract Unix sockets that rlmesh's data plane uses between local procs by default.
+    transports = ["tcp", "ipc"] if sys.platform.startswith("linux") else ["tcp"]
+    raw_servers, raw_socks, raw_fns = {}, {}, {}
+    for t in transports:
+        addr_q = spawn.Queue()
+        raw_servers[t] = spawn.Process(target=_pinned, args=(server_cpus, _zmq_server, addr_q, None, t), daemon=True)
+        raw_servers[t].start()
+        sock = raw_socks[t] = zmq.Context.instance().socket(zmq.DEALER)
+        sock.connect(addr_q.get(timeout=60))
 
-    def raw_rtt() -> None:
-        sock.send(b"ping")
-        sock.recv()
+        def raw_rtt(sock=sock) -> None:
+            sock.send(b"ping")
+            sock.recv()
+
+        raw_fns[t] = raw_rtt
+    print(f"# rlmesh's data plane between local procs: {local_transport()} (RLMESH_LOCAL_TRANSPORT)")
 
     header = (f"{'round':>5} {'what':<9}{'wall':>9}{'caller main':>13}{'caller rest':>13}"
               f"{'server main':>13}{'server rest':>13}   (µs per call)")
-    rows: dict[str, list[tuple]] = {"raw zmq": [], "call_one": []}
+    rows: dict[str, list[tuple]] = {**{f"raw {t}": [] for t in transports}, "call_one": []}
     try:
         with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
             echo = procs.spawn("echo", Echo)
@@ -110,23 +122,30 @@ def main() -> None:
             pin_process(worker_pid, server_cpus)
             one = echo.slice(procs=0)
             for _ in range(2000):  # warm both ends
-                raw_rtt()
+                for fn in raw_fns.values():
+                    fn()
                 one.ping.call_one().get()
             print(header)
+            blocks = [(f"raw {t}", raw_fns[t], raw_servers[t].pid) for t in transports]
+            blocks.append(("call_one", lambda: one.ping.call_one().get(), worker_pid))
             for r in range(1, args.rounds + 1):
-                for what, fn, pid in (("raw zmq", raw_rtt, raw_server.pid),
-                                      ("call_one", lambda: one.ping.call_one().get(), worker_pid)):
+                for what, fn, pid in blocks:
                     wall, (cm, co), (sm, so) = measure(args.calls, fn, pid)
                     rows[what].append((wall, cm, co, sm, so))
                     print(f"{r:>5} {what:<9}{wall:>9.1f}{cm:>13.1f}{co:>13.1f}{sm:>13.1f}{so:>13.1f}", flush=True)
     finally:
-        sock.send(b"quit")
-        raw_server.join(10)
+        for t, srv in raw_servers.items():
+            raw_socks[t].send(b"quit")
+            srv.join(10)
     lo_hi = {w: [(min(c), max(c)) for c in zip(*rs)] for w, rs in rows.items()}
-    (rw, rcm, _, rsm, _), (ow, ocm, _, osm, _) = lo_hi["raw zmq"], lo_hi["call_one"]
-    print(f"\nwall: raw {rw[0]:.1f}-{rw[1]:.1f} µs, call_one {ow[0]:.1f}-{ow[1]:.1f} µs")
-    print(f"main threads, caller + server: raw {rcm[0] + rsm[0]:.1f}-{rcm[1] + rsm[1]:.1f} µs, "
-          f"call_one {ocm[0] + osm[0]:.1f}-{ocm[1] + osm[1]:.1f} µs of CPU per call")
+    ow, ocm, _, osm, _ = lo_hi["call_one"]
+    print(f"\ncall_one: wall {ow[0]:.1f}-{ow[1]:.1f} µs, main threads (caller + server) "
+          f"{ocm[0] + osm[0]:.1f}-{ocm[1] + osm[1]:.1f} µs of CPU per call")
+    for t in transports:
+        rw, rcm, _, rsm, _ = lo_hi[f"raw {t}"]
+        ratio = sorted(o[0] / w[0] for o, w in zip(rows["call_one"], rows[f"raw {t}"]))
+        print(f"raw {t}: wall {rw[0]:.1f}-{rw[1]:.1f} µs, main threads {rcm[0] + rsm[0]:.1f}-{rcm[1] + rsm[1]:.1f} µs; "
+              f"call_one / raw {t}, per round: {ratio[0]:.2f}-{ratio[-1]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -188,7 +188,7 @@ class Client:
         self._all_send_socks: list[zmq.Socket] = []
         self._dead = DeadAddresses()
         self._inbox = tune(zmq_context().socket(zmq.ROUTER))
-        self.inbox_addr, self._inbox_in = bind_channel(self._inbox, auth, f"{identity} replies")
+        self.inbox_addr, self._inbox_in = bind_channel(self._inbox, auth, f"{identity} replies", local=True)
         self._inbox_fd = self._inbox.getsockopt(zmq.FD)
         self._inbox_lock = threading.RLock()  # held by whoever reads the inbox (recursion: callbacks that wait)
         self._drivers = 0  # threads blocked in drive_until; while > 0 the IO thread leaves the inbox to them

@@ -53,7 +53,7 @@ class ActorServer:
         self.loop = loop
         self.actors: dict[str, HostedActor] = {}
         self.sock = tune(zmq_context().socket(zmq.ROUTER))
-        self.addr, self.chan = bind_channel(self.sock, auth, f"actor calls to {proc.proc_id}")
+        self.addr, self.chan = bind_channel(self.sock, auth, f"actor calls to {proc.proc_id}", local=True)
         self.call_ids = CallIdWindow()
         self.calls_served = 0
         self.bytes_received = 0
