@@ -44,7 +44,9 @@ class _Peer:
         self.out = connect_channel(self.ctl, host.auth, cmd["controller"])
         self.replies = self.out.reply_inbound(f"controller messages to {self.proc_id}")
         self.data = tune(ctx.socket(zmq.ROUTER))
-        self.addr, self.chan = bind_channel(self.data, host.auth, f"calls to {self.proc_id}")
+        # a peer on the controller's host binds its calls socket as a local proc does (a Unix socket on
+        # Linux); one playing a pod on another host binds TCP
+        self.addr, self.chan = bind_channel(self.data, host.auth, f"calls to {self.proc_id}", local=bool(cmd.get("board")))
         self.hung = False
         self.hb_s = host.hb_s
         # on the controller's host a worker beats into its board slot, as here (same class as a worker's)
