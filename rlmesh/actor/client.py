@@ -41,8 +41,8 @@ from rlmesh.errors import ActorDied, ActorError, CallTimeout
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.channel import Outbound
 from rlmesh.transport.serialization import dumps, loads, nbytes
-from rlmesh.transport.sockets import (bind_channel, connect_channel, has_message, recv_frames, tune, wait_readable,
-                                      zmq_context)
+from rlmesh.transport.sockets import (bind_channel, connect_channel, has_message, poll_ms, recv_frames, tune,
+                                      wait_readable, zmq_context)
 
 logger = logging.getLogger(__name__)
 
@@ -367,7 +367,7 @@ class Client:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError
-                ready = poller.poll(200 if left is None else max(0, int(min(left, 0.2) * 1000 + 0.999)))
+                ready = poller.poll(poll_ms(0.2 if left is None else min(left, 0.2)))
                 if any(fd == wake for fd, _ in ready):
                     try:
                         os.eventfd_read(wake)

@@ -65,8 +65,12 @@ def wait_readable(fds: list[int], timeout_s: float | None) -> list[int]:
     p = select.poll()
     for fd in fds:
         p.register(fd, select.POLLIN)
-    ms = None if timeout_s is None else max(0, int(timeout_s * 1000 + 0.999))
-    return [fd for fd, _ in p.poll(ms)]
+    return [fd for fd, _ in p.poll(poll_ms(timeout_s))]
+
+
+def poll_ms(timeout_s: float | None) -> int | None:
+    """``poll``'s timeout in whole milliseconds, rounded up (a wait never ends early); ``None`` waits forever."""
+    return None if timeout_s is None else max(0, int(timeout_s * 1000 + 0.999))
 
 
 def zmq_context() -> zmq.Context:
@@ -154,7 +158,7 @@ def bind_channel(sock: zmq.Socket, auth: Authenticator, name: str, host: str | N
     a Linux abstract Unix socket instead of a loopback TCP port when nothing asks for a host (no
     ``host``, ``port`` or ``RLMESH_BIND_HOST``). It reaches exactly the processes a loopback port
     does (those of this network namespace) and costs the kernel less per message: a round trip of
-    ``call_one`` ~10-25 µs less (docs/performance.md). ``RLMESH_LOCAL_TRANSPORT=tcp`` turns it off.
+    ``call_one`` ~20 µs less (docs/performance.md). ``RLMESH_LOCAL_TRANSPORT=tcp`` turns it off.
     """
     explicit = host or os.environ.get(BIND_HOST_ENV)
     host = host or default_bind_host()

@@ -13,15 +13,15 @@ AUTH = Authenticator(b"s" * 32)
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract Unix sockets are Linux-only")
 
 
-def _send_hello(addr: str) -> tuple[zmq.Socket, object]:
-    """A signed message from a fresh DEALER to the ROUTER bound at ``addr``, verified there."""
+def _send_hello(addr: str) -> zmq.Socket:
+    """Send a signed ``hello`` from a fresh DEALER to the channel at ``addr``; returns the DEALER."""
     ctx = zmq.Context.instance()
     dealer = ctx.socket(zmq.DEALER)
     dealer.setsockopt(zmq.LINGER, 0)
     try:
         out = connect_channel(dealer, AUTH, addr)
         dealer.send_multipart(out.sign_packed(b"hello", []))
-        return dealer, out
+        return dealer
     except BaseException:
         dealer.close(0)
         raise
@@ -43,7 +43,7 @@ def test_a_local_channel_binds_a_unix_socket_unless_told_tcp_and_carries_signed_
     try:
         assert addr.startswith("ipc://@rlmesh-" if transport == "ipc" else "tcp://127.0.0.1:")
         assert addr.split("#", 1)[1].startswith("m")  # MAC mode, nonce in the address, as on loopback TCP
-        dealer, _ = _send_hello(addr)
+        dealer = _send_hello(addr)
         try:
             assert router.poll(10_000), "no message arrived"
             frames = router.recv_multipart(copy=False)
