@@ -41,8 +41,8 @@ from rlmesh.errors import ActorDied, ActorError, CallTimeout
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.channel import Outbound
 from rlmesh.transport.serialization import dumps, loads, nbytes
-from rlmesh.transport.sockets import (bind_channel, connect_channel, has_message, poll_ms, recv_frames, tune,
-                                      wait_readable, zmq_context)
+from rlmesh.transport.sockets import (bind_channel, connect_channel, has_message, poll_ms, recv_frames, send_frames,
+                                      tune, wait_readable, zmq_context)
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ class Client:
         try:
             sock, out = self._send_sock(addr)
             frames = P.encode(out, meta, payload)
-            sock.send_multipart(frames, copy=False)
+            send_frames(sock, frames)
         except (zmq.ZMQError, AuthError) as exc:
             self._fail(call_id, ActorError(f"send to {addr} failed: {exc}", mesh=mesh, rank=rank,
                                            endpoint=endpoint))

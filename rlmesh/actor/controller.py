@@ -47,7 +47,7 @@ from rlmesh.actor.supervision import (  # noqa: F401 - re-export
     HB_ACK_EVERY_S, TICK_S, FailureDetection, HostLoad, Restart, heartbeat_interval, silent_death)
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
-from rlmesh.transport.sockets import bind_channel, tune, zmq_context
+from rlmesh.transport.sockets import bind_channel, send_frames, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -386,7 +386,7 @@ class Controller(RecoveryMixin):
             return
         body, extra = packed
         try:
-            self.sock.send_multipart([ident, *out.sign_packed(body, extra)], copy=False)
+            send_frames(self.sock, [ident, *out.sign_packed(body, extra)])
         except zmq.ZMQError as exc:  # not connected (yet / any more)
             logger.debug("control send to %s failed: %s", proc_id, exc)
 

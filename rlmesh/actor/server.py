@@ -30,7 +30,7 @@ from rlmesh.actor.context import Context, ProcInfo, _current
 from rlmesh.actor.dedup import CallIdWindow, Verdict
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import SerializationError, dumps, loads, nbytes
-from rlmesh.transport.sockets import bind_channel, has_message, recv_frames, tune, zmq_context
+from rlmesh.transport.sockets import bind_channel, has_message, recv_frames, send_frames, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class ActorServer:
                 sock, session = self._reply_sock(call.reply_to)
                 msg = P.encode(session, (call.call_id, P.OK if exc is None else P.ERR), frames)
                 out = nbytes(msg)
-                sock.send_multipart(msg, copy=False)
+                send_frames(sock, msg)
             except (zmq.ZMQError, AuthError) as err:
                 logger.warning("could not reply to %s: %s", call.caller, err)
         sink = hooks.span_sink()

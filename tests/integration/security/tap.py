@@ -11,7 +11,11 @@ import threading
 
 import zmq
 
+from rlmesh.transport import sockets as _sockets
+
 _orig = zmq.Socket.send_multipart
+_orig_frame = _sockets._zmq_send  # rlmesh's hot paths send frame by frame (sockets.send_frames)
+_parts = threading.local()  # the frames of the message this thread is sending through them
 _lock = threading.Lock()
 _file = None
 
@@ -29,17 +33,34 @@ def install(info=None):
 
     def send_multipart(self, msg_parts, *args, **kwargs):
         out = _orig(self, msg_parts, *args, **kwargs)
-        if _file is not None:
-            try:
-                record = (self.getsockopt(zmq.TYPE), [_as_bytes(p) for p in msg_parts])
-                with _lock:
-                    pickle.dump(record, _file)
-                    _file.flush()
-            except Exception:
-                pass
+        _record(self, msg_parts)
+        return out
+
+    def send_frame(sock, frame, flags, *args):
+        out = _orig_frame(sock, frame, flags, *args)
+        parts = getattr(_parts, "frames", None)
+        if parts is None:
+            parts = _parts.frames = []
+        parts.append(frame)
+        if not flags & zmq.SNDMORE:  # the message's last frame
+            _parts.frames = None
+            _record(sock, parts)
         return out
 
     zmq.Socket.send_multipart = send_multipart
+    _sockets._zmq_send = send_frame
+
+
+def _record(sock, msg_parts):
+    if _file is None:
+        return
+    try:
+        record = (sock.getsockopt(zmq.TYPE), [_as_bytes(p) for p in msg_parts])
+        with _lock:
+            pickle.dump(record, _file)
+            _file.flush()
+    except Exception:
+        pass
 
 
 def controller_plugin(info=None):
@@ -50,6 +71,7 @@ def controller_plugin(info=None):
 def uninstall():
     global _file
     zmq.Socket.send_multipart = _orig
+    _sockets._zmq_send = _orig_frame
     if _file is not None:
         _file.close()
         _file = None
