@@ -134,3 +134,24 @@ def test_import_rlmesh_is_light():
     code = "import sys, rlmesh; print(any(m in sys.modules for m in ('torch', 'duckdb', 'kubernetes')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_an_endpoint_is_made_once_per_handle_and_never_pickled_with_it():
+    """``mesh.<name>`` keeps its Endpoint on the handle (no ``__getattr__`` on later reads); a copy of the
+    handle (pickled to another process, or a slice) makes its own, over its own points."""
+    import pickle
+
+    from rlmesh.actor.mesh import ActorMesh, ActorPoint
+
+    points = [ActorPoint(f"a{i}", f"p{i}", f"addr{i}", 0) for i in range(2)]
+    mesh = ActorMesh("m", "Echo", ("ping",), points, Shape({"procs": 2}))
+    ep = mesh.ping
+    assert mesh.ping is ep and ep._mesh is mesh and ep._name == "ping"
+    assert ep.options(timeout=1.0) is not ep and mesh.ping._timeout is None  # options() copies
+    copy = pickle.loads(pickle.dumps(mesh))
+    assert "ping" not in copy.__dict__ and copy.ping is not ep and copy.ping._mesh is copy
+    one = mesh.slice(procs=1)
+    assert one.ping._mesh is one and one.ping._mesh._point(0).proc_id == "p1"
+    with pytest.raises(AttributeError, match="no endpoint 'nope'"):
+        mesh.nope
+    assert "nope" not in mesh.__dict__
