@@ -191,7 +191,9 @@ class Client:
         self.inbox_addr, self._inbox_in = bind_channel(self._inbox, auth, f"{identity} replies", local=True)
         self._inbox_fd = self._inbox.getsockopt(zmq.FD)
         self._inbox_lock = threading.RLock()  # held by whoever reads the inbox (recursion: callbacks that wait)
-        self._drivers = 0  # threads blocked in drive_until; while > 0 the IO thread leaves the inbox to them
+        # Threads blocked in drive_until (a thread once per wait it is in); while any, the IO thread leaves the
+        # inbox to them. A list, not a count under the lock: append and remove are each one atomic step.
+        self._drivers: list[int] = []
         self.bytes_sent = 0
         self.bytes_received = 0
         self.calls_sent = 0
@@ -310,7 +312,7 @@ class Client:
         while not self._closed:
             # While threads drive the inbox themselves, stay off it (no second wake-up per reply)
             # and look again every 2 ms, so awaited calls are picked up soon after they stop.
-            driven = self._drivers > 0
+            driven = bool(self._drivers)
             timeout = 0.002 if driven else 0.2
             if self._timeouts:
                 timeout = max(0.0, min(timeout, self._timeouts[0][0] - time.monotonic() + 0.0005))
@@ -346,13 +348,13 @@ class Client:
         if fut.done():
             return
         deadline = None if timeout is None else time.monotonic() + timeout
-        wake, me = _thread_eventfd(), threading.get_ident()
-        poller = _thread_poller(self._inbox_fd, wake)
+        waiter = _thread_waiter(self._inbox_fd)
+        wake, poll = waiter.wake, waiter.poller.poll
         # Wake this thread only if another one completes the future: when this thread reads the reply
         # itself (the usual case) there is no one to wake, and no stale wake-up left for its next wait.
-        fut.add_done_callback(lambda _f: threading.get_ident() == me or os.eventfd_write(wake, 1))
-        with self._lock:
-            self._drivers += 1
+        fut.add_done_callback(waiter.on_done)
+        drivers = self._drivers
+        drivers.append(waiter.ident)
         try:
             while not fut.done():
                 if self._closed:
@@ -364,18 +366,21 @@ class Client:
                         self._inbox_lock.release()
                     if fut.done():
                         return
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError
-                ready = poller.poll(poll_ms(0.2 if left is None else min(left, 0.2)))
-                if any(fd == wake for fd, _ in ready):
-                    try:
-                        os.eventfd_read(wake)
-                    except BlockingIOError:
-                        pass
+                if deadline is None:
+                    ready = poll(_DRIVE_POLL_MS)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    ready = poll(poll_ms(min(left, 0.2)))
+                for fd, _ in ready:
+                    if fd == wake:
+                        try:
+                            os.eventfd_read(wake)
+                        except BlockingIOError:
+                            pass
         finally:
-            with self._lock:
-                self._drivers -= 1
+            drivers.remove(waiter.ident)
 
     def _drain(self) -> None:
         inbox = self._inbox
@@ -447,32 +452,58 @@ class Client:
             pass
 
 
+_DRIVE_POLL_MS = 200  # a waiting thread looks at ``closed`` and its deadline at least this often
+
+
+class _Waiter:
+    """What a thread needs to wait in :meth:`Client.drive_until`, made once per thread (and again for a
+    new client's inbox, after :func:`reset_client`): an eventfd that another thread writes to wake it, a
+    ``poll`` object over that and the inbox, and the done callback that writes the eventfd. Kept, because
+    building and registering them per wait cost ~1 µs of a blocking call's path.
+
+    The eventfd is not cleared when a wait ends (a syscall and an exception per call): a wake-up left over
+    from an earlier wait (another thread completed that future just as this one saw it done) costs one
+    extra pass of ``drive_until``'s loop, which reads it."""
+
+    __slots__ = ("ident", "wake", "inbox_fd", "poller")
+
+    def __init__(self, inbox_fd: int):
+        self.ident = threading.get_ident()
+        self.wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.inbox_fd = inbox_fd
+        self.poller = self._poller()
+
+    def _poller(self) -> select.poll:
+        p = select.poll()
+        p.register(self.inbox_fd, select.POLLIN)
+        p.register(self.wake, select.POLLIN)
+        return p
+
+    def retarget(self, inbox_fd: int) -> None:
+        self.inbox_fd = inbox_fd
+        self.poller = self._poller()
+
+    def on_done(self, _fut: Future) -> None:
+        if threading.get_ident() != self.ident:  # completed by another thread: this one is asleep in poll
+            os.eventfd_write(self.wake, 1)
+
+    def __del__(self) -> None:  # its thread ended (thread-locals die with it): a thread pool's threads come and go
+        try:
+            os.close(self.wake)
+        except (OSError, TypeError, AttributeError):  # already closed, or the interpreter is shutting down
+            pass
+
+
 _tls_wake = threading.local()
 
 
-def _thread_eventfd() -> int:
-    """An eventfd per thread, for waking a thread that waits in ``poll``.
-
-    Not cleared here (a syscall and an exception per call): a wake-up left over from an earlier wait
-    (another thread completed that future just as this one saw it done) costs one extra pass of
-    ``drive_until``'s loop, which reads it."""
-    fd = getattr(_tls_wake, "fd", None)
-    if fd is None:
-        fd = _tls_wake.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-    return fd
-
-
-def _thread_poller(inbox_fd: int, wake: int) -> select.poll:
-    """This thread's ``poll`` object over the inbox and its wake-up eventfd, kept between waits: building
-    and registering one per wait cost ~0.6 µs of the blocking call's path. Rebuilt when the inbox is
-    another (a new client after :func:`reset_client`)."""
-    held = getattr(_tls_wake, "poller", None)
-    if held is None or held[0] != inbox_fd:
-        p = select.poll()
-        p.register(inbox_fd, select.POLLIN)
-        p.register(wake, select.POLLIN)
-        held = _tls_wake.poller = (inbox_fd, p)
-    return held[1]
+def _thread_waiter(inbox_fd: int) -> _Waiter:
+    w = getattr(_tls_wake, "waiter", None)
+    if w is None:
+        w = _tls_wake.waiter = _Waiter(inbox_fd)
+    elif w.inbox_fd != inbox_fd:
+        w.retarget(inbox_fd)
+    return w
 
 
 _client: Client | None = None

@@ -141,6 +141,35 @@ def test_many_threads_and_an_event_loop_calling_at_once_each_get_their_own_repli
     assert awaited == [("aio", i) for i in range(300)]
 
 
+def test_threads_that_wait_on_calls_and_end_leave_no_file_descriptors_behind(counters):
+    """A thread that blocks in ``get()`` gets a wake-up eventfd for its waits, kept between them; a thread
+    pool's threads come and go, so it is closed when its thread ends (they were never closed before)."""
+    import gc
+    import os
+
+    def eventfds() -> int:
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                n += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"
+            except OSError:  # closed between the listing and the read
+                pass
+        return n
+
+    one = counters.slice(procs=0)
+    one.echo.call_one(0).get(timeout=30)  # this thread's own waiter exists before the count
+    before = eventfds()
+    for batch in range(3):
+        threads = [threading.Thread(target=lambda i=i: one.echo.call_one(i).get(timeout=30)) for i in range(20)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        assert not any(th.is_alive() for th in threads)
+    gc.collect()
+    assert eventfds() - before < 10, "every thread that waited left its eventfd open"
+
+
 def test_await_and_gather_from_asyncio(counters):
     async def main():
         a, b = await asyncio.gather(counters.value.call(), counters.slice(procs=2).value.call_one())
