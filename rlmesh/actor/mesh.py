@@ -45,9 +45,6 @@ class ActorMesh(NamedMesh):
     def _point(self, rank: int) -> ActorPoint:
         return self._points[self._shape.indices[rank]]
 
-    def _base_rank(self, rank: int) -> int:
-        return self._shape.indices[rank]
-
     def slice(self, **sel: int | slice) -> "ActorMesh":
         """Sub-mesh: ``slice(procs=2)`` (one index, dimension dropped), ``slice(procs=slice(0, 2))``."""
         return ActorMesh(self._name, self._class_name, self._endpoints, self._points, self._shape.slice(**sel))
@@ -87,9 +84,11 @@ class Endpoint:
         return Endpoint(self._mesh, self._name, timeout)
 
     def _send(self, rank: int, payload: list[Any], want_reply: bool = True) -> Future | None:
-        p = self._mesh._point(rank)
+        mesh = self._mesh
+        base = mesh._shape.indices[rank]  # the rank in the whole mesh; _point, inline: this runs on every call
+        p = mesh._points[base]
         return get_client().call(
-            p.proc_id, p.addr, p.incarnation, p.actor_id, self._mesh._name, self._mesh._base_rank(rank),
+            p.proc_id, p.addr, p.incarnation, p.actor_id, mesh._name, base,
             self._name, (), {}, want_reply=want_reply, timeout=self._timeout, payload=payload)
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh]:
@@ -101,7 +100,7 @@ class Endpoint:
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future:
         """Call the single actor of a one-actor mesh (slice first); a larger mesh is an error."""
-        n = len(self._mesh)
+        n = len(self._mesh._shape.indices)  # len(self._mesh), two calls fewer on every call_one
         if n != 1:
             raise ValueError(
                 f"call_one needs a mesh of exactly one actor, {self._mesh.name!r} has {n} {self._mesh.shape}; "

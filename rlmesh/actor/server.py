@@ -164,7 +164,8 @@ class ActorServer:
                 f"call id {call_id} is older than this server's replay window; not run"))
             return
         hosted = self.actors.get(actor_id)
-        if hosted is None or endpoint not in hosted.endpoints:
+        fn = None if hosted is None else hosted.endpoints.get(endpoint)
+        if fn is None:
             what = f"no actor {actor_id!r} in this proc" if hosted is None else f"no endpoint {endpoint!r}"
             self._finish(call, hosted, exc=LookupError(what))
             return
@@ -173,11 +174,10 @@ class ActorServer:
         except Exception as exc:
             self._finish(call, hosted, exc=exc, tb=traceback.format_exc())
             return
-        fn = hosted.endpoints[endpoint]
         if hosted.is_async[endpoint]:
             token = _current.set(hosted.ctx)
             try:
-                task = self.loop.create_task(self._serve_async(call, hosted, fn, args, kwargs))
+                task = call.task = self.loop.create_task(self._serve_async(call, hosted, fn, args, kwargs))
             finally:
                 _current.reset(token)
             self._serving.add(task)  # _serve_async takes it out (a done callback costs a loop iteration)
@@ -187,7 +187,6 @@ class ActorServer:
             hosted.executor.submit(ctx.run, self._serve_sync, call, hosted, fn, args, kwargs)
 
     async def _serve_async(self, call: "_Served", hosted: HostedActor, fn: Any, args: tuple, kwargs: dict) -> None:
-        task = asyncio.current_task()  # here, not in ``finally``: a coroutine closed at exit runs that outside its task
         try:
             result = await fn(*args, **kwargs)
         except GeneratorExit:
@@ -205,7 +204,7 @@ class ActorServer:
                 raise
             return
         finally:
-            self._serving.discard(task)
+            self._serving.discard(call.task)  # set by _dispatch before this task's first step
         self._reply_result(call, hosted, result)
 
     def _serve_sync(self, call: "_Served", hosted: HostedActor, fn: Any, args: tuple, kwargs: dict) -> None:
@@ -280,7 +279,7 @@ class _Served:
     """One call being served: where to reply, and what to report in its span. A slotted class, not a
     frozen dataclass: one is made per call, and a frozen dataclass's ``__init__`` costs ~5x more."""
 
-    __slots__ = ("call_id", "reply_to", "actor_id", "endpoint", "caller", "t0", "size_in")
+    __slots__ = ("call_id", "reply_to", "actor_id", "endpoint", "caller", "t0", "size_in", "task")
 
     def __init__(self, call_id: int, reply_to: str, actor_id: str, endpoint: str, caller: str, t0: float,
                  size_in: int):
@@ -291,6 +290,7 @@ class _Served:
         self.caller = caller
         self.t0 = t0
         self.size_in = size_in
+        self.task: asyncio.Task | None = None  # an async endpoint's call: the task serving it
 
 
 def _post_mortem(exc: BaseException) -> None:

@@ -57,7 +57,8 @@ def _cancelled_while_pending(server: _Recorded) -> None:
         await asyncio.Event().wait()
 
     async def main() -> None:
-        task = asyncio.get_running_loop().create_task(server._serve_async(_served(), None, hold, (), {}))
+        call = _served()
+        task = call.task = asyncio.get_running_loop().create_task(server._serve_async(call, None, hold, (), {}))
         server._serving.add(task)  # as _dispatch does
         await asyncio.sleep(0)  # the endpoint is now waiting
         task.cancel()
@@ -91,8 +92,9 @@ def test_a_finished_call_leaves_the_in_flight_set():
 
     async def main() -> None:
         for fn in (ok, boom):
-            task = asyncio.get_running_loop().create_task(server._serve_async(_served(), None, fn, (), {}))
-            server._serving.add(task)
+            call = _served()
+            task = call.task = asyncio.get_running_loop().create_task(server._serve_async(call, None, fn, (), {}))
+            server._serving.add(task)  # as _dispatch does
             await task
             assert not server._serving
 
