@@ -372,7 +372,7 @@ class Client:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise TimeoutError
-                    ready = poll(poll_ms(min(left, 0.2)))
+                    ready = poll(min(poll_ms(left), _DRIVE_POLL_MS))
                 for fd, _ in ready:
                     if fd == wake:
                         try:
