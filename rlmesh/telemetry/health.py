@@ -82,11 +82,11 @@ class ProcessTree:
         return total
 
 
-def host_sample(proc: "psutil.Process | ProcessTree") -> dict[str, Any]:
+def host_sample(tree: ProcessTree) -> dict[str, Any]:
     """One ``host_health`` row (cpu_pct is since the previous call, as psutil measures it); ``rss`` is
-    ``proc``'s and its descendants' (pass the sampler's :class:`ProcessTree` to keep their list)."""
+    that of ``tree``'s processes (the sampler keeps one tree, so its list is re-read only every refresh)."""
     vm = psutil.virtual_memory()
-    rss = (proc if isinstance(proc, ProcessTree) else ProcessTree(proc)).rss()
+    rss = tree.rss()
     load = os.getloadavg() if hasattr(os, "getloadavg") else (None, None, None)
     return {
         "cpu_pct": float(psutil.cpu_percent(interval=None)),

@@ -9,7 +9,7 @@ from rlmesh.telemetry.health import HealthSampler, ProcessTree, host_sample
 def test_host_sample_reads_real_values():
     import psutil
 
-    row = host_sample(psutil.Process())
+    row = host_sample(ProcessTree(psutil.Process()))
     assert row["mem_total"] > 0 and row["rss"] > 0 and row["load_1m"] is not None
 
 
