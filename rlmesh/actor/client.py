@@ -149,15 +149,22 @@ class ThreadSockets:
         return pair
 
     def __del__(self) -> None:
+        """Its thread ended. Messages may still be queued on its sockets (a call or a reply sent just before,
+        on a connection not made yet: a thread's first message to a peer), so they close with a linger:
+        libzmq sends what is queued in the background, and drops it only if the peer stays away that long
+        (a linger of 0 here dropped most calls of threads that send and end at once; a test sends 40)."""
         try:
             with self._lock:
                 for s, _ in self.socks.values():
                     if s in self._registry:
                         self._registry.remove(s)
             for s, _ in self.socks.values():
-                s.close(0)
+                s.close(_THREAD_END_LINGER_MS)
         except Exception:
             pass
+
+
+_THREAD_END_LINGER_MS = 5000  # how long the sockets of an ended thread may take to send what they hold
 
 
 class DeadAddresses:

@@ -170,6 +170,29 @@ def test_threads_that_wait_on_calls_and_end_leave_no_file_descriptors_behind(cou
     assert eventfds() - before < 10, "every thread that waited left its eventfd open"
 
 
+def test_calls_sent_from_threads_that_end_at_once_are_not_lost(counters):
+    """A thread's sockets close when it ends; a call still queued on one (its connection not made yet, as
+    for a thread's first call to a proc) must still reach the actor, not be dropped with the socket."""
+    results: dict[int, int] = {}
+    all_done = threading.Event()
+
+    def fire(i: int) -> None:
+        def done(f):
+            results[i] = f.get()
+            if len(results) == 40:
+                all_done.set()
+        counters.slice(procs=i % 4).echo.call_one(i).add_done_callback(done)
+
+    for batch in range(2):
+        threads = [threading.Thread(target=fire, args=(20 * batch + i,)) for i in range(20)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30)
+    assert all_done.wait(20), f"calls lost: {sorted(set(range(40)) - set(results))}"
+    assert results == {i: i for i in range(40)}
+
+
 def test_await_and_gather_from_asyncio(counters):
     async def main():
         a, b = await asyncio.gather(counters.value.call(), counters.slice(procs=2).value.call_one())
