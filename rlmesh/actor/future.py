@@ -94,13 +94,23 @@ class Future(Generic[T]):
 
     def add_done_callback(self, fn: Callable[["Future[T]"], None]) -> None:
         """Call ``fn(self)`` once done: on the completing thread, or here and now if done already."""
+        if self._add_callback(fn):
+            if self._driver is not None:  # a consumer that does not read replies itself: someone must
+                self._driver.wake_reader()
+        else:
+            _run_callback(fn, self)
+
+    def _add_callback(self, fn: Callable[["Future[T]"], None]) -> bool:
+        """Register ``fn`` if not done yet (``True``), without waking the client's IO thread: for a thread
+        that reads the replies itself (``Client.drive_until``) and for :func:`gather_futures`, whose
+        combined future wakes it when it gets a consumer of its own."""
         with _lock:
-            if not self._done:
-                if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append(fn)
-                return
-        _run_callback(fn, self)
+            if self._done:
+                return False
+            if self._callbacks is None:
+                self._callbacks = []
+            self._callbacks.append(fn)
+            return True
 
     def _wait(self, timeout: float | None) -> None:
         with _lock:
@@ -169,5 +179,7 @@ def gather_futures(futs: list[Future], combine: Callable[[list[Any]], T]) -> Fut
             out._set_result(combine(results))
 
     for i, f in enumerate(futs):
-        f.add_done_callback(lambda f, i=i: on_done(i, f))
+        cb = lambda f, i=i: on_done(i, f)  # noqa: E731
+        if not f._add_callback(cb):  # done already: here and now
+            _run_callback(cb, f)
     return out

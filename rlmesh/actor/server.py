@@ -133,8 +133,14 @@ class ActorServer:
 
     # ------------------------------------------------------------------ calls
     def _drain(self) -> None:
+        """The loop's reader callback: its descriptor polled readable, so the first read goes straight to
+        ``recv`` (a ``zmq.Again`` when only a command woke it, e.g. a caller connecting) instead of asking
+        ``has_message`` first (1.4 µs a call); then read until ``has_message`` says empty, which is what
+        re-arms the descriptor (it is edge-triggered)."""
         sock = self.sock
-        while has_message(sock):  # the FD is edge-triggered: empty the queue
+        first = True
+        while first or has_message(sock):
+            first = False
             try:
                 frames = recv_frames(sock, zmq.NOBLOCK)
             except zmq.Again:

@@ -193,6 +193,81 @@ def test_calls_sent_from_threads_that_end_at_once_are_not_lost(counters):
     assert results == {i: i for i in range(40)}
 
 
+@pytest.fixture
+def parked(monkeypatch, counters):
+    """The caller's IO thread parked off the inbox, as it is while threads block in ``get()``, with its
+    safety-net look-again pushed past these tests' bounds: a consumer whose wake-up is missed waits for
+    that (two minutes) instead of 50 ms, and fails the test instead of passing slowly."""
+    from rlmesh.actor import client as client_mod
+
+    monkeypatch.setattr(client_mod, "_PARKED_S", 120.0)
+    import os
+
+    cl = client_mod.get_client()
+    os.eventfd_write(cl._efd, 1)  # its next look starts now, with the patched interval
+    one = counters.slice(procs=0)
+    deadline = time.monotonic() + 30
+    while True:
+        assert time.monotonic() < deadline, "the IO thread never parked while this thread drove the inbox"
+        one.sleep.call_one(0.06).get(timeout=30)  # a wait that outlasts a look it may be in (50 ms)
+        if cl._io_parked and not cl._drivers:
+            time.sleep(0.05)  # not just between setting the flag and reading the drivers (then it unparks)
+            if cl._io_parked:
+                return cl
+
+
+def test_an_await_after_blocking_calls_wakes_the_parked_io_thread(parked, counters):
+    async def main():
+        return await asyncio.wait_for(counters.slice(procs=1).echo.call_one(7), 10)
+
+    assert asyncio.run(main()) == 7
+
+
+def test_a_done_callback_after_blocking_calls_wakes_the_parked_io_thread(parked, counters):
+    done = threading.Event()
+    counters.slice(procs=1).echo.call_one(8).add_done_callback(lambda f: done.set())
+    assert done.wait(10), "a call consumed by a callback was never read"
+    stream = counters.echo.stream(9)  # a Stream waits on its callbacks, not on the inbox
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(stream), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert got == [9, 9, 9, 9]
+
+
+def test_get_finds_replies_that_arrived_before_it_waited(parked, counters, monkeypatch):
+    """``get()`` waits on the inbox's descriptor before it reads (no read first): replies already there when
+    it starts must wake it. With the IO thread parked and the waits' own look-again pushed to a minute, a
+    reply that did not wake the wait would fail the bound below instead of costing 200 ms."""
+    from rlmesh.actor import client as client_mod
+
+    monkeypatch.setattr(client_mod, "_DRIVE_POLL_MS", 60_000)
+    for n in (1, 5):
+        futs = [counters.slice(procs=i % 4).echo.call_one(i) for i in range(n)]
+        time.sleep(0.3)  # the replies are in the inbox by now, most likely; none read yet
+        assert [f.get(timeout=10) for f in futs] == list(range(n))
+
+
+def test_the_last_driver_leaving_with_calls_pending_wakes_the_parked_io_thread(parked, counters):
+    """A callback added while a thread drives the inbox wakes no one (the driver reads every reply); if that
+    call is still pending when the driver leaves, the IO thread must take over its reply."""
+    done = threading.Event()
+    registered = threading.Event()
+
+    def add_while_driven():
+        while not parked._drivers:  # registered while the main thread is blocked below, not after
+            time.sleep(0.001)
+        counters.slice(procs=2).sleep.call_one(2.0).add_done_callback(lambda f: done.set())
+        registered.set()
+
+    th = threading.Thread(target=add_while_driven, daemon=True)
+    th.start()
+    assert counters.slice(procs=1).sleep.call_one(1.0).get(timeout=30) == 1  # the sleeping actor's rank
+    assert registered.is_set(), "the callback was not registered while this thread drove the inbox"
+    assert done.wait(10), "the reply of a call pending when the last driver left was never read"
+    th.join(10)
+
+
 def test_await_and_gather_from_asyncio(counters):
     async def main():
         a, b = await asyncio.gather(counters.value.call(), counters.slice(procs=2).value.call_one())
