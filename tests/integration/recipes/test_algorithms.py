@@ -53,14 +53,17 @@ def test_dqn_learns_cartpole_from_replayed_transitions(tmp_path):
     rollouts, distinct = q(run, "SELECT count(*), count(DISTINCT rollout_id) FROM rollouts")[0]
     used = dict(q(run, "SELECT event, count(*) FROM work_items WHERE event IN ('consumed', 'unused') GROUP BY ALL"))
     # Items the ledger closed as unused that were still being generated when the budget ran out (issued after the
-    # last train call freed their credit): they hold no rollout row, and no other kind of item may lack one.
-    running = q(run, "SELECT work_id FROM work_items GROUP BY work_id HAVING bool_or(event = 'unused') "
-                     "AND NOT bool_or(event = 'completed')")
-    assert not q(run, "SELECT rollout_id FROM rollouts WHERE rollout_id IN (SELECT work_id FROM work_items "
-                      "GROUP BY work_id HAVING NOT bool_or(event = 'completed'))"), "a rollout row of an item never completed"
+    # last train call freed their credit). Such an item may hold a rollout row: its generator records the row when it
+    # finishes, before its reply reaches the controller, and the run may end in between (seen in a suite run). No
+    # other item may lack a 'completed' event and hold a row, and every completed item holds one.
+    running = {w for (w,) in q(run, "SELECT work_id FROM work_items GROUP BY work_id HAVING bool_or(event = 'unused') "
+                                    "AND NOT bool_or(event = 'completed')")}
+    late = {r for (r,) in q(run, "SELECT rollout_id FROM rollouts WHERE rollout_id IN (SELECT work_id FROM work_items "
+                                 "GROUP BY work_id HAVING NOT bool_or(event = 'completed'))")}
+    assert late <= running, f"rollout rows of items neither completed nor running at the end: {late - running}"
     # every rollout was trained on, or was one of at most 2 generated ahead (lag 1) when the budget ran out; each
     # train call took the new rollouts the buffer held (one, or two when the generator had run ahead)
-    assert rollouts == distinct == used["consumed"] + used.get("unused", 0) - len(running)
+    assert rollouts == distinct == used["consumed"] + used.get("unused", 0) - len(running) + len(late)
     assert used.get("unused", 0) <= 2
     assert len(metrics) <= used["consumed"] <= 2 * len(metrics)
 
