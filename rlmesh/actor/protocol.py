@@ -59,11 +59,19 @@ def pack(meta: tuple, payload: list[Any] | None = None) -> Packed:
 
 
 def encode(out: Outbound, meta: tuple, payload: list[Any] | None = None) -> list[Any]:
+    if payload is None or len(payload) == 1:  # most calls and replies: one frame, packed and signed in two Python frames
+        m = pickle.dumps(meta, protocol=5)
+        return [out.sign_one(b"".join((len(m).to_bytes(4, "little"), m, payload[0] if payload else b"")))]
     return out.sign_packed(*pack(meta, payload))
 
 
 def decode_session(inbound: Inbound, frames: list[Any]) -> tuple[bytes, tuple, list[Any]]:
     """Verify MAC and freshness (raises ``AuthError``); return ``(session id, meta, payload_frames)``."""
+    if len(frames) == 1:  # most messages: Inbound.open_one checks it in one Python frame
+        sid, body = inbound.open_one(frames[0])
+        n = int.from_bytes(body[:4], "little")
+        head = body[4 + n:]
+        return sid, pickle.loads(body[4:4 + n]), ([head] if head.nbytes else [])
     sid, body, extra = inbound.verify_packed(frames)
     n = int.from_bytes(body[:4], "little")
     meta = pickle.loads(body[4:4 + n])

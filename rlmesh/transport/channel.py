@@ -95,6 +95,15 @@ class Outbound:
         hdr = self._hdr()
         return [_mac(self._keyed, hdr, [body, *extra]) + hdr + body, *extra]
 
+    def sign_one(self, body: bytes) -> bytes:
+        """:meth:`sign_packed` of a one-frame message (most calls and replies), in one Python frame
+        instead of four: the same bytes and the same MAC (``_mac``'s two updates as one)."""
+        self._n = n = self._n + 1
+        hdr = self.sid + n.to_bytes(8, "little")
+        h = self._keyed.copy()
+        h.update(b"".join((hdr, _ONE_FRAME, len(body).to_bytes(8, "little"), body)))
+        return h.digest() + hdr + body
+
     def sign(self, frames: list[Any]) -> list[Any]:
         """``[mac + sid + n, *frames]`` for senders whose first frame must stay apart (JSON, Arrow)."""
         hdr = self._hdr()
@@ -149,6 +158,28 @@ class Inbound:
         body, extra = first[PREFIX_LEN:], frames[1:]
         sid = self._check(first[:MAC_LEN], first[MAC_LEN:PREFIX_LEN], [body, *extra], frames)
         return sid, body, extra
+
+    def open_one(self, frame: Any) -> tuple[bytes, memoryview]:
+        """:meth:`verify_packed` of a one-frame message, in one Python frame: ``(session id, body)``, or
+        :class:`AuthError`. The same checks in the same order (length, MAC, then freshness)."""
+        first = memoryview(getattr(frame, "buffer", frame))
+        if first.nbytes < PREFIX_LEN:
+            self.log.refused(_peer([frame]), "message too short to carry a MAC")
+            raise AuthError("message too short to carry a MAC")
+        hdr, body = first[MAC_LEN:PREFIX_LEN], first[PREFIX_LEN:]
+        h = self._keyed.copy()
+        h.update(b"".join((hdr, _ONE_FRAME, body.nbytes.to_bytes(8, "little"))))
+        h.update(body)
+        if not hmac.compare_digest(first[:MAC_LEN], h.digest()):
+            self.log.refused(_peer([frame]), "bad MAC: the peer does not hold this job's secret, or the message was cut")
+            raise AuthError("bad MAC: the peer does not hold this job's secret, or the message was cut")
+        sid = bytes(hdr[:SID_LEN])
+        n = int.from_bytes(hdr[SID_LEN:], "little")
+        if n <= self._last.get(sid, 0):
+            self.log.replayed(_peer([frame]))
+            raise AuthError(f"stale counter {n} in session {sid.hex()}: a replayed or reordered message")
+        self._last[sid] = n
+        return sid, body
 
     def verify(self, frames: list[Any]) -> tuple[bytes, list[Any]]:
         """Inverse of :meth:`Outbound.sign`: ``(session id, payload frames)``, or :class:`AuthError`."""

@@ -194,7 +194,10 @@ def dumps(obj: Any) -> list[Any]:
 
 def loads(frames: list[Any]) -> Any:
     """Inverse of :func:`dumps`; ``frames`` may be bytes, memoryviews or ``zmq.Frame`` objects."""
-    head, *bufs = [getattr(fr, "buffer", fr) for fr in frames]
+    if len(frames) == 1:  # most messages: no list of buffers to build
+        head, bufs = getattr(frames[0], "buffer", frames[0]), ()
+    else:
+        head, *bufs = [getattr(fr, "buffer", fr) for fr in frames]
     try:
         return pickle.loads(head, buffers=bufs)
     except Exception as exc:

@@ -47,6 +47,31 @@ def test_the_mac_is_blake2b_over_header_frame_count_sizes_and_bytes_whatever_the
     assert bytes(inb.verify_packed(one)[1]) == b"body" and inb.verify_packed(two)[2] == [b"z" * 300]
 
 
+def test_the_one_frame_paths_are_the_general_ones_in_fewer_python_frames():
+    """``sign_one`` / ``open_one`` (calls and replies of one frame) make and accept exactly what
+    ``sign_packed`` / ``verify_packed`` do, and refuse the same messages, each counted once."""
+    out, inb = pair()
+    twin = Outbound(out._key, sid=out.sid)  # the same session, signed by the general path
+    fast = out.sign_one(b"body")
+    assert [fast] == twin.sign_packed(b"body", [])  # the same bytes, MAC included
+    sid, body = inb.open_one(fast)
+    assert sid == out.sid and bytes(body) == b"body"
+    sid, body, extra = inb.verify_packed([out.sign_one(b"next")])  # either side can read either
+    assert bytes(body) == b"next" and extra == []
+    later = out.sign_one(b"later")
+    with pytest.raises(AuthError, match="replayed or reordered"):
+        inb.open_one(fast)
+    with pytest.raises(AuthError, match="bad MAC"):
+        inb.open_one(later[:-1] + b"?")
+    with pytest.raises(AuthError, match="too short"):
+        inb.open_one(b"short")
+    forged_out, _ = pair(Authenticator(b"other" * 8))
+    with pytest.raises(AuthError, match="bad MAC"):
+        inb.open_one(forged_out.sign_one(b"body"))
+    assert inb.replayed == 1 and inb.rejected == 3
+    assert bytes(inb.open_one(later)[1]) == b"later"  # refusals did not advance the counter
+
+
 def test_replayed_and_reordered_messages_are_dropped_and_counted():
     out, inb = pair()
     first, second, third = (out.sign_packed(b"m%d" % i, []) for i in range(3))
