@@ -284,7 +284,10 @@ class Client:
         # (the server drops a call id it already served from that inbox).
         meta = (P.CALL if want_reply else P.CAST, call_id, actor_id, endpoint, self.identity, self.inbox_addr)
         try:
-            sock, out = self._send_sock(addr)
+            bag = getattr(self._tls, "bag", None) or self._new_bag()
+            if self._closed:
+                raise zmq.ZMQError(msg="the rlmesh client is closed")
+            sock, out = bag.get(addr)  # this thread's DEALER to addr and its session: sockets are never shared
             frames = P.encode(out, meta, payload)
             send_frames(sock, frames)
         except (zmq.ZMQError, AuthError) as exc:
@@ -300,14 +303,10 @@ class Client:
             os.eventfd_write(self._efd, 1)
         return fut
 
-    def _send_sock(self, addr: str) -> tuple[zmq.Socket, Outbound]:
-        """This thread's DEALER to ``addr`` and its session (sockets are never shared between threads)."""
-        bag = getattr(self._tls, "bag", None)
-        if bag is None:
-            bag = self._tls.bag = ThreadSockets(self.auth, self._lock, self._all_send_socks, self._dead)
-        if self._closed:
-            raise zmq.ZMQError(msg="the rlmesh client is closed")
-        return bag.get(addr)
+    def _new_bag(self) -> ThreadSockets:
+        """This thread's first call: its sockets, one per destination, made as it first sends to each."""
+        bag = self._tls.bag = ThreadSockets(self.auth, self._lock, self._all_send_socks, self._dead)
+        return bag
 
     def pending_count(self) -> int:
         with self._lock:

@@ -59,7 +59,10 @@ class Future(Generic[T]):
         if event is not None:
             event.set()
         for fn in callbacks or ():
-            _run_callback(fn, self)
+            try:  # _run_callback, inline: a blocking call completes its future through here
+                fn(self)
+            except Exception:
+                logger.exception("a done callback of %r failed", self)
 
     # --- consumer side ---
     def get(self, timeout: float | None = None) -> T:

@@ -211,7 +211,7 @@ class ActorServer:
             return
         finally:
             self._serving.discard(call.task)  # set by _dispatch before this task's first step
-        self._reply_result(call, hosted, result)
+        self._finish(call, hosted, result)
 
     def _serve_sync(self, call: "_Served", hosted: HostedActor, fn: Any, args: tuple, kwargs: dict) -> None:
         """Runs on the actor's thread: call, pickle the result and reply from here."""
@@ -222,41 +222,37 @@ class ActorServer:
                 _post_mortem(exc)
             self._finish(call, hosted, exc=exc, tb="".join(traceback.format_exception(exc)))
             return
-        self._reply_result(call, hosted, result)
+        self._finish(call, hosted, result)
 
-    def _reply_result(self, call: "_Served", hosted: HostedActor, result: Any) -> None:
-        try:
-            frames = dumps(result) if call.reply_to else []
-        except SerializationError as exc:
-            self._finish(call, hosted, exc=SerializationError(f"the result of {call.endpoint} {exc}"))
-            return
-        self._finish(call, hosted, frames=frames)
+    def _new_reply_bag(self) -> ThreadSockets:
+        """This thread's first reply: its DEALERs to callers' inboxes, one per caller, made as it first replies."""
+        bag = self._reply_tls.bag = ThreadSockets(self.auth, self._reply_lock, self._reply_registry)
+        return bag
 
-    def _reply_sock(self, addr: str) -> Any:
-        """This thread's DEALER to a caller's inbox, and the session that signs on it."""
-        bag = getattr(self._reply_tls, "bag", None)
-        if bag is None:
-            bag = self._reply_tls.bag = ThreadSockets(self.auth, self._reply_lock, self._reply_registry)
-        return bag.get(addr)
-
-    def _finish(self, call: "_Served", hosted: HostedActor | None, frames: list[Any] | None = None,
+    def _finish(self, call: "_Served", hosted: HostedActor | None, result: Any = None,
                 exc: BaseException | None = None, tb: str | None = None) -> None:
-        """Send the reply (if one is wanted) and report the span. Safe on any thread."""
+        """Send the reply, ``result`` or ``exc`` (if a reply is wanted), and report the span. Safe on any thread."""
         self.calls_served += 1
         out = 0
-        if exc is not None:
-            if not call.reply_to:
-                logger.error("broadcast %s.%s failed:\n%s", call.actor_id, call.endpoint,
-                             tb or f"{type(exc).__name__}: {exc}")
-            frames = error_payload(exc, tb)
         if call.reply_to:
+            if exc is None:
+                try:
+                    frames = dumps(result)
+                except SerializationError as err:
+                    exc, tb = SerializationError(f"the result of {call.endpoint} {err}"), None
+            if exc is not None:
+                frames = error_payload(exc, tb)
             try:
-                sock, session = self._reply_sock(call.reply_to)
+                bag = getattr(self._reply_tls, "bag", None) or self._new_reply_bag()
+                sock, session = bag.get(call.reply_to)  # this thread's DEALER to the caller's inbox, and its session
                 msg = P.encode(session, (call.call_id, P.OK if exc is None else P.ERR), frames)
                 out = nbytes(msg)
                 send_frames(sock, msg)
             except (zmq.ZMQError, AuthError) as err:
                 logger.warning("could not reply to %s: %s", call.caller, err)
+        elif exc is not None:
+            logger.error("broadcast %s.%s failed:\n%s", call.actor_id, call.endpoint,
+                         tb or f"{type(exc).__name__}: {exc}")
         sink = hooks.span_sink()
         if sink is not None:
             ctx = hosted.ctx if hosted is not None else None

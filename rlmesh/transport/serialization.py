@@ -161,13 +161,19 @@ def _plain(obj: Any, depth: int = 3) -> bool:
         return True
     if (t is not tuple and t is not list and t is not dict) or not depth or len(obj) > 16:
         return False
+    # Loops, not all(<generator>), and scalars and empty containers told apart here rather than by a call
+    # each: this runs on every call (an endpoint's (args, kwargs), then its result).
     if t is dict:
         for k, v in obj.items():
-            if type(k) is not str or not _plain(v, depth - 1):
+            if type(k) is not str:
+                return False
+            tv = type(v)
+            if tv not in _SCALARS and not ((tv is tuple or tv is list or tv is dict) and not v) and not _plain(v, depth - 1):
                 return False
         return True
-    for x in obj:  # loops, not all(<generator>): this runs on every call, and a generator costs more
-        if not _plain(x, depth - 1):
+    for x in obj:
+        tx = type(x)
+        if tx not in _SCALARS and not ((tx is tuple or tx is list or tx is dict) and not x) and not _plain(x, depth - 1):
             return False
     return True
 

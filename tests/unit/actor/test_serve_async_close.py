@@ -14,11 +14,8 @@ class _Recorded(ActorServer):
         self._stopping = stopping
         self._serving: set[asyncio.Task] = set()
 
-    def _finish(self, call, hosted, frames=None, exc=None, tb=None) -> None:
+    def _finish(self, call, hosted, result=None, exc=None, tb=None) -> None:
         self.finished.append(exc)
-
-    def _reply_result(self, call, hosted, result) -> None:
-        self.finished.append(None)
 
 
 def _served() -> _Served:
