@@ -33,13 +33,18 @@ LOCAL_TRANSPORT_ENV = "RLMESH_LOCAL_TRANSPORT"
 ADVERTISE_HOST_ENV = "RLMESH_ADVERTISE_HOST"
 
 
-_EVENTS, _POLLIN, _SNDMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.SNDMORE)
+_POLLIN, _SNDMORE = int(zmq.POLLIN), int(zmq.SNDMORE)
+_zmq_poll = zmq.backend.zmq_poll  # pyzmq's compiled zmq_poll
 
 
 def has_message(sock: zmq.Socket) -> bool:
     """Whether ``sock`` has a message to read now (its FD is edge-triggered: drain until this is False).
-    Plain ints, not pyzmq's flag enums: drains run this two or three times per call."""
-    return bool(sock.get(_EVENTS) & _POLLIN)
+
+    A zero-timeout ``zmq_poll``, not ``sock.get(zmq.EVENTS)``: libzmq answers both from the socket's
+    ``ZMQ_EVENTS`` (processing its pending commands, which is what re-arms the FD), but pyzmq's ``get``
+    first looks the option up in a Python enum (two Python frames): 1.35 against 1.55 µs, and the
+    drains run this on every call and every reply."""
+    return bool(_zmq_poll([(sock, _POLLIN)], 0))
 
 
 def recv_frames(sock: zmq.Socket, flags: int = 0) -> list[zmq.Frame]:
