@@ -65,14 +65,13 @@ def exit_now(code: int) -> NoReturn:
     (``python -c "import torch, duckdb, pyarrow, gymnasium, numpy, omegaconf"`` exits in 1.95 s here, 1.33 s
     through ``os._exit``), and ``rlmesh run`` paid that after its summary was printed: ~9 % of a whole
     ``ppo_cartpole`` process. What a normal exit does that anything relies on still happens, in its
-    order: the other non-daemon threads are waited for, the atexit handlers run (logging's shutdown,
-    finalizers such as temporary directories', rlmesh's own stops), then stdout and stderr are flushed.
+    order: threading's exit hooks run and the other non-daemon threads are waited for (``threading._shutdown``,
+    as the interpreter calls it: executors such as joblib's stop their threads from those hooks, so a
+    join without them waits forever), the atexit handlers run (logging's shutdown, finalizers such as
+    temporary directories', rlmesh's own stops), then stdout and stderr are flushed.
     When: only at the end of the console script, never inside :func:`main`, which tests and notebooks call.
     """
-    me = threading.current_thread()
-    for t in threading.enumerate():
-        if t is not me and not t.daemon:
-            t.join()
+    threading._shutdown()  # what the interpreter runs first: threading's own exit hooks, then the joins
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

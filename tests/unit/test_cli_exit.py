@@ -21,6 +21,11 @@ def test_exit_now_waits_for_threads_runs_atexit_flushes_and_keeps_the_code():
             print("thread done")
         threading.Thread(target=late).start()  # not a daemon: a normal exit waits for it
         threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # a daemon: it does not
+        # an executor's workers stop from threading's own exit hook (joblib's do the same): exit_now must run it
+        # before it waits for non-daemon threads, as the interpreter does, or it waits forever
+        stop = threading.Event()
+        threading._register_atexit(stop.set)
+        threading.Thread(target=stop.wait).start()
         print("buffered", end="")  # no newline: still in the buffer when exit_now is called
         sys.stderr.write("to stderr")
         exit_now(3)
