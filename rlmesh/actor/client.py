@@ -318,6 +318,12 @@ class Client:
 
     # ------------------------------------------------------------------ IO thread
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._io_parked = False  # nothing to wake any more: wake_reader must not write to a closing eventfd
+
+    def _serve(self) -> None:
         while not self._closed:
             # While threads drive the inbox themselves, stay off it (no second wake-up per reply), until
             # woken: by wake_reader (a future got a consumer that does not read replies), by the last driver
@@ -356,7 +362,7 @@ class Client:
         """Make sure some thread reads the inbox: called when a future of this client gets a consumer that
         does not read replies itself (``await``, a done callback). Nothing to do while a thread drives the
         inbox or while the IO thread reads it; a write to its eventfd only when it is parked with no driver."""
-        if self._io_parked and not self._drivers:
+        if self._io_parked and not self._drivers and not self._closed:  # closed: its eventfd may be gone
             os.eventfd_write(self._efd, 1)
 
     def drive_until(self, fut: Future, timeout: float | None) -> None:
@@ -408,7 +414,7 @@ class Client:
                         self._inbox_lock.release()
         finally:
             drivers.remove(waiter.ident)
-            if not drivers and self._io_parked and self._pending:  # calls left for the IO thread to read
+            if not drivers and self._io_parked and self._pending and not self._closed:  # calls left for the IO thread
                 os.eventfd_write(self._efd, 1)
 
     def _drain(self, woken: bool = False) -> None:

@@ -59,7 +59,7 @@ def pack(meta: tuple, payload: list[Any] | None = None) -> Packed:
 
 
 def encode(out: Outbound, meta: tuple, payload: list[Any] | None = None) -> list[Any]:
-    if payload is None or len(payload) == 1:  # most calls and replies: one frame, packed and signed in two Python frames
+    if payload is None or len(payload) == 1:  # most calls and replies: one frame, packed and signed in one go
         m = pickle.dumps(meta, protocol=5)
         return [out.sign_one(b"".join((len(m).to_bytes(4, "little"), m, payload[0] if payload else b"")))]
     return out.sign_packed(*pack(meta, payload))

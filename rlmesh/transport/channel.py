@@ -47,6 +47,7 @@ def derive(key: bytes, label: bytes, data: bytes = b"") -> bytes:
 
 
 _ONE_FRAME = (1).to_bytes(4, "little")
+_BAD_MAC = "bad MAC: the peer does not hold this job's secret, or the message was cut"
 
 
 def _keyed(key: bytes) -> Any:
@@ -139,8 +140,8 @@ class Inbound:
 
     def _check(self, mac: Any, hdr: memoryview, frames: list[Any], raw: list[Any]) -> bytes:
         if not hmac.compare_digest(mac, _mac(self._keyed, hdr, frames)):
-            self.log.refused(_peer(raw), "bad MAC: the peer does not hold this job's secret, or the message was cut")
-            raise AuthError("bad MAC: the peer does not hold this job's secret, or the message was cut")
+            self.log.refused(_peer(raw), _BAD_MAC)
+            raise AuthError(_BAD_MAC)
         sid = bytes(hdr[:SID_LEN])
         n = int.from_bytes(hdr[SID_LEN:], "little")
         if n <= self._last.get(sid, 0):
@@ -171,8 +172,8 @@ class Inbound:
         h.update(b"".join((hdr, _ONE_FRAME, body.nbytes.to_bytes(8, "little"))))
         h.update(body)
         if not hmac.compare_digest(first[:MAC_LEN], h.digest()):
-            self.log.refused(_peer([frame]), "bad MAC: the peer does not hold this job's secret, or the message was cut")
-            raise AuthError("bad MAC: the peer does not hold this job's secret, or the message was cut")
+            self.log.refused(_peer([frame]), _BAD_MAC)
+            raise AuthError(_BAD_MAC)
         sid = bytes(hdr[:SID_LEN])
         n = int.from_bytes(hdr[SID_LEN:], "little")
         if n <= self._last.get(sid, 0):

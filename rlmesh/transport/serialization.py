@@ -151,6 +151,7 @@ def _name_unpicklable(obj: Any, exc: BaseException) -> str:
 
 
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_CONTAINERS = frozenset({tuple, list, dict})
 
 
 def _plain(obj: Any, depth: int = 3) -> bool:
@@ -168,12 +169,16 @@ def _plain(obj: Any, depth: int = 3) -> bool:
             if type(k) is not str:
                 return False
             tv = type(v)
-            if tv not in _SCALARS and not ((tv is tuple or tv is list or tv is dict) and not v) and not _plain(v, depth - 1):
+            if tv in _SCALARS or (tv in _CONTAINERS and not v):
+                continue
+            if not _plain(v, depth - 1):
                 return False
         return True
     for x in obj:
         tx = type(x)
-        if tx not in _SCALARS and not ((tx is tuple or tx is list or tx is dict) and not x) and not _plain(x, depth - 1):
+        if tx in _SCALARS or (tx in _CONTAINERS and not x):
+            continue
+        if not _plain(x, depth - 1):
             return False
     return True
 
