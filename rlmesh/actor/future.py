@@ -59,10 +59,7 @@ class Future(Generic[T]):
         if event is not None:
             event.set()
         for fn in callbacks or ():
-            try:  # _run_callback, inline: a blocking call completes its future through here
-                fn(self)
-            except Exception:
-                logger.exception("a done callback of %r failed", self)
+            _run_callback(fn, self)
 
     # --- consumer side ---
     def get(self, timeout: float | None = None) -> T:

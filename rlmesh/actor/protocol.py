@@ -81,11 +81,6 @@ def decode_session(inbound: Inbound, frames: list[Any]) -> tuple[bytes, tuple, l
 
 def decode_meta(inbound: Inbound, frames: list[Any]) -> tuple[tuple, list[Any]]:
     """Verify MAC and freshness (raises ``AuthError``) and return ``(meta, payload_frames)``."""
-    if len(frames) == 1:  # decode_session's one-frame path, one Python frame fewer: every call and reply comes here
-        body = inbound.open_one(frames[0])[1]
-        n = int.from_bytes(body[:4], "little")
-        head = body[4 + n:]
-        return pickle.loads(body[4:4 + n]), ([head] if head.nbytes else [])
     _, meta, payload = decode_session(inbound, frames)
     return meta, payload
 

@@ -135,7 +135,7 @@ class ActorServer:
     def _drain(self) -> None:
         """The loop's reader callback: its descriptor polled readable, so the first read goes straight to
         ``recv`` (a ``zmq.Again`` when only a command woke it, e.g. a caller connecting) instead of asking
-        ``has_message`` first (1.4 µs a call); then read until ``has_message`` says empty, which is what
+        ``has_message`` first (1.35 µs a call); then read until ``has_message`` says empty, which is what
         re-arms the descriptor (it is edge-triggered)."""
         sock = self.sock
         first = True

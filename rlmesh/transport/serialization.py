@@ -160,7 +160,7 @@ def _plain(obj: Any, depth: int = 3) -> bool:
     t = type(obj)
     if t in _SCALARS:
         return True
-    if (t is not tuple and t is not list and t is not dict) or not depth or len(obj) > 16:
+    if t not in _CONTAINERS or not depth or len(obj) > 16:
         return False
     # Loops, not all(<generator>), and scalars and empty containers told apart here rather than by a call
     # each: this runs on every call (an endpoint's (args, kwargs), then its result).
