@@ -248,22 +248,26 @@ def test_get_finds_replies_that_arrived_before_it_waited(parked, counters, monke
         assert [f.get(timeout=10) for f in futs] == list(range(n))
 
 
-def test_the_last_driver_leaving_with_calls_pending_wakes_the_parked_io_thread(parked, counters):
+def test_the_last_driver_leaving_with_calls_pending_wakes_the_parked_io_thread(parked, counters, tmp_path):
     """A callback added while a thread drives the inbox wakes no one (the driver reads every reply); if that
-    call is still pending when the driver leaves, the IO thread must take over its reply."""
+    call is still pending when the driver leaves, the IO thread must take over its reply. Files order it:
+    the driver's call ends only after the callback is registered, the other only after the driver left."""
+    go, late = tmp_path / "go", tmp_path / "late"
     done = threading.Event()
     registered = threading.Event()
 
     def add_while_driven():
         while not parked._drivers:  # registered while the main thread is blocked below, not after
             time.sleep(0.001)
-        counters.slice(procs=2).sleep.call_one(2.0).add_done_callback(lambda f: done.set())
+        counters.slice(procs=2).wait_for_file.call_one(str(late)).add_done_callback(lambda f: done.set())
         registered.set()
+        go.touch()
 
     th = threading.Thread(target=add_while_driven, daemon=True)
     th.start()
-    assert counters.slice(procs=1).sleep.call_one(1.0).get(timeout=30) == 1  # the sleeping actor's rank
+    assert counters.slice(procs=1).wait_for_file.call_one(str(go)).get(timeout=30) == 1  # that actor's rank
     assert registered.is_set(), "the callback was not registered while this thread drove the inbox"
+    late.touch()  # the pending call ends now, with no thread driving the inbox
     assert done.wait(10), "the reply of a call pending when the last driver left was never read"
     th.join(10)
 
