@@ -181,3 +181,36 @@ def test_a_batch_that_continues_its_last_call_row_for_row_writes_on_in_the_same_
         assert [g[0].token_ids for g in got] == [w[0].token_ids for w in want]
     finally:
         prefix_cache.continue_in_place = real
+
+
+def _memory_held(cache: PrefixCache) -> int:
+    """What the stored entries keep alive, counted from the tensors themselves: each distinct
+    storage once (entries of one call share its cache)."""
+    storages = {}
+    for e in cache.entries():
+        for t in (*e.keys, *e.values):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def test_the_bound_is_on_memory_held_not_on_rows():
+    """A call's entries share its whole cache: a few surviving rows of each call must not keep every
+    call's cache alive beyond the bound (GRPO's repeated samples grew a generator ~45 MB a step)."""
+    cache = PrefixCache(_model(), max_bytes=200_000)
+    for call in range(50):  # 50 calls of 64 rows, 4 heads x 8 tokens x 8 dims: 64 kB each (keys + values)
+        keys, values = [torch.zeros(64, 4, 8, 8)], [torch.zeros(64, 4, 8, 8)]
+        for r in range(2):  # only two distinct contexts a call, as when a group's samples agree
+            cache.put(PrefixKV((call, r, 1, 2), keys, values, r, [0, 1, 2, 3]))
+        assert _memory_held(cache) <= cache.max_bytes
+        assert cache.held_bytes == _memory_held(cache)
+    assert cache.take([49, 1, 1, 2, 5]) is not None  # the newest call's entries stay
+
+
+def test_repeated_samples_of_many_calls_stay_within_the_bound():
+    """The backend end to end: near-greedy groups (16 samples, a handful of distinct completions)
+    over many calls hold at most ``prefix_cache_mb`` of caches."""
+    backend = TorchBackend(_model(), pad_id=0, seed=0, prefix_cache_mb=1)
+    for call in range(40):
+        prompts = [[1 + (call + i) % 30, 2, 3] for i in range(8)]
+        backend.generate(prompts, SamplingParams(n=16, max_tokens=4, top_p=1e-9))
+        assert _memory_held(backend.prefixes) <= 1 << 20
