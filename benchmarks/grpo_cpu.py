@@ -27,7 +27,7 @@ import time
 import torch
 
 from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig
-from rlmesh.rl.grpo_core import evaluate_heldout, frozen_copy, generate_and_score, grpo_update, sft_warmstart
+from rlmesh.rl.algorithms.grpo import evaluate_heldout, frozen_copy, generate_and_score, grpo_update, sft_warmstart
 from rlmesh.rl.models import Transformer, TransformerConfig
 from rlmesh.rl.tasks import AdditionTask
 

@@ -24,7 +24,7 @@ from hydra.core.config_store import ConfigStore
 
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.cli import run_main
-from rlmesh.rl.actors import GRPOTrainer
+from rlmesh.rl.algorithms.grpo import GRPOTrainer
 from rlmesh.rl.config import GRPOConfig
 from rlmesh.rl.losses import rloo_advantages
 

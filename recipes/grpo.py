@@ -11,7 +11,7 @@ for a pretrained LM) and publishes version 0. The loop (:mod:`rlmesh.recipes.loo
 recipe deals seeded prompts into work items; each generator samples ``samples_per_prompt``
 completions per prompt, has a reward actor verify them and hands the scored groups to the
 buffer; the trainer takes a batch of fresh groups and runs its algorithm's step
-(``rlmesh/rl/actors/grpo_trainer.py`` for GRPO); the evaluator scores greedy answers on
+(``rlmesh/rl/algorithms/grpo.py`` for GRPO); the evaluator scores greedy answers on
 held-out prompts (never trained on) at the start and every ``eval.every`` steps.
 """
 

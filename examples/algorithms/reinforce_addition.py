@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlmesh.rl.actors import GRPOTrainer
+from rlmesh.rl.algorithms.grpo import GRPOTrainer
 from rlmesh.rl.config import GRPOConfig
 from rlmesh.rl.losses import reinforce_advantages
 

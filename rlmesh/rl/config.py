@@ -212,9 +212,9 @@ class PPOConfig(GymTrainerConfig):
 
 @dataclass
 class GRPOConfig(TrainerConfig):
-    """GRPO hyperparameters (the maths in :mod:`rlmesh.rl.losses.grpo`)."""
+    """GRPO hyperparameters (the maths in :mod:`rlmesh.rl.algorithms.grpo`)."""
 
-    _target_: str = "rlmesh.rl.actors.GRPOTrainer"
+    _target_: str = "rlmesh.rl.algorithms.grpo.GRPOTrainer"
     """The trainer actor class (spawned as ``cls(config, buffer, model_config, model_path, task,
     temperature, pad_id, seed=...)``)."""
     lr: float = 1e-4
@@ -243,7 +243,7 @@ class GRPOConfig(TrainerConfig):
     generate more prompts than this and keep a full batch of signal); ``None`` = all."""
     sft_steps: int = 0
     """Supervised warm-start steps on the task format before the first weights are published
-    (stands in for a pretrained LM; see :func:`rlmesh.rl.grpo_core.sft_warmstart`); 0 = none."""
+    (stands in for a pretrained LM; see :func:`rlmesh.rl.algorithms.grpo.sft_warmstart`); 0 = none."""
     sft_lr: float = 1e-3
     """Learning rate of the warm start."""
 

@@ -18,10 +18,9 @@ _NAMES = {
     "ReplayBuffer": "replay_buffer",
     "TransitionBuffer": "transition_buffer",
     "Trainer": "trainer",
-    "GRPOTrainer": "grpo_trainer",
 }
 
-_ALIASES = {"PPOTrainer": "rlmesh.rl.algorithms.ppo"}
+_ALIASES = {"PPOTrainer": "rlmesh.rl.algorithms.ppo", "GRPOTrainer": "rlmesh.rl.algorithms.grpo"}
 """Trainers that live with their algorithm's maths (rlmesh/rl/algorithms/), still importable from
 here by their old name; resolved lazily, so this package does not depend on the algorithms."""
 

@@ -22,7 +22,7 @@ from rlmesh.rl.backends.base import SamplingParams
 from rlmesh.rl.backends.torch_backend import TorchBackend
 from rlmesh.rl.batching import completions_to_generation
 from rlmesh.rl.config import GRPOConfig
-from rlmesh.rl.grpo_core import ScoredBatch, grpo_update
+from rlmesh.rl.algorithms.grpo import ScoredBatch, grpo_update
 
 __all__ = ["EpisodeBatch", "collect", "grpo_step", "heldout_accuracy", "sft_on_demonstrations", "train_grpo"]
 
@@ -49,7 +49,7 @@ def collect(backend: TorchBackend, env: EnvClient, task: MultiplicationTask, pro
 
 def grpo_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: EpisodeBatch, config: GRPOConfig,
               group: int, pad_id: int) -> dict[str, float]:
-    """One GRPO update on episodes: the unchanged :func:`~rlmesh.rl.grpo_core.grpo_update` on their completions."""
+    """One GRPO update on episodes: the unchanged :func:`~rlmesh.rl.algorithms.grpo.grpo_update` on their completions."""
     gen = completions_to_generation([t.completion() for t in batch.trajectories], pad_id)
     return grpo_update(model, optimizer, ScoredBatch([], gen, batch.rewards, []), config, group,
                        max_groups=config.max_groups)

@@ -4,9 +4,9 @@ tensor functions, then its config dataclass and its trainer actor:
 - :mod:`~rlmesh.rl.algorithms.ppo`: PPO, discrete and Gaussian actions, observation/reward normalisation
 - :mod:`~rlmesh.rl.algorithms.a2c`: A2C, PPO's update with one epoch, one minibatch and no ratio
 - :mod:`~rlmesh.rl.algorithms.dqn`: DQN, off-policy, from a transition replay buffer with a target network
+- :mod:`~rlmesh.rl.algorithms.grpo`: GRPO, group-relative advantages and a clipped token-level loss
 - :mod:`~rlmesh.rl.algorithms.rloo`: RLOO, GRPO with a leave-one-out baseline
 - :mod:`~rlmesh.rl.algorithms.dapo`: DAPO, GRPO with clip-higher, token-level loss and dynamic sampling
-  (GRPO's own maths is :mod:`rlmesh.rl.losses.grpo` and :mod:`rlmesh.rl.grpo_core`)
 
 Nothing is imported here: importing one algorithm loads only what it needs.
 """

@@ -2,7 +2,7 @@
 three of which matter at this scale and are here:
 
 1. **Advantages**: GRPO's group-relative ``(r - mean_g) / std_g``
-   (:func:`~rlmesh.rl.losses.grpo_advantages`).
+   (:func:`~rlmesh.rl.algorithms.grpo.grpo_advantages`).
 2. **Dynamic sampling** (:func:`informative_groups`, :meth:`DAPOTrainer.train`): a group whose
    completions all got the same reward has zero advantage and no gradient; as the policy improves,
    most groups become unanimous and the effective batch shrinks. DAPO drops those groups and
@@ -16,8 +16,8 @@ three of which matter at this scale and are here:
    across the batch, instead of each sequence weighing the same (which under-weights the tokens
    of long answers).
 
-The loss and update are GRPO's (:func:`~rlmesh.rl.losses.grpo_loss`,
-:func:`~rlmesh.rl.grpo_core.grpo_update`) with these settings; DAPO's overlong-reward shaping is
+The loss and update are GRPO's (:func:`~rlmesh.rl.algorithms.grpo.grpo_loss`,
+:func:`~rlmesh.rl.algorithms.grpo.grpo_update`) with these settings; DAPO's overlong-reward shaping is
 not implemented (completions here are a few tokens long). No KL term, as in the paper.
 """
 
@@ -30,7 +30,7 @@ import torch
 import rlmesh as rm
 from rlmesh.rl.algorithms.configs import DAPOConfig
 from rlmesh.rl.results import TrainResult
-from rlmesh.rl.actors.grpo_trainer import GRPOTrainer
+from rlmesh.rl.algorithms.grpo import GRPOTrainer
 
 
 def informative_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

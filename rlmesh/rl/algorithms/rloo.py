@@ -7,10 +7,10 @@ A prompt is sampled ``G`` times and each completion scored; then:
    ``= G/(G-1) * (r_i - mean_g)``. The baseline does not depend on the sample, so the estimator is
    unbiased; no critic, no std scaling (optional here: ``scale_by_std``).
 2. **Loss and update**: GRPO's clipped token-level surrogate
-   (:func:`~rlmesh.rl.losses.grpo_loss`, :func:`~rlmesh.rl.grpo_core.grpo_update`); on-policy with
+   (:func:`~rlmesh.rl.algorithms.grpo.grpo_loss`, :func:`~rlmesh.rl.algorithms.grpo.grpo_update`); on-policy with
    one epoch the ratio is 1 and this is exactly REINFORCE with the leave-one-out baseline.
 
-So :class:`RLOOTrainer` is :class:`~rlmesh.rl.actors.GRPOTrainer` with one hook overridden,
+So :class:`RLOOTrainer` is :class:`~rlmesh.rl.algorithms.grpo.GRPOTrainer` with one hook overridden,
 ``compute_advantages``, and :class:`RLOOConfig` adds RLOO's one choice. ``rlmesh run
 recipe=rloo_addition`` runs it; ``trainer.scale_by_std=true`` sets the extra field.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from rlmesh.rl.algorithms.configs import RLOOConfig
-from rlmesh.rl.actors.grpo_trainer import GRPOTrainer
+from rlmesh.rl.algorithms.grpo import GRPOTrainer
 from rlmesh.rl.losses import rloo_advantages
 
 __all__ = ["RLOOConfig", "RLOOTrainer", "rloo_advantages", "scaled_rloo_advantages"]

@@ -1,16 +1,12 @@
 """Pure loss and advantage functions: tensors in, tensors out, unit-tested by hand.
 
-PPO's (GAE, the clipped loss) live with the rest of PPO in :mod:`rlmesh.rl.algorithms.ppo`
-(import them from there)."""
+Each algorithm's own maths lives in its module under :mod:`rlmesh.rl.algorithms` (PPO's GAE and
+clipped loss in ``ppo``, GRPO's advantages and loss in ``grpo``); here are what several share: the
+loss result type and the baselines that replace GRPO's group mean (RLOO, REINFORCE)."""
 
 from rlmesh.rl.losses.advantages import reinforce_advantages, rloo_advantages
-from rlmesh.rl.losses.grpo import GRPOLossOutput, grpo_advantages, grpo_loss, masked_mean
 
 __all__ = [
-    "GRPOLossOutput",
-    "grpo_advantages",
-    "grpo_loss",
-    "masked_mean",
     "reinforce_advantages",
     "rloo_advantages",
 ]

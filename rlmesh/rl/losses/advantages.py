@@ -1,7 +1,7 @@
 """Critic-free advantage baselines for sequence-level rewards: REINFORCE and RLOO.
 
-These plug into :func:`~rlmesh.rl.losses.grpo_loss` in place of
-:func:`~rlmesh.rl.losses.grpo_advantages`, which is how ``RLOOTrainer(GRPOTrainer)``
+These plug into :func:`~rlmesh.rl.algorithms.grpo.grpo_loss` in place of
+:func:`~rlmesh.rl.algorithms.grpo.grpo_advantages`, which is how ``RLOOTrainer(GRPOTrainer)``
 differs from GRPO: one overridden ``compute_advantages`` hook.
 """
 

@@ -39,7 +39,8 @@ def test_rloo_advantages_differ_from_grpo():
     import torch
     from rloo_addition import RLOOConfig
 
-    from rlmesh.rl.losses import grpo_advantages, rloo_advantages
+    from rlmesh.rl.algorithms.grpo import grpo_advantages
+    from rlmesh.rl.losses import rloo_advantages
 
     r = torch.tensor([1.0, 0.0, 0.0, 0.0])
     assert torch.allclose(rloo_advantages(r, 4), torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3]))

@@ -39,7 +39,7 @@ def test_info_and_cfg_hydra(tmp_path):
     out = rlmesh("run", "recipe=grpo_addition", "-c", "hydra", cwd=tmp_path)
     assert out.returncode == 0 and "name: rlmesh_run" in out.stdout and "recipe: grpo_addition" in out.stdout, out.stderr
     out = rlmesh("run", "recipe=grpo_addition", "trainer.lr=0.01", "--cfg", "job", cwd=tmp_path)
-    assert out.returncode == 0 and "lr: 0.01" in out.stdout and "_target_: rlmesh.rl.actors.GRPOTrainer" in out.stdout
+    assert out.returncode == 0 and "lr: 0.01" in out.stdout and "_target_: rlmesh.rl.algorithms.grpo.GRPOTrainer" in out.stdout
     assert not (tmp_path / "runs").exists()                     # printing a config runs nothing
 
 

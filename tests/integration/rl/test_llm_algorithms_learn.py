@@ -16,7 +16,7 @@ import torch
 
 from rlmesh.rl.algorithms.dapo import DAPOConfig, DAPOTrainer
 from rlmesh.rl.algorithms.rloo import RLOOConfig, RLOOTrainer
-from rlmesh.rl.actors.grpo_trainer import GRPOTrainer
+from rlmesh.rl.algorithms.grpo import GRPOTrainer
 from rlmesh.rl.backends.base import SamplingParams
 from rlmesh.rl.backends.torch_backend import TorchBackend
 from rlmesh.rl.config import GRPOConfig

@@ -20,7 +20,7 @@ from rlmesh.rl.backends.base import Completion, SamplingParams
 from rlmesh.rl.backends.torch_backend import TorchBackend
 from rlmesh.rl.batching import completions_to_generation
 from rlmesh.rl.config import GRPOConfig
-from rlmesh.rl.grpo_core import ScoredBatch, grpo_update
+from rlmesh.rl.algorithms.grpo import ScoredBatch, grpo_update
 from rlmesh.rl.models.sampling import generate
 from rlmesh.rl.models.transformer import Transformer, TransformerConfig
 

@@ -14,7 +14,7 @@ from rlmesh.rl.algorithms.dqn import DQNConfig, QNetwork, dqn_update, linear_eps
 from rlmesh.rl.algorithms.ppo import build_policy, discounted_returns, ppo_loss, ppo_update, scale_rewards
 from rlmesh.rl.algorithms.rloo import RLOOConfig, scaled_rloo_advantages
 from rlmesh.rl.config import GRPOConfig, GymGeneratorConfig, PPOConfig
-from rlmesh.rl.losses import grpo_advantages, grpo_loss
+from rlmesh.rl.algorithms.grpo import grpo_advantages, grpo_loss
 from rlmesh.rl.models.mlp import ActorCritic
 from rlmesh.rl.models.normalize import RunningMeanStd
 from rlmesh.rl.replay import ReplayConfig, Transitions, TransitionReplayCore, transitions_from_rollout

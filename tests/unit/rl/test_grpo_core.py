@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig
-from rlmesh.rl.grpo_core import evaluate_heldout, frozen_copy, generate_and_score, grpo_update, sft_warmstart
+from rlmesh.rl.algorithms.grpo import evaluate_heldout, frozen_copy, generate_and_score, grpo_update, sft_warmstart
 from rlmesh.rl.models import Transformer, TransformerConfig, sequence_logprobs
 from rlmesh.rl.tasks import AdditionTask
 

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from rlmesh.rl.losses import grpo_advantages, grpo_loss, masked_mean, reinforce_advantages, rloo_advantages
+from rlmesh.rl.algorithms.grpo import grpo_advantages, grpo_loss, masked_mean
+from rlmesh.rl.losses import reinforce_advantages, rloo_advantages
 
 
 def _t(*xs):

@@ -1,0 +1,376 @@
+"""GRPO (Shao et al., 2024), top to bottom: advantages, loss, update, the trainer actor.
+
+Read in order, this file is the whole algorithm on a batch of scored completions:
+
+1. **Advantages** (:func:`grpo_advantages`): a prompt is sampled ``G`` times; each completion's
+   advantage is its reward relative to its siblings (centred, and scaled with ``normalize_std``),
+   so no critic is needed.
+2. **Loss** (:func:`grpo_loss`): PPO's clipped surrogate applied per token with the sequence's
+   advantage, masked to completion tokens, with an optional KL penalty to a frozen reference
+   policy using the k3 estimator ``exp(ref - logp) - (ref - logp) - 1`` (unbiased, always >= 0;
+   Schulman 2020). ``aggregation`` chooses how tokens are averaged (GRPO's per-sequence mean,
+   DAPO's token mean, Dr. GRPO's constant normaliser).
+3. **Update** (:func:`grpo_update`): ``update_epochs`` passes over the informative groups (groups
+   whose rewards all agree carry no signal and are skipped), gradient clipping.
+4. **Warm start and reference loop** (:func:`sft_warmstart`, :func:`generate_and_score`,
+   :func:`evaluate_heldout`): a supervised warm start on the task format for the built-in
+   transformer (RL needs a policy whose samples are sometimes right; a pretrained LM would be),
+   and the single-process loop the distributed recipe splits into actors.
+5. **The actor** (:class:`GRPOTrainer`): the update on batches sampled from the buffer, with the
+   hooks :meth:`~GRPOTrainer.compute_advantages` and :meth:`~GRPOTrainer.compute_loss` that make
+   RLOO (:mod:`rlmesh.rl.algorithms.rloo`) and DAPO (:mod:`rlmesh.rl.algorithms.dapo`) small
+   subclasses. Its config is :class:`~rlmesh.rl.config.GRPOConfig`.
+
+Sections 1-4 are tensors in, tensors out (unit-tested without processes).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from rlmesh.rl.actors.trainer import Trainer
+from rlmesh.rl.backends.torch_backend import build_policy_model
+from rlmesh.rl.batching import completions_to_generation
+from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig
+from rlmesh.rl.losses.output import LossOutput
+from rlmesh.rl.models.sampling import Generation, generate, sequence_logprobs
+from rlmesh.rl.tasks.addition import AdditionTask, Problem
+from rlmesh.rl.warmup import WarmupPhase
+
+logger = logging.getLogger(__name__)
+
+# -- 1-2. advantages and loss ------------------------------------------------------------------------------------
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over positions where ``mask`` is 1 (all of them, or along ``dim``)."""
+    mask = mask.to(x.dtype)
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp_min(1.0)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp_min(1.0)
+
+
+def grpo_advantages(
+    rewards: torch.Tensor, group_size: int, normalize_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """Advantage of each sample relative to its group: ``(r - mean_g) / (std_g + eps)``.
+
+    ``rewards`` is flat [B] with ``B = num_prompts * group_size``, the samples of a prompt
+    contiguous (the layout the generators return). ``normalize_std=False`` keeps only the
+    mean baseline (Dr. GRPO, Liu et al. 2025), which avoids up-weighting prompts whose
+    group is almost unanimous. A group with identical rewards gets advantage 0 either way.
+    """
+    if rewards.dim() != 1 or rewards.numel() % group_size:
+        raise ValueError(
+            f"grpo_advantages: rewards must be flat with a length divisible by group_size={group_size}, "
+            f"got shape {tuple(rewards.shape)}"
+        )
+    grouped = rewards.view(-1, group_size)
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    if normalize_std and group_size > 1:
+        centered = centered / (grouped.std(dim=1, keepdim=True) + eps)
+    return centered.reshape(-1)
+
+
+@dataclass(frozen=True)
+class GRPOLossOutput(LossOutput):
+    """The scalar loss and its diagnostics (0-d tensors)."""
+
+    policy_loss: torch.Tensor
+    kl: torch.Tensor
+    approx_kl: torch.Tensor
+    clip_fraction: torch.Tensor
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ref_logprobs: torch.Tensor | None = None,
+    clip_coef: float = 0.2,
+    clip_coef_high: float | None = None,
+    kl_coef: float = 0.0,
+    aggregation: Literal["token_mean", "sequence_mean", "sequence_sum_norm"] = "token_mean",
+    norm_length: int | None = None,
+) -> GRPOLossOutput:
+    """Clipped-ratio loss over completion tokens.
+
+    Args:
+        logprobs: [B, L] log pi(token) under the current policy (requires grad).
+        old_logprobs: [B, L] under the policy that sampled the completions.
+        advantages: [B] one per completion (e.g. :func:`grpo_advantages`).
+        mask: [B, L] 1 on completion tokens that count, 0 on prompt and padding.
+        ref_logprobs: [B, L] under the frozen reference policy; needed if ``kl_coef > 0``.
+        clip_coef: lower clip epsilon; ``clip_coef_high`` the upper one (DAPO's
+            "clip-higher"), defaulting to ``clip_coef``.
+        kl_coef: weight of the k3 KL(pi || ref) penalty.
+        aggregation: ``"token_mean"`` averages over all valid tokens of the batch (every
+            token weighs the same, as in DAPO); ``"sequence_mean"`` averages within each
+            sequence, then over sequences (the original GRPO paper); ``"sequence_sum_norm"`` sums
+            each sequence's tokens and divides by one constant, ``norm_length``, then averages over
+            sequences (Dr. GRPO, Liu et al. 2025): no per-sequence ``1/|o_i|``, so a long wrong answer
+            is not penalised less per token than a short one.
+        norm_length: the constant of ``"sequence_sum_norm"``, the generation budget in tokens
+            (``generator.max_new_tokens``); ``None`` uses the batch's padded completion width ``L``.
+    """
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
+        raise ValueError(
+            f"grpo_loss: logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old_logprobs.shape)} "
+            f"and mask {tuple(mask.shape)} must have the same [B, L] shape"
+        )
+    if kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("grpo_loss: kl_coef > 0 needs ref_logprobs (or set kl_coef=0)")
+    high = clip_coef if clip_coef_high is None else clip_coef_high
+    adv = advantages.unsqueeze(1)
+    log_ratio = logprobs - old_logprobs
+    ratio = log_ratio.exp()
+    per_token = -torch.min(adv * ratio, adv * ratio.clamp(1.0 - clip_coef, 1.0 + high))
+
+    if ref_logprobs is not None:
+        ref_diff = ref_logprobs - logprobs
+        kl_tokens = ref_diff.exp() - ref_diff - 1.0
+    else:
+        kl_tokens = torch.zeros_like(logprobs)
+    total = per_token + kl_coef * kl_tokens
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        if aggregation == "token_mean":
+            return masked_mean(x, mask)
+        if aggregation == "sequence_mean":
+            return masked_mean(x, mask, dim=1).mean()
+        if aggregation == "sequence_sum_norm":
+            return ((x * mask).sum(1) / (norm_length or mask.shape[1])).mean()
+        raise ValueError("grpo_loss: aggregation must be 'token_mean', 'sequence_mean' or 'sequence_sum_norm', "
+                         f"got {aggregation!r}")
+
+    loss = reduce(total)
+    with torch.no_grad():
+        approx_kl = masked_mean((ratio - 1.0) - log_ratio, mask)
+        clip_fraction = masked_mean(((ratio < 1.0 - clip_coef) | (ratio > 1.0 + high)).float(), mask)
+    return GRPOLossOutput(loss, reduce(per_token).detach(), reduce(kl_tokens).detach(), approx_kl, clip_fraction)
+
+
+# -- 3-4. update, warm start, reference loop ----------------------------------------------------------------
+
+
+@dataclass
+class ScoredBatch:
+    """Completions for ``len(problems) * n`` rows and their rewards (rows grouped by prompt)."""
+
+    problems: list[Problem]
+    generation: Generation
+    rewards: torch.Tensor
+    texts: list[str]
+
+
+@torch.no_grad()
+def generate_and_score(
+    model: nn.Module, task: AdditionTask, problems: list[Problem], config: LLMGeneratorConfig,
+    generator: torch.Generator | None = None, partial_credit: bool = False,
+) -> ScoredBatch:
+    """Sample ``config.samples_per_prompt`` completions per problem and verify each
+    (exact match, or per-digit credit with ``partial_credit``)."""
+    tok = task.tokenizer
+    n = config.samples_per_prompt
+    gen = generate(model, [task.encode_prompt(p) for p in problems], n=n, max_new_tokens=config.max_new_tokens,
+                   temperature=config.temperature, top_p=config.top_p, eos_id=tok.eos_id, pad_id=tok.pad_id,
+                   generator=generator)
+    texts = [tok.decode(row) for row in gen.completion_ids.tolist()]
+    rewards = torch.tensor([task.score(t, problems[i // n], partial_credit) for i, t in enumerate(texts)])
+    return ScoredBatch(problems, gen, rewards, texts)
+
+
+def grpo_update(
+    model: nn.Module, optimizer: torch.optim.Optimizer, batch: ScoredBatch, config: GRPOConfig,
+    group_size: int, temperature: float = 1.0, ref_model: nn.Module | None = None, max_groups: int | None = None,
+    advantages: torch.Tensor | None = None, loss_fn: Callable[..., Any] | None = None,
+) -> dict[str, float]:
+    """One GRPO train step on a scored batch; returns ``losses/*`` and ``train/*`` metrics.
+
+    Groups whose rewards are all equal have zero advantage and are skipped. With
+    ``max_groups``, at most that many informative groups are trained on: oversample
+    prompts at generation time and keep a full batch of signal (DAPO's dynamic sampling,
+    Yu et al. 2025) once most groups become unanimous. ``advantages`` (flat, one per row) replaces
+    the group-relative ones and ``loss_fn`` (the arguments and result of
+    :func:`grpo_loss`) the loss: ``GRPOTrainer``'s two hooks.
+    """
+    gen = batch.generation
+    if advantages is None:
+        advantages = grpo_advantages(batch.rewards, group_size, normalize_std=config.normalize_std)
+    loss_fn = loss_fn or grpo_loss
+    mask = gen.trained_mask.float()  # observation tokens of multi-turn trajectories are read, not trained
+    ref_logprobs = None
+    if config.kl_coef > 0:
+        if ref_model is None:
+            raise ValueError("grpo_update: trainer.kl_coef > 0 needs a ref_model (or set trainer.kl_coef=0)")
+        with torch.no_grad():
+            ref_logprobs = sequence_logprobs(ref_model, gen.input_ids, gen.attention_mask, gen.prompt_len, temperature)
+    # Groups with identical rewards carry no signal; skipping them saves compute, not bias.
+    informative_groups = advantages.view(-1, group_size).abs().sum(1) > 0
+    metrics: dict[str, float] = {"train/informative_fraction": float(informative_groups.float().mean())}
+    groups = informative_groups.nonzero().squeeze(1)[:max_groups]
+    if groups.numel() == 0:
+        return metrics
+    rows = (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)
+    metrics["train/groups"] = float(groups.numel())
+    out = None
+    for _ in range(config.update_epochs):
+        logprobs = sequence_logprobs(model, gen.input_ids[rows], gen.attention_mask[rows], gen.prompt_len, temperature)
+        out = loss_fn(logprobs, gen.completion_logprobs[rows], advantages[rows], mask[rows],
+                        ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows],
+                        clip_coef=config.clip_coef, clip_coef_high=config.clip_coef_high, kl_coef=config.kl_coef,
+                        aggregation=config.aggregation, norm_length=config.norm_length)
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        metrics["train/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+        optimizer.step()
+    assert out is not None
+    metrics.update(out.metrics())
+    return metrics
+
+
+@torch.no_grad()
+def evaluate_heldout(model: nn.Module, task: AdditionTask, problems: list[Problem]) -> float:
+    """Mean verifier reward of greedy completions (top-p close to 0 keeps only the argmax)."""
+    greedy = LLMGeneratorConfig(samples_per_prompt=1, max_new_tokens=task.max_answer_len, top_p=1e-9)
+    return float(generate_and_score(model, task, problems, greedy).rewards.mean())
+
+
+def sft_warmstart(
+    model: nn.Module, task: AdditionTask, steps: int, batch_size: int = 64, lr: float = 1e-3, seed: int = 0,
+    on_step: Callable[[int], None] | None = None,
+) -> list[float]:
+    """Teacher-forced cross-entropy on ``prompt -> answer<eos>`` (loss on answer tokens only).
+
+    Returns the loss per step. Uses the train split only. ``on_step(steps_done)`` after each step
+    (progress reporting).
+    """
+    rng = random.Random(seed)
+    tok = task.tokenizer
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    for _ in range(steps):
+        problems = task.sample(batch_size, rng, "train")
+        prompts = [task.encode_prompt(p) for p in problems]
+        answers = [tok.encode(p.answer, eos=True) for p in problems]
+        width = max(len(p) for p in prompts)
+        length = width + max(len(a) for a in answers)
+        ids = torch.full((batch_size, length), tok.pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for i, (p, a) in enumerate(zip(prompts, answers)):
+            ids[i, width - len(p):width + len(a)] = torch.tensor(p + a)
+            attn[i, width - len(p):width + len(a)] = 1
+        logprobs = sequence_logprobs(model, ids, attn, width)
+        loss = -(logprobs * attn[:, width:]).sum() / attn[:, width:].sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if on_step is not None:
+            on_step(len(losses))
+    return losses
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A detached, eval-mode copy to serve as the KL reference policy."""
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+# -- 5. the trainer actor --------------------------------------------------------------------------------------
+
+
+class GRPOTrainer(Trainer):
+    """GRPO over completions. ``task`` is needed only for the optional SFT warm start.
+
+    Args:
+        model_config / model_path: the same model description the generators' backend gets.
+        temperature: the generators' sampling temperature (log-probs are taken under it).
+        pad_id: padding token of the tokenizer.
+    """
+
+    config: GRPOConfig
+
+    def __init__(self, config: GRPOConfig, buffer: Any = None, model_config: Any = None, model_path: str | None = None,
+                 task: Any = None, temperature: float = 1.0, pad_id: int = 0, weights: str = "policy",
+                 seed: int = 0) -> None:
+        self.model_config, self.model_path, self.task = model_config, model_path, task
+        self.temperature, self.pad_id = temperature, pad_id
+        self.ref_model: torch.nn.Module | None = None
+        super().__init__(config, buffer, weights, seed)
+
+    def build_model(self) -> torch.nn.Module:
+        return build_policy_model(self.model_config, self.model_path)[0].train()
+
+    def setup(self) -> None:
+        """SFT warm start (``trainer.sft_steps``; the task's own ``warm_start`` if it has one), then freeze a reference copy if ``kl_coef > 0``."""
+        if self.config.sft_steps:
+            if self.task is None:
+                raise ValueError("trainer.sft_steps > 0 needs the task (GRPOTrainer(task=...))")
+            with WarmupPhase("SFT warm start", total=self.config.sft_steps) as phase:  # its own progress bar
+                if hasattr(self.task, "warm_start"):  # a task with its own demonstrations (multi-turn tool episodes)
+                    self.task.warm_start(self.model, self.config.sft_steps, lr=self.config.sft_lr, seed=self.seed)
+                else:
+                    sft_warmstart(self.model, self.task, self.config.sft_steps, lr=self.config.sft_lr, seed=self.seed,
+                                  on_step=phase.update)
+        if self.config.kl_coef > 0:
+            self.ref_model = frozen_copy(self.model)
+        self.optimizer = self.build_optimizer()  # fresh Adam moments after the warm start
+
+    def samples_in(self, batch: list[dict[str, Any]]) -> int:
+        return sum(len(item["completions"]) for item in batch)
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """The frozen KL reference (the post-warm-start model): a resumed trainer skips :meth:`setup`."""
+        return {"ref_model": self.ref_model.state_dict()} if self.ref_model is not None else {}
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        if "ref_model" in extra:
+            self.ref_model = frozen_copy(self.model)
+            self.ref_model.load_state_dict(extra["ref_model"])
+
+    # -- hooks -------------------------------------------------------------------------------------------------
+
+    def compute_advantages(self, rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        """Hook: one advantage per completion (flat, groups of ``group_size`` contiguous).
+
+        Runs once per train step, before the loss; ``rewards`` are the reward actor's
+        scores. Default: GRPO's group-centred (and, with ``normalize_std``, scaled) rewards.
+        """
+        return grpo_advantages(rewards, group_size, normalize_std=self.config.normalize_std)
+
+    def compute_loss(self, *args: Any, **kwargs: Any) -> Any:
+        """Hook: the token-level loss, with the arguments of :func:`grpo_loss`
+        (new log-probs, old log-probs, advantages, mask, then keywords); returns an object
+        with ``.loss`` and ``.metrics()``. Runs ``update_epochs`` times per step."""
+        return grpo_loss(*args, **kwargs)
+
+    # -- the step ----------------------------------------------------------------------------------------------
+
+    def train_step(self, batch: list[dict[str, Any]]) -> dict[str, float]:
+        group_size = batch[0]["group_size"]
+        if any(item["group_size"] != group_size for item in batch):
+            raise ValueError("GRPOTrainer: every work item of a batch must use the same samples_per_prompt")
+        rows = [c for item in batch for c in item["completions"]]
+        gen = completions_to_generation(rows, self.pad_id)
+        rewards = torch.tensor([r for item in batch for r in item["rewards"]], dtype=torch.float32)
+        if not all(item.get("logprobs_exact", True) for item in batch):
+            with torch.no_grad():  # the backend's log-probs differ from ours: recompute behaviour log-probs
+                gen.completion_logprobs = sequence_logprobs(self.model, gen.input_ids, gen.attention_mask,
+                                                            gen.prompt_len, self.temperature) * gen.completion_mask
+        scored = ScoredBatch([], gen, rewards, [c.text for c in rows])
+        metrics = grpo_update(self.model, self.optimizer, scored, self.config, group_size, self.temperature,
+                              ref_model=self.ref_model, max_groups=self.config.max_groups,
+                              advantages=self.compute_advantages(rewards, group_size), loss_fn=self.compute_loss)
+        metrics["rollout/reward_mean"] = float(rewards.mean())
+        return metrics
