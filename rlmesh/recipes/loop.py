@@ -36,7 +36,7 @@ from rlmesh.actor.faults import FaultInjector
 from rlmesh.recipes.run_state import begin
 from rlmesh.recipes.workspace_option import sync_recipe_procs
 from rlmesh.rl.placement import place
-from rlmesh.rl.report import RunProgress, print_summary, telemetry_counts
+from rlmesh.rl.report import RunProgress, print_summary, proc_memory_line, telemetry_counts
 from rlmesh.rl.warmup import WarmupDisplay
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
                                   run_with_replicas, serve_work)
@@ -308,5 +308,6 @@ def summary_rows(result: RunResult, unit: Unit, target: float | None) -> list[tu
              ("work items", f"{c['work_issued']} issued, {c['work_reissued']} re-issued, "
                             f"{c['work_dropped']} dropped, {c['work_lost']} lost"),
              ("proc failures", f"{c['proc_deaths']} died, {c['restarts']} restarted"
-                               + (f", median recovery {c['median_recovery_s']:.2f} s" if c["restarts"] else ""))]
+                               + (f", median recovery {c['median_recovery_s']:.2f} s" if c["restarts"] else "")),
+             ("peak RSS per proc", proc_memory_line(c.get("proc_memory", [])))]
     return rows

@@ -203,6 +203,16 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("load_5m", "DOUBLE", "5-minute load average"),
         _c("load_15m", "DOUBLE", "15-minute load average"),
     ), "one health sampler per host"),
+    _T("proc_health", "per proc (controller and every worker), every 5 s: its own memory, CPU, threads and open "
+       "files (psutil); mesh/rank/proc name the proc", (
+        _c("pid", "BIGINT", "OS pid of the process (a restarted proc gets a new one)"),
+        _c("rss", "BIGINT", "resident memory, bytes"),
+        _c("vms", "BIGINT", "virtual memory, bytes"),
+        _c("cpu_pct", "DOUBLE", "CPU used since the previous sample, percent of one core (over 100 with several threads busy)"),
+        _c("threads", "BIGINT", "threads of the process"),
+        _c("fds", "BIGINT", "open file descriptors (NULL where the OS does not say)"),
+        _c("warning", "VARCHAR", "set on the sample where RSS was found growing without bound (see docs/telemetry.md); else NULL"),
+    ), "every proc's health thread, about itself"),
     _T("gpu_health", "per GPU, every second (NVML); no GPU means no rows, never fake ones", (
         _c("gpu", "BIGINT", "NVML device index"),
         _c("uuid", "VARCHAR", "GPU UUID"),

@@ -268,6 +268,8 @@ CHARTS: tuple[ChartSpec, ...] = (
               "seconds since run start", "memory %", page=Page.HEALTH, x_axis="time"),
     ChartSpec("host_rss", "job resident memory", _time_binned("host_health", "rss / 2^30", "host"),
               "seconds since run start", "GiB", page=Page.HEALTH, x_axis="time"),
+    ChartSpec("proc_rss", "resident memory per proc", _time_binned("proc_health", "rss / 2^30", "proc"),
+              "seconds since run start", "GiB", page=Page.HEALTH, x_axis="time"),
     ChartSpec("host_load", "host load (1 min)", _time_binned("host_health", "load_1m", "host"),
               "seconds since run start", "load", page=Page.HEALTH, x_axis="time"),
     ChartSpec("gpu_util", "GPU utilisation", _time_binned("gpu_health", "util_pct", "host || ':' || gpu"),

@@ -35,7 +35,12 @@ class TelemetryConfig:
     file within about flush + 0.1 s, and the durability promise is one second."""
 
     health_interval_s: float = 1.0
-    """Seconds between ``host_health``/``gpu_health`` samples (one sampler per host); 0 = off."""
+    """Seconds between ``host_health``/``gpu_health`` samples (one sampler per host); 0 = off
+    (``proc_health`` too)."""
+
+    proc_health_interval_s: float = 5.0
+    """Seconds between each proc's ``proc_health`` sample of itself (RSS, CPU, threads, open
+    files; ``RLMESH_PROC_HEALTH_INTERVAL``); 0 = off."""
 
     spans: bool = True
     """Record a ``spans`` row per endpoint call (``RLMESH_SPANS``)."""
@@ -80,6 +85,9 @@ class TelemetryConfig:
         if self.health_interval_s < 0:
             raise TelemetryConfigError(
                 f"telemetry.health_interval_s={self.health_interval_s} must be >= 0 (0 turns sampling off)")
+        if self.proc_health_interval_s < 0:
+            raise TelemetryConfigError(
+                f"telemetry.proc_health_interval_s={self.proc_health_interval_s} must be >= 0 (0 turns it off)")
         if self.spans_max_per_s <= 0:
             raise TelemetryConfigError(
                 f"telemetry.spans_max_per_s={self.spans_max_per_s} must be > 0; set telemetry.spans=false "
@@ -98,6 +106,7 @@ class TelemetryConfig:
             "RLMESH_RUNS_DIR": self.runs_dir,
             FLUSH_ENV: repr(self.flush_interval_s),
             "RLMESH_HEALTH_INTERVAL": repr(self.health_interval_s),
+            "RLMESH_PROC_HEALTH_INTERVAL": repr(self.proc_health_interval_s),
             "RLMESH_SPANS": "1" if self.spans else "0",
             "RLMESH_SPANS_MAX_PER_S": repr(self.spans_max_per_s),
         }

@@ -1,12 +1,15 @@
-"""Host and GPU health, sampled once per host (not once per proc), 1 Hz by default.
+"""Host and GPU health, sampled once per host (not once per proc), 1 Hz by default; and each proc's own.
 
 Every proc of a run starts a :class:`HealthSampler`, but only the one holding the
-host's lock file (``$TMPDIR/rlmesh-health-<run>-<host>.lock``, ``flock``) samples.
+host's lock file (``$TMPDIR/rlmesh-health-<run>-<host>.lock``, ``flock``) samples the host.
 The controller takes it first on its own host; on other hosts the first worker does.
 When the holder dies the kernel frees the lock and another proc on that host takes
 over within a few seconds, so a host never goes silent because one proc crashed.
 
-``RLMESH_HEALTH_INTERVAL`` sets the period in seconds (``0`` turns sampling off).
+The same thread, in every proc, samples the proc itself into ``proc_health`` every
+``RLMESH_PROC_HEALTH_INTERVAL`` seconds (:mod:`rlmesh.telemetry.proc_health`).
+
+``RLMESH_HEALTH_INTERVAL`` sets the period in seconds (``0`` turns all health sampling off).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import psutil
 
 from rlmesh.telemetry.gpu import GpuSampler
+from rlmesh.telemetry.proc_health import ProcSampler, proc_interval_from_env
 
 logger = logging.getLogger(__name__)
 
@@ -102,9 +106,14 @@ def host_sample(tree: ProcessTree) -> dict[str, Any]:
 class HealthSampler:
     """Background thread; ``record(table, row)`` is the recorder's trusted-row entry point."""
 
-    def __init__(self, record: Any, run_id: str, interval: float | None = None, gpus: bool = True):
+    def __init__(self, record: Any, run_id: str, interval: float | None = None, gpus: bool = True,
+                 proc_interval: float | None = None):
         self._record = record
         self.interval = interval_from_env() if interval is None else interval
+        self.proc_interval = proc_interval_from_env() if proc_interval is None else proc_interval
+        """Seconds between this proc's own ``proc_health`` samples; 0 (or ``interval`` 0) = off."""
+        if self.interval <= 0:
+            self.proc_interval = 0.0
         self.host = socket.gethostname()
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{run_id}-{self.host}")
         self.lock_path = Path(tempfile.gettempdir()) / f"rlmesh-health-{safe}.lock"
@@ -114,6 +123,7 @@ class HealthSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rlmesh-telemetry-health", daemon=True)
         self.samples = 0
+        self.proc_samples = 0
 
     def start(self) -> "HealthSampler":
         if self.interval > 0:
@@ -139,24 +149,45 @@ class HealthSampler:
 
     def _loop(self) -> None:
         me = ProcessTree(psutil.Process())
+        own = ProcSampler() if self.proc_interval > 0 else None
+        now = time.monotonic()
+        next_host = now
+        next_proc = now + self.proc_interval  # the first reading of cpu_pct needs an interval behind it
         while not self._stop.is_set():
-            if self._fd is None and not self._try_lock():
-                self._stop.wait(RETRY_LOCK_S)
-                continue
-            if self._gpu is None and self._gpus_wanted:
-                self._gpu = GpuSampler()
-                if not self._gpu.available:
-                    logger.info("telemetry: %s on %s; gpu_health stays empty", self._gpu.why_unavailable, self.host)
-                psutil.cpu_percent(interval=None)  # prime: the first reading is meaningless
-                self._stop.wait(min(self.interval, 0.2))
-            try:
-                self._record("host_health", host_sample(me))
-                for row in self._gpu.sample() if self._gpu else ():
-                    self._record("gpu_health", row)
-                self.samples += 1
-            except Exception:
-                logger.exception("telemetry: health sample failed")
-            self._stop.wait(self.interval)
+            now = time.monotonic()
+            if own is not None and now >= next_proc:
+                self._sample_proc(own, now)
+                next_proc = now + self.proc_interval
+            if now >= next_host:
+                next_host = now + self._sample_host(me)
+            wake = min(next_host, next_proc) if own is not None else next_host
+            self._stop.wait(max(0.0, wake - time.monotonic()))
+
+    def _sample_proc(self, own: ProcSampler, now: float) -> None:
+        try:
+            self._record("proc_health", own.sample(now).row())
+            self.proc_samples += 1
+        except Exception:
+            logger.exception("telemetry: proc health sample failed")
+
+    def _sample_host(self, me: ProcessTree) -> float:
+        """Sample the host if this proc holds its lock; returns the seconds until the next try."""
+        if self._fd is None and not self._try_lock():
+            return RETRY_LOCK_S
+        if self._gpu is None and self._gpus_wanted:
+            self._gpu = GpuSampler()
+            if not self._gpu.available:
+                logger.info("telemetry: %s on %s; gpu_health stays empty", self._gpu.why_unavailable, self.host)
+            psutil.cpu_percent(interval=None)  # prime: the first reading is meaningless
+            self._stop.wait(min(self.interval, 0.2))
+        try:
+            self._record("host_health", host_sample(me))
+            for row in self._gpu.sample() if self._gpu else ():
+                self._record("gpu_health", row)
+            self.samples += 1
+        except Exception:
+            logger.exception("telemetry: health sample failed")
+        return self.interval
 
     def stop(self, unlink: bool = False) -> None:
         """Stop sampling; ``unlink`` (the controller, at the end of the run) also removes the lock file."""

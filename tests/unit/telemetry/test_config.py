@@ -12,7 +12,7 @@ def test_defaults_match_the_documented_env():
 
 @pytest.mark.parametrize("kw,setting", [
     ({"flush_interval_s": 2.0}, "flush_interval_s"), ({"health_interval_s": -1}, "health_interval_s"),
-    ({"spans_max_per_s": 0}, "spans_max_per_s"), ({"runs_dir": ""}, "runs_dir"),
+    ({"proc_health_interval_s": -5}, "proc_health_interval_s"), ({"spans_max_per_s": 0}, "spans_max_per_s"), ({"runs_dir": ""}, "runs_dir"),
 ])
 def test_bad_values_name_the_setting(kw, setting):
     with pytest.raises(TelemetryConfigError, match=f"telemetry.{setting}"):

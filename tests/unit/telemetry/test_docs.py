@@ -64,6 +64,10 @@ def _populate() -> float:
     for ev in ("spawned", "restarted"):
         rec.record_trusted("actors", {"mesh": "gen", "rank": 1, "proc": "gen.1", "event": ev, "incarnation": 1,
                                       "pid": 201}, ts=kill - 0.1)
+    for k in range(12):  # a generator whose memory grows, with the warning its health thread gives
+        rec.record_trusted("proc_health", {"mesh": "gen", "rank": 0, "proc": "gen.0", "pid": 100, "rss": (600 + 500 * k) << 20,
+                                           "vms": 8 << 30, "cpu_pct": 95.0, "threads": 12, "fds": 40,
+                                           "warning": "RSS grows without bound" if k == 11 else None}, ts=t0 + 5 * k)
     tm.flush()
     return kill
 
