@@ -179,10 +179,48 @@ SELECT p.proc, a.actors, p.peak_rss, p.warnings FROM p LEFT JOIN a USING (proc) 
 
 def proc_memory_line(procs: list[dict[str, Any]], most: int = 6) -> str:
     """The summary's "peak RSS per proc" value, biggest first, each proc named by the actors it hosted:
-    ``generator/0 0.70, trainer/0 0.51, controller 0.42 GB`` (``growing!`` after a proc with a growth warning)."""
+    ``generator/0 0.70 GB, trainer/0 0.51 GB, controller 0.42 GB`` (``(growing)`` after a proc with a growth warning)."""
     if not procs:
         return "not sampled"
-    parts = [f"{p.get('actors') or p['proc']} {p['peak_rss'] / 2**30:.2f}" + (" growing!" if p.get("warnings") else "")
+    parts = [f"{p.get('actors') or p['proc']} {p['peak_rss'] / 2**30:.2f} GB" + (" (growing)" if p.get("warnings") else "")
              for p in procs[:most]]
     more = len(procs) - most
-    return ", ".join(parts) + " GB" + (f" (+{more} smaller)" if more > 0 else "")
+    return ", ".join(parts) + (f", {more} more" if more > 0 else "")
+
+
+TERMINAL_EVENTS = ("consumed", "dropped", "abandoned", "unused")
+"""A work id's account ends with exactly one of these (``docs/faults.md``)."""
+TERMINAL_SQL = ", ".join(f"'{e}'" for e in TERMINAL_EVENTS)
+"""The same, as an SQL list: ``event IN ({TERMINAL_SQL})``."""
+
+WORK_ACCOUNT_SQL = f"""
+WITH per_id AS (
+  SELECT work_id,
+         bool_or(event = 'issued') AS issued,
+         count(*) FILTER (WHERE event = 'reissued') AS reissues,
+         count(*) FILTER (WHERE event = 'rescored') AS rescores,
+         bool_or(event = 'completed') AS completed,
+         count(*) FILTER (WHERE event IN ({TERMINAL_SQL})) AS endings,
+         bool_or(event = 'consumed') AS consumed, bool_or(event = 'dropped') AS dropped,
+         bool_or(event = 'abandoned') AS abandoned, bool_or(event = 'unused') AS unused
+  FROM work_items GROUP BY work_id)
+SELECT count(*) FILTER (WHERE issued) AS issued,
+       count(*) FILTER (WHERE completed) AS completed,
+       coalesce(sum(reissues), 0) AS reissued,
+       coalesce(sum(rescores), 0) AS rescored,
+       count(*) FILTER (WHERE consumed) AS consumed,
+       count(*) FILTER (WHERE dropped) AS dropped,
+       count(*) FILTER (WHERE abandoned) AS abandoned,
+       count(*) FILTER (WHERE unused) AS unused,
+       count(*) FILTER (WHERE issued AND endings = 0) AS lost,
+       count(*) FILTER (WHERE endings > 1) AS counted_twice
+FROM per_id"""
+"""Every issued work id ends exactly once: consumed by a train step, dropped (with a reason),
+abandoned by a dead controller, or unused when the run ended. ``lost`` and ``counted_twice``
+must be 0 (docs/faults.md)."""
+
+
+def work_account(query: Any) -> dict[str, int]:
+    """The ``work_items`` account of a run (see :data:`WORK_ACCOUNT_SQL`)."""
+    row = query(WORK_ACCOUNT_SQL).to_pylist()[0]
+    return {f"work_{k}": int(v or 0) for k, v in row.items()}

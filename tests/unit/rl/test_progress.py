@@ -42,3 +42,14 @@ def test_off_is_silent(monkeypatch):
     with RunProgress(3, stream=out) as bar:
         bar.update(3)
     assert out.getvalue() == ""
+
+
+def test_proc_memory_line_names_procs_by_their_actors_biggest_first():
+    from rlmesh.rl.report import proc_memory_line
+
+    gb = 2**30
+    procs = [{"proc": "rl.3", "actors": "generator/0", "peak_rss": 0.7 * gb, "warnings": 1},
+             {"proc": "controller", "actors": None, "peak_rss": 0.42 * gb, "warnings": 0}]
+    assert proc_memory_line(procs) == "generator/0 0.70 GB (growing), controller 0.42 GB"
+    assert proc_memory_line(procs, most=1) == "generator/0 0.70 GB (growing), 1 more"
+    assert proc_memory_line([]) == "not sampled"
