@@ -49,6 +49,11 @@ class ActorMesh(NamedMesh):
         """Sub-mesh: ``slice(procs=2)`` (one index, dimension dropped), ``slice(procs=slice(0, 2))``."""
         return ActorMesh(self._name, self._class_name, self._endpoints, self._points, self._shape.slice(**sel))
 
+    @property
+    def proc_ids(self) -> list[str]:
+        """Ids of the procs hosting this mesh's actors, in rank order (for ``ProcMesh.stop(order=...)``)."""
+        return [self._point(r).proc_id for r in range(len(self._shape))]
+
     def __getattr__(self, item: str) -> "Endpoint":
         if item.startswith("_"):
             raise AttributeError(item)

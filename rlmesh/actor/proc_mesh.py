@@ -11,7 +11,7 @@ import importlib.util
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import cloudpickle
 
@@ -125,9 +125,21 @@ class ProcMesh(NamedMesh):
         points = [ActorPoint(spec["actor_id"], proc_id, *where[spec["actor_id"]]) for proc_id, spec in placements]
         return ActorMesh(name, actor_cls.__qualname__, eps, points, actor_shape)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop these procs: actors' ``on_stop`` run, shutdown hooks run, processes exit."""
-        self._controller.stop_procs([self._proc_ids[i] for i in self._shape.indices], timeout)
+    def stop(self, timeout: float = 5.0, order: Sequence[Sequence[str]] = ()) -> None:
+        """Stop these procs: actors' ``on_stop`` run, shutdown hooks run, processes exit.
+
+        ``order``: groups of proc ids stopped one group after the other, each waited for (up to
+        ``timeout``, then killed) before the next gets its stop; the procs no group names go last.
+        Stop callers before what they call (the procs that issue calls first, then the ones they
+        call), so no actor's call meets a peer that has already stopped."""
+        mine = [self._proc_ids[i] for i in self._shape.indices]
+        left = dict.fromkeys(mine)
+        for group in (*order, mine):
+            ids = [p for p in group if p in left]
+            for p in ids:
+                del left[p]
+            if ids:
+                self._controller.stop_procs(ids, timeout)
         if self._root:  # the whole mesh is gone: launchers drop what they keep for it (a warm template)
             recs = [r for p in self._proc_ids if (r := self._controller.procs.get(p)) is not None]
             call_launchers((r.launcher for r in recs), "release", self._name)

@@ -68,6 +68,24 @@ class Roles:
         """The meshes by the role names ``faults.kill=...`` uses."""
         return {"generator": self.generators, "trainer": self.trainer, "buffer": self.buffer, **self.others}
 
+    def stop_order(self) -> list[list[str]]:
+        """Proc ids in the order a run stops them (``ProcMesh.stop(order=...)``): callers before callees.
+
+        First the work producers (generators, evaluator: they call everything else), then the trainer
+        and buffer (generators submit to the buffer and pull the trainer's weights), then the other
+        roles (reward, env: only called). A proc hosting actors of several stages stops with the
+        last of them, so nothing it serves goes before its callers. Why: stopped all at once, a
+        generator finishing its last item met reward procs that had already exited, and logged a
+        "retrying on a live reward replica" warning every 50 ms until its own stop ended it."""
+        stages = [[self.generators, self.evaluator], [self.trainer, self.buffer], list(self.others.values())]
+        stage_of: dict[str, int] = {}
+        for i, meshes in enumerate(stages):
+            for mesh in meshes:
+                for proc_id in getattr(mesh, "proc_ids", ()):
+                    stage_of[proc_id] = i
+        return [[p for p, s in stage_of.items() if s == i] for i in range(len(stages))]
+
+
 
 @dataclass
 class Plan:
@@ -183,6 +201,7 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
     result.abandoned = abandon_previous(rm.telemetry.query, ledger) if run.generation else 0
     procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, name="rl",
                                                      restart=cfg.run.restart_policy())  # N restarts in T s, run.*_s
+    roles: Roles | None = None
     try:
         sync_recipe_procs(cfg, launcher, procs, run.run_id)  # workspace.sync: the project folder, before any actor
         with WarmupDisplay(rm.telemetry.query, cfg.run.progress and run.run_id is not None):  # SFT, engine start
@@ -195,7 +214,7 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
                 raise
         result.faults_injected = len(faults.injected)
     finally:
-        procs.stop()
+        procs.stop(order=roles.stop_order() if roles else ())  # callers first: nobody calls a stopped proc
     result.extras = plan.extras()
     if run.run_id is not None:  # telemetry=off: nothing recorded, nothing to summarise
         rm.telemetry.flush()
