@@ -5,8 +5,8 @@ generators, reward actors, a buffer, an evaluator and a trainer in their own pro
     rlmesh run recipe=grpo_addition steps=50 eval.every=10 trainer.sft_steps=50
     rlmesh run recipe=grpo_addition generator=vllm model.path=/models/tiny trainer.sft_steps=0
 
-Placement: proc 0 holds the buffer and the evaluator, proc 1 the trainer, then the reward
-actors, then one generator each. The trainer warm-starts (SFT on the task format, standing in
+Placement: proc 0 holds the buffer and the evaluator, procs 1 to ``trainer.ranks`` the trainer
+(docs/trainer.md), then the reward actors, then one generator each. The trainer warm-starts (SFT on the task format, standing in
 for a pretrained LM) and publishes version 0. The loop (:mod:`rlmesh.recipes.loop`): the
 recipe deals seeded prompts into work items; each generator samples ``samples_per_prompt``
 completions per prompt, has a reward actor verify them and hands the scored groups to the
@@ -23,7 +23,7 @@ from rlmesh.recipes.loop import Plan, Roles, RunResult, Unit, run_recipe, seeded
 from rlmesh.recipes.recipe_config import GRPORecipeConfig
 from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.models import TransformerConfig
-from rlmesh.rl.placement import actor_class
+from rlmesh.rl.placement import actor_class, trainer_procs
 from rlmesh.rl.results import TrainResult
 from rlmesh.rl.tasks import AdditionTask
 
@@ -50,12 +50,13 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local") -> RunResult:
     n_procs = cfg.proc_meshes()["rl"]
 
     def spawn(procs) -> Roles:
+        after = 1 + cfg.trainer.ranks  # procs 1 .. trainer.ranks hold the trainer
         buffer = procs.slice(procs=0).spawn("buffer", buffer_cls, cfg.buffer)
-        rewards = procs.slice(procs=slice(2, 2 + cfg.reward.replicas)).spawn("reward", reward_cls, cfg.reward)
-        trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, cfg.trainer, buffer, model_config, m.path, task,
+        rewards = procs.slice(procs=slice(after, after + cfg.reward.replicas)).spawn("reward", reward_cls, cfg.reward)
+        trainer = trainer_procs(procs, 1, cfg.trainer.ranks).spawn("trainer", trainer_cls, cfg.trainer, buffer, model_config, m.path, task,
                                              g.temperature, task.tokenizer.pad_id, seed=seed)
         evaluator = procs.slice(procs=0).spawn("evaluator", evaluator_cls, g, task, None, rewards, backend)
-        generators = procs.slice(procs=slice(2 + cfg.reward.replicas, n_procs)).spawn(
+        generators = procs.slice(procs=slice(after + cfg.reward.replicas, n_procs)).spawn(
             "generator", generator_cls, g, task, buffer, rewards, backend)
         return Roles(generators, trainer, buffer, evaluator, others={"reward": rewards})
 

@@ -67,3 +67,5 @@ class AgenticRecipeConfig:
         check(self.program == "agentic", "program", self.program, "an agentic config runs with program=agentic")
         check_faults(self.faults, self.run, ("generator", "trainer", "env", "buffer"))
         check_llm_recipe(self, "episodes per task")
+        check(self.trainer.ranks == 1, "trainer.ranks", self.trainer.ranks,
+              "the agentic recipe places its trainer on one proc; use trainer.ranks=1 (ranks > 1: recipe=grpo_*)")

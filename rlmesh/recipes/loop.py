@@ -35,7 +35,7 @@ import rlmesh as rm
 from rlmesh.actor.faults import FaultInjector
 from rlmesh.recipes.run_state import begin
 from rlmesh.recipes.workspace_option import sync_recipe_procs
-from rlmesh.rl.placement import place
+from rlmesh.rl.placement import call_trainer, place
 from rlmesh.rl.report import RunProgress, print_summary, proc_memory_line, telemetry_counts
 from rlmesh.rl.warmup import WarmupDisplay
 from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
@@ -245,7 +245,7 @@ async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: 
     stop = asyncio.Event()
     start = time.perf_counter()
     # a resumed run's trainer starts from its checkpoint; a trainer killed right now is replaced, not fatal
-    state = await recovery.call_surviving(roles.trainer, "trainer", roles.trainer.state.call_one)
+    state = await recovery.call_surviving(roles.trainer, "trainer", lambda: call_trainer(roles.trainer, "state"))
     result.step, result.policy_version, result.samples_seen = state.step, state.policy_version, state.samples_seen
     requested: set[int] = set()  # versions an evaluation was asked for: one evaluation per version
     pending: list[asyncio.Future] = []

@@ -231,8 +231,9 @@ class GRPORecipeConfig:
     """The controller's project folder to every proc (``workspace.sync=true``; on for Kubernetes by default)."""
 
     def proc_meshes(self) -> dict[str, int]:
-        """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer, reward actors, generators."""
-        return {"rl": 2 + self.reward.replicas + self.generator.replicas}
+        """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer (``trainer.ranks`` procs), reward
+        actors, generators."""
+        return {"rl": 1 + self.trainer.ranks + self.reward.replicas + self.generator.replicas}
 
     def __post_init__(self) -> None:
         check(self.program == "grpo", "program", self.program, "a GRPO config runs with program=grpo")

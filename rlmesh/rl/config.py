@@ -117,6 +117,22 @@ class TrainerConfig:
     """Newest checkpoints kept on disk (older ones are deleted after each save)."""
     publish_every: int = 1
     """Publish weights to generators every this many train steps."""
+    ranks: int = 1
+    """Procs the trainer runs on: N > 1 spawns it as a mesh of N procs in one ``torch.distributed``
+    process group (gloo on CPU, NCCL on CUDA), each training on its share of every batch
+    (docs/trainer.md). 1: one proc and no process group, the trainer as it always was."""
+    parallel: str = "fsdp"
+    """How the model is spread over ``ranks`` > 1: ``fsdp`` (FSDP2: parameters, gradients and optimizer
+    state sharded per transformer block) or ``ddp`` (a full replica per rank, gradients all-reduced).
+    ``none`` only at ``ranks=1``, where nothing is spread whatever this says."""
+    checkpoint_format: str = "auto"
+    """``auto``: a single ``step_*.pt`` file at ``ranks=1``, a sharded ``step_*.dcp`` directory
+    (``torch.distributed.checkpoint``) above; ``dcp``: sharded at any rank count. Either kind
+    loads at any rank count."""
+    group_timeout_s: float = 300.0
+    """Bound on the trainer mesh's rendezvous and on every collective (``ranks`` > 1): a rank that
+    died mid-step fails its peers' step after this long instead of hanging them. Keep it above
+    ``run.train_timeout_s`` (the other ranks wait that long while rank 0 samples)."""
 
     def rollouts_per_train(self, replicas: int) -> int:
         """Hook: rollouts (work items) one ``Trainer.train`` call waits for. Default: one per
@@ -128,6 +144,15 @@ class TrainerConfig:
         check(self.checkpoint_every >= 0, "trainer.checkpoint_every", self.checkpoint_every, "use 0 or more")
         check(self.checkpoint_keep >= 1, "trainer.checkpoint_keep", self.checkpoint_keep, "keep at least 1 checkpoint")
         check(self.publish_every >= 1, "trainer.publish_every", self.publish_every, "use 1 or more")
+        check(self.ranks >= 1, "trainer.ranks", self.ranks, "use 1 (one proc) or more")
+        check(self.parallel in ("fsdp", "ddp", "none"), "trainer.parallel", self.parallel,
+              "use 'fsdp' (sharded parameters and optimizer state), 'ddp' (a replica per rank) or 'none'")
+        check(self.ranks == 1 or self.parallel != "none", "trainer.parallel", self.parallel,
+              f"trainer.ranks={self.ranks} needs its gradients reduced: use trainer.parallel=fsdp or ddp")
+        check(self.checkpoint_format in ("auto", "dcp"), "trainer.checkpoint_format", self.checkpoint_format,
+              "use 'auto' (a file at ranks=1, sharded above) or 'dcp' (sharded at any rank count)")
+        check(self.group_timeout_s > 0, "trainer.group_timeout_s", self.group_timeout_s,
+              "use a positive number of seconds")
 
 
 @dataclass
@@ -141,6 +166,9 @@ class GymTrainerConfig(TrainerConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.total_steps > 0, "trainer.total_steps", self.total_steps, "set a positive step budget")
+        check(self.ranks == 1, "trainer.ranks", self.ranks,
+              "the gym trainers (PPO, A2C, DQN) train on one rank; trainer.ranks > 1 is for the LLM trainers "
+              "(GRPO, RLOO, Dr. GRPO): use trainer.ranks=1")
 
     def check_batch(self, batch: int) -> None:
         """Hook: checks against the recipe's train batch (``batch`` transitions per train call)."""

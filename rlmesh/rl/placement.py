@@ -1,7 +1,8 @@
 """Where a recipe's procs come from and what runs in them: the ``launcher`` config group turned
 into something with ``spawn_procs`` (``rm.this_host()`` or a Kubernetes namespace), so the same
 recipe runs locally or on a cluster with ``launcher=kubernetes``; and each role's ``_target_``
-turned into the actor class to spawn (:func:`actor_class`)."""
+turned into the actor class to spawn (:func:`actor_class`); the procs of a trainer mesh
+(:func:`trainer_procs`) and the controller's calls to it (:func:`call_trainer`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import importlib
 from typing import Any
 
 import rlmesh as rm
+from rlmesh.actor.future import Future, gather_futures
 from rlmesh.launch.kubernetes import KubernetesCluster
 
 
@@ -35,3 +37,21 @@ def actor_class(config: Any, key: str) -> type:
     if not (isinstance(cls, type) and issubclass(cls, rm.Actor)):
         raise rm.ConfigError(f"{key}._target_={path!r} is not an actor class; {fix}")
     return cls
+
+
+def trainer_procs(procs: Any, first: int, ranks: int) -> Any:
+    """The procs the trainer is spawned on: proc ``first`` alone (``trainer.ranks=1``: one actor,
+    ``call_one`` works on it), or procs ``first`` to ``first + ranks - 1`` (a trainer mesh)."""
+    return procs.slice(procs=first) if ranks == 1 else procs.slice(procs=slice(first, first + ranks))
+
+
+def call_trainer(trainer: Any, endpoint: str, *args: Any, timeout: float | None = None) -> Future:
+    """Call ``endpoint`` of the trainer; the future holds rank 0's answer. On a trainer mesh every rank
+    gets the call (each takes its part in the step, the save or the load), and the first error of any
+    rank fails the future (an ``ActorDied`` names the rank's mesh, for recovery)."""
+    ep = getattr(trainer, endpoint)
+    if timeout is not None:
+        ep = ep.options(timeout=timeout)
+    if len(trainer) == 1:
+        return ep.call_one(*args)
+    return gather_futures([ep.call(*args)], lambda values: values[0].values()[0])

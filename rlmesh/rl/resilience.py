@@ -27,6 +27,7 @@ import rlmesh as rm
 from rlmesh.actor.controller import Controller
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import RlmeshError
+from rlmesh.rl.placement import call_trainer
 from rlmesh.rl.report import TERMINAL_SQL
 from rlmesh.rl.results import TrainResult
 from rlmesh.rl.schedule import AsyncWorkScheduler, WorkItem
@@ -157,7 +158,7 @@ class Recovery:
         the dead one held, minus what the replacement already has).
         """
         try:
-            m = await trainer.train.call_one(batch_size, timeout_s)
+            m = await call_trainer(trainer, "train", batch_size, timeout_s)
         except rm.ActorDied as exc:
             dead = self.died(exc, trainer)
             await self.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
@@ -192,7 +193,7 @@ def final_checkpoint(trainer, buffer, exc: RunFailed) -> None:
         pass
     why = ""
     try:
-        exc.checkpoint = trainer.save.options(timeout=60).call_one().get()
+        exc.checkpoint = call_trainer(trainer, "save", timeout=60).get()
     except rm.RlmeshError as err:
         exc.checkpoint, why = None, f" ({short_error(err)})"
     where = (f"final checkpoint {exc.checkpoint}" if exc.checkpoint

@@ -18,17 +18,26 @@ lease of the last batch trained, see :meth:`rlmesh.rl.buffer.ReplayBufferCore.se
 buffer gives back whatever the dead incarnation sampled after it. The newest version
 ever published is kept in the runtime's KV, so a restarted trainer publishes past it and a
 generator never loads a version older than the one it holds.
+
+A trainer mesh (``trainer.ranks=N``, docs/trainer.md): every rank builds the model, forms one process
+group (:mod:`rlmesh.rl.train.distributed`), runs :meth:`setup` on its own full copy, takes rank 0's
+weights and wraps the model with FSDP2 or DDP. Every rank gets the same ``train`` call; rank 0
+alone samples from the buffer (one lease, settled once), splits the batch with :meth:`shard_batch`
+and sends each rank its share; the gradients are reduced by FSDP or DDP; rank 0 publishes the
+gathered weights and answers with the step's result. Checkpoints are sharded
+(:mod:`rlmesh.rl.train.dcp`). One rank forms no group and runs exactly the one-proc code.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -38,7 +47,12 @@ from rlmesh.actor import kv
 from rlmesh.rl import checkpoint
 from rlmesh.rl.config import TrainerConfig
 from rlmesh.rl.results import TrainerState, TrainResult
+from rlmesh.rl.train import layout
+from rlmesh.rl.train.sharding import merge_metrics, rank_weight
 from rlmesh.weights import Publisher
+
+if TYPE_CHECKING:
+    from rlmesh.rl.train.distributed import TrainGroup
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +82,54 @@ class Trainer(rm.Actor):
         self.durable_cursor = 0
         """The cursor the newest checkpoint holds: the buffer may forget leases up to it."""
         self.weights = weights
+        self.group: TrainGroup | None = None
+        """The trainer mesh's process group (``trainer.ranks`` > 1); ``None`` on one rank."""
+        self.rank_weight = 1.0
+        """This rank's share of the step, times the rank count (``world * units / total units``, see
+        :meth:`units_in`): what a mesh rank's loss is scaled by so that the gradient FSDP or DDP averages
+        is the whole batch's. 1.0 on one rank."""
         self.model = self.build_model()
+        if getattr(config, "ranks", 1) > 1:
+            self._init_mesh()
+            return
         self.publisher = Publisher(weights)
         self.publisher.reserve(self.model.state_dict())  # shm slots reserved while the optimiser and setup build
         self.optimizer = self.build_optimizer()
         newest = self.newest_checkpoint()
         if newest is None:
             self.setup()
+            self.publish()
+        else:
+            self.load_checkpoint(newest)
+
+    def _init_mesh(self) -> None:
+        """``__init__`` of one rank of a trainer mesh: the group, the same starting weights on every
+        rank, the model wrapped, then version 0 published or the newest checkpoint loaded."""
+        ranks = self.config.ranks
+        ctx = rm.context()
+        if len(ctx.coords) != 1 or math.prod(ctx.shape.values()) != ranks:
+            raise rm.ConfigError(f"trainer.ranks={ranks} but this trainer was spawned on a mesh of shape {ctx.shape}: "
+                                 "spawn it on trainer_procs(procs, first, trainer.ranks) (rlmesh.rl.placement)")
+        cls = type(self)
+        if cls.shard_batch is Trainer.shard_batch or cls.train is not Trainer.train:
+            raise rm.ConfigError(f"trainer.ranks={ranks}: {cls.__name__} cannot train on a trainer mesh (it does not "
+                                 "split its batch with shard_batch, or overrides train); use trainer.ranks=1")
+        from rlmesh.rl.train.distributed import TrainGroup  # deferred: FSDP's import costs ~2 s; one rank skips it
+
+        self.group = group = TrainGroup.form(f"{ctx.mesh_name}/{self.weights}", ctx.rank, ranks,
+                                             self.config.group_timeout_s)
+        self.publisher = Publisher(self.weights) if group.rank == 0 else None
+        if self.publisher is not None:
+            self.publisher.reserve(self.model.state_dict())
+        self.optimizer = self.build_optimizer()
+        newest = self.newest_checkpoint()
+        if newest is None:
+            self.setup()  # on every rank's full copy, before sharding: a warm start needs no collectives
+        group.broadcast_module(self.model)  # whatever setup did, every rank starts from rank 0's weights
+        self.on_group(group)
+        self.model = group.wrap(self.model, self.config.parallel)
+        self.optimizer = self.build_optimizer()  # over the sharded parameters
+        if newest is None:
             self.publish()
         else:
             self.load_checkpoint(newest)
@@ -112,6 +167,25 @@ class Trainer(rm.Actor):
     def restore_extra(self, extra: dict[str, Any]) -> None:
         """Hook: restore what :meth:`checkpoint_extra` saved."""
 
+    def shard_batch(self, batch: list[Any], world: int) -> list[list[Any]]:
+        """Hook (trainer mesh, ``trainer.ranks`` > 1): split a sampled batch into ``world`` batches, one
+        per rank, on rank 0. Every rank's :meth:`train_step` must then run the same number of forward
+        and backward passes (FSDP's collectives pair them up). Not implemented here: a trainer that
+        cannot guarantee that (PPO's early stop on KL) trains on one rank."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its batch across ranks")
+
+    def units_in(self, batch: list[Any]) -> float:
+        """Hook (trainer mesh): what this rank's loss on ``batch`` averages over (tokens, sequences);
+        sets :attr:`rank_weight` each step. Default: :meth:`samples_in`."""
+        return float(self.samples_in(batch))
+
+    summed_metrics: frozenset[str] = frozenset()
+    """Metrics that are counts, summed over the ranks of a trainer mesh (the others are averaged)."""
+
+    def on_group(self, group: TrainGroup) -> None:
+        """Hook (trainer mesh): runs once on every rank after the process group formed and before the
+        model is wrapped (wrap a loss so the per-rank losses add up to the one-rank loss)."""
+
     # -- endpoints ---------------------------------------------------------------------------------------------
 
     @rm.endpoint
@@ -123,6 +197,8 @@ class Trainer(rm.Actor):
         """
         if self.buffer is None:
             raise RuntimeError(f"{type(self).__name__} was built without a buffer; call train_step() directly")
+        if self.group is not None:
+            return self._train_mesh(batch_size, timeout)
         res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor, self.durable_cursor).get()
         if not res.rollouts:
             out = TrainResult(self.step, self.version, self.samples_seen)
@@ -133,11 +209,48 @@ class Trainer(rm.Actor):
         out.requeued = list(res.requeued)
         return out
 
-    def learn(self, batch: list[Any], max_lag: int = 0, cursor: int | None = None) -> TrainResult:
-        """:meth:`train_step` plus the bookkeeping: counters, buffer cursor, publish, checkpoint, telemetry."""
+    def _train_mesh(self, batch_size: int, timeout: float) -> TrainResult:
+        """``train`` on a trainer mesh: rank 0 samples and sends each rank its share; all train."""
+        group = self.group
+        assert group is not None
+        res, parts, failed = None, None, None
+        if group.rank == 0:
+            try:
+                res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor,
+                                                  self.durable_cursor).get()
+                batch = [r.data for r in res.rollouts]
+                shards = self.shard_batch(batch, group.world) if batch else [None] * group.world
+                head = (self.samples_in(batch) if batch else 0, res.max_lag or 0, res.lease)
+                parts = [(shard, head) for shard in shards]
+            except Exception as exc:  # the buffer died under us: the other ranks must not wait for a batch
+                failed, parts = exc, [(None, (0, 0, None))] * group.world
+        shard, (samples, max_lag, lease) = group.scatter(parts)
+        if failed is not None:
+            raise failed
+        if shard is None:
+            out = TrainResult(self.step, self.version, self.samples_seen)
+        else:
+            out = self.learn(shard, max_lag=max_lag, cursor=lease, samples=samples)
+        if res is not None:
+            out.rollout_ids = [r.rollout_id for r in res.rollouts] if res.rollouts else []
+            out.dropped, out.drop_reasons = [d.rollout_id for d in res.dropped], [d.reason for d in res.dropped]
+            out.requeued = list(res.requeued)
+        return out
+
+    def learn(self, batch: list[Any], max_lag: int = 0, cursor: int | None = None,
+              samples: int | None = None) -> TrainResult:
+        """:meth:`train_step` plus the bookkeeping: counters, buffer cursor, publish, checkpoint, telemetry.
+
+        On a trainer mesh ``batch`` is this rank's share and ``samples`` the whole batch's count."""
         t0 = time.perf_counter()
-        samples = self.samples_in(batch)
-        metrics = self.train_step(batch)
+        samples = self.samples_in(batch) if samples is None else samples
+        if self.group is not None:
+            units = self.units_in(batch) if batch else 0.0
+            self.rank_weight = rank_weight(units, self.group.all_sum([units])[0], self.group.world)
+        metrics = self.train_step(batch) if batch else {}
+        if self.group is not None:  # one set of numbers for the step: rank 0 answers with it
+            metrics = merge_metrics(self.group.gather({k: float(v) for k, v in metrics.items()}) or [metrics],
+                                    self.summed_metrics)
         self.step += 1
         self.samples_seen += samples
         if cursor is not None:
@@ -151,9 +264,10 @@ class Trainer(rm.Actor):
         lr = float(self.optimizer.param_groups[0]["lr"])
         metrics = {k: float(v) for k, v in metrics.items()}
         metrics["train/policy_lag"] = float(max_lag)
-        rm.telemetry.record("train_steps", step=self.step, policy_version=self.version,
-                            loss=metrics.get("losses/loss"), lr=lr, grad_norm=metrics.get("train/grad_norm"),
-                            samples=samples, duration_s=took, metrics=json.dumps(metrics))
+        if self.group is None or self.group.rank == 0:
+            rm.telemetry.record("train_steps", step=self.step, policy_version=self.version,
+                                loss=metrics.get("losses/loss"), lr=lr, grad_norm=metrics.get("train/grad_norm"),
+                                samples=samples, duration_s=took, metrics=json.dumps(metrics))
         return TrainResult(self.step, self.version, self.samples_seen, trained=True, samples=samples, max_lag=max_lag,
                            duration_s=took, lr=lr, metrics=metrics)
 
@@ -179,6 +293,14 @@ class Trainer(rm.Actor):
                     self.version, self.cursor)
 
     def on_stop(self) -> None:
+        if self.group is not None:
+            # A sharded save is a collective: the ranks stop one by one and a rank already gone
+            # would hold the others for trainer.group_timeout_s. The run checkpoints every
+            # trainer.checkpoint_every steps and the controller's final save runs on every rank.
+            if self.publisher is not None:
+                self.publisher.close()
+            self.group.close()
+            return
         if self.config.checkpoint_dir:
             self.save_checkpoint()
         self.publisher.close()
@@ -189,6 +311,17 @@ class Trainer(rm.Actor):
         """Publish ``self.model``'s weights as version ``self.step``, or one past the newest version
         this job ever published under the name (a checkpoint rolled the trainer back, or a
         restarted proc resumed from one): versions never repeat and never go down."""
+        if self.group is not None:
+            state = self.group.full_state_dict(self.model)  # every rank: FSDP gathers the shards to rank 0
+            version = 0
+            if self.publisher is not None:
+                newest = self._newest_published()
+                version = self.step if newest is None or self.step > newest else newest + 1
+                kv.put(self._version_key(), version)
+                assert state is not None
+                self.publisher.publish(state, version=version)
+            self.version = self.group.broadcast_int(version)
+            return
         newest = self._newest_published()
         self.version = self.step if newest is None or self.step > newest else newest + 1
         kv.put(self._version_key(), self.version)  # first: a kill mid-publish must not let a version number repeat
@@ -207,29 +340,43 @@ class Trainer(rm.Actor):
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Atomically write model, optimiser, RNG states, counters and :meth:`checkpoint_extra`
         (tensors and plain values only: see :mod:`rlmesh.rl.checkpoint`)."""
+        sharded = self.group is not None or getattr(self.config, "checkpoint_format", "auto") == "dcp"
         if path is None:
             if not self.config.checkpoint_dir:
                 raise rm.ConfigError("trainer.checkpoint_dir is not set; set it to save checkpoints")
-            path = Path(self.config.checkpoint_dir) / checkpoint.name_for(self.step)
+            name = layout.name_for(self.step) if sharded else checkpoint.name_for(self.step)
+            path = Path(self.config.checkpoint_dir) / name
         path = Path(path)
         t0 = time.perf_counter()
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-                 "version": self.version, "samples_seen": self.samples_seen, "buffer_cursor": self.cursor,
-                 "rng": checkpoint.rng_state(), "extra": self.checkpoint_extra()}
-        checkpoint.write(path, state, self.step, self.version)
+        plain = {"step": self.step, "version": self.version, "samples_seen": self.samples_seen,
+                 "buffer_cursor": self.cursor, "rng": checkpoint.rng_state(), "extra": self.checkpoint_extra()}
+        if sharded:
+            from rlmesh.rl.train import dcp  # deferred: DCP's import costs ~2 s; one-rank file checkpoints skip it
+
+            dcp.save(path, self.model, self.optimizer, plain, self.step, self.version, self.group)
+        else:
+            state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **plain}
+            checkpoint.write(path, state, self.step, self.version)
         self.durable_cursor = self.cursor
-        checkpoint.prune(path.parent, getattr(self.config, "checkpoint_keep", 3))
+        if self.group is None or self.group.rank == 0:
+            layout.prune(path.parent, getattr(self.config, "checkpoint_keep", 3))
         self._record_checkpoint("save", path, time.perf_counter() - t0)
         return path
 
     def _record_checkpoint(self, event: str, path: Path, took: float) -> None:
-        size = path.stat().st_size if path.exists() else None
+        if self.group is not None and self.group.rank != 0:
+            return
+        if path.is_dir():
+            size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+        else:
+            size = path.stat().st_size if path.exists() else None
         rm.telemetry.record("checkpoints", event=event, step=self.step, policy_version=self.version, path=str(path),
                             bytes=size, buffer_cursor=self.cursor, duration_s=took)
 
     def newest_checkpoint(self) -> Path | None:
-        """The newest ``step_*.pt`` with its checksum file in ``checkpoint_dir`` (``None`` if none)."""
-        return checkpoint.newest(Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None)
+        """The newest checkpoint in ``checkpoint_dir``: a ``step_*.pt`` with its checksum file or a sharded
+        ``step_*.dcp`` directory (``None`` if none)."""
+        return layout.newest(Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None)
 
     def load_checkpoint(self, path: str | os.PathLike[str] | None = None) -> bool:
         """Restore from ``path``, or the newest ``step_*.pt`` in ``checkpoint_dir``; republish.
@@ -239,9 +386,19 @@ class Trainer(rm.Actor):
         path = Path(path) if path is not None else self.newest_checkpoint()
         if path is None:
             return False
-        state = checkpoint.read(path)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if path.is_dir():  # sharded: any rank count wrote it, DCP reshards to this one
+            from rlmesh.rl.train import dcp  # deferred: DCP's import costs ~2 s; one-rank file checkpoints skip it
+
+            state = dcp.load(path, self.model, self.optimizer)
+        else:
+            state = checkpoint.read(path)
+            if self.group is None:
+                self.model.load_state_dict(state["model"])
+                self.optimizer.load_state_dict(state["optimizer"])
+            else:  # a one-rank file into a sharded model
+                from rlmesh.rl.train import dcp  # deferred: DCP's import costs ~2 s; one-rank file checkpoints skip it
+
+                dcp.load_file_into(state, self.model, self.optimizer)
         self.step, self.samples_seen = int(state["step"]), int(state["samples_seen"])
         self.cursor = self.durable_cursor = int(state.get("buffer_cursor", 0))
         checkpoint.set_rng_state(state["rng"])

@@ -43,6 +43,7 @@ from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig
 from rlmesh.rl.losses.output import LossOutput
 from rlmesh.rl.models.sampling import Generation, generate, sequence_logprobs
 from rlmesh.rl.tasks.addition import AdditionTask, Problem
+from rlmesh.rl.train.sharding import RankWeightedLoss, grpo_units, split_groups
 from rlmesh.rl.warmup import WarmupPhase
 
 logger = logging.getLogger(__name__)
@@ -354,6 +355,21 @@ class GRPOTrainer(Trainer):
         (new log-probs, old log-probs, advantages, mask, then keywords); returns an object
         with ``.loss`` and ``.metrics()``. Runs ``update_epochs`` times per step."""
         return grpo_loss(*args, **kwargs)
+
+    # -- on a trainer mesh (trainer.ranks > 1: rlmesh.rl.train.sharding, docs/trainer.md) ----------------------
+
+    summed_metrics = frozenset({"train/groups", "train/tokens", "perf/train_tokens_per_s"})
+
+    def shard_batch(self, batch: list[dict[str, Any]], world: int) -> list[list[dict[str, Any]]]:
+        """Whole groups per rank: the informative groups one rank would train on, dealt evenly."""
+        return split_groups(batch, world, self.compute_advantages, self.config.max_groups)
+
+    def units_in(self, batch: list[dict[str, Any]]) -> float:
+        return grpo_units(batch, self.compute_advantages, self.config.aggregation)
+
+    def on_group(self, group: Any) -> None:
+        """Each rank's loss is scaled by its ``rank_weight``, so the gradient FSDP averages is the whole batch's."""
+        self.compute_loss = RankWeightedLoss(self.compute_loss, lambda: self.rank_weight)  # type: ignore[method-assign]
 
     # -- the step ----------------------------------------------------------------------------------------------
 

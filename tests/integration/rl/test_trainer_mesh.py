@@ -1,0 +1,144 @@
+"""The trainer mesh (``trainer.ranks=2``): real procs, a real gloo group, FSDP2 and DDP.
+
+The same batches go to a one-rank trainer and to a two-rank mesh, through a buffer actor that
+serves fixed batches, and the weights they end with are compared: a data-parallel step must be
+the one-rank step (same groups trained, losses weighted to the whole batch's mean). The sharded
+checkpoint the mesh writes loads into one rank, and a one-rank checkpoint into the mesh.
+
+A process belongs to one default process group for its life, so each mesh gets procs of its own;
+trainers of one rank (no group) share proc 0 with the buffers.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import rlmesh as rm
+from rlmesh.rl.algorithms.grpo import GRPOTrainer
+from rlmesh.rl.backends.base import Completion
+from rlmesh.rl.buffer import BufferedRollout, SampleResult
+from rlmesh.rl.checkpoint import read
+from rlmesh.rl.config import GRPOConfig
+from rlmesh.rl.models import TransformerConfig
+from rlmesh.rl.models.transformer import Transformer
+from rlmesh.rl.placement import call_trainer, trainer_procs
+from rlmesh.rl.train.layout import newest
+
+MODEL = TransformerConfig(vocab_size=16, max_seq_len=12, d_model=32, n_layers=2, n_heads=4)
+
+
+def scored_items(seed: int, items: int = 2, groups: int = 6, group_size: int = 4) -> list[dict]:
+    """Work items as LLMGenerator hands them to the buffer: random completions, 0/1 rewards."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(items):
+        completions, rewards = [], []
+        for _ in range(groups):
+            prompt = [rng.randrange(3, 16) for _ in range(rng.randint(2, 4))]
+            for _ in range(group_size):
+                t = rng.randint(1, 5)
+                completions.append(Completion(prompt, [rng.randrange(3, 16) for _ in range(t)], [0.0] * t))
+                rewards.append(float(rng.random() < 0.5))
+        out.append({"completions": completions, "rewards": rewards, "group_size": group_size,
+                    "logprobs_exact": False})  # the trainer takes the behaviour log-probs itself
+    return out
+
+
+class FixedBuffer(rm.Actor):
+    """Serves the given batches in turn, as ``ReplayBuffer.sample`` would."""
+
+    def __init__(self, batches: list[list[dict]]) -> None:
+        self.batches, self.calls = batches, 0
+
+    @rm.endpoint
+    def sample(self, batch_size: int, version: int, timeout: float, cursor: int = 0, durable: int = 0) -> SampleResult:
+        self.calls += 1
+        items = self.batches[(self.calls - 1) % len(self.batches)]
+        return SampleResult([BufferedRollout(f"b{self.calls}-{i}", version, item, len(item["completions"]))
+                             for i, item in enumerate(items)], max_lag=0, lease=self.calls)
+
+
+def config(tmp: Path, ranks: int, **kw) -> GRPOConfig:
+    return GRPOConfig(lr=1e-2, max_groups=8, ranks=ranks, checkpoint_dir=str(tmp), checkpoint_every=1,
+                      group_timeout_s=120, **kw)
+
+
+def weights_of(path: Path) -> dict[str, torch.Tensor]:
+    """The model weights of a checkpoint of either kind, read in the controller (a sharded one through
+    a plain one-rank model: DCP reshards it)."""
+    if path.is_dir():
+        from rlmesh.rl.train import dcp
+
+        model = Transformer(MODEL)
+        dcp.load(path, model, torch.optim.Adam(model.parameters()))
+        return model.state_dict()
+    return read(path)["model"]
+
+
+def train_steps(procs, first: int, ranks: int, tmp: Path, batches, steps: int, name: str, **kw):
+    buffer = procs.slice(procs=0).spawn(f"buffer_{name}", FixedBuffer, batches)
+    trainer = trainer_procs(procs, first, ranks).spawn(f"trainer_{name}", GRPOTrainer, config(tmp, ranks, **kw),
+                                                       buffer, MODEL, weights=name, seed=0)
+    results = [call_trainer(trainer, "train", 4, 10.0).get(timeout=120) for _ in range(steps)]
+    return trainer, results
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("parallel", ["fsdp", "ddp"])
+def test_two_ranks_take_the_one_rank_step_and_checkpoints_cross_rank_counts(tmp_path, parallel):
+    batches = [scored_items(1), scored_items(2)]
+    with rm.this_host().spawn_procs(per_host={"procs": 5}) as procs:
+        _, one = train_steps(procs, 0, 1, tmp_path / "one", batches, 2, f"one_{parallel}")
+        mesh, two = train_steps(procs, 1, 2, tmp_path / "two", batches, 2, f"two_{parallel}", parallel=parallel)
+        # the same step, counted once: rank 0 answers for the mesh with the whole batch's numbers
+        assert [r.trained for r in two] == [True, True] and [r.step for r in two] == [1, 2]
+        assert [r.samples for r in two] == [r.samples for r in one] == [48, 48]
+        for a, b in zip(one, two):
+            assert a.metric("train/groups") == b.metric("train/groups") == 8  # max_groups, split 4 + 4
+            # the same gradient: each rank's loss weighed by its share of the batch's tokens
+            assert b.metric("train/grad_norm") == pytest.approx(a.metric("train/grad_norm"), rel=1e-4)
+        ck_one, ck_two = newest(tmp_path / "one"), newest(tmp_path / "two")
+        assert ck_one.name == "step_00000002.pt" and ck_two.name == "step_00000002.dcp"
+        assert sorted(p.name for p in ck_two.iterdir() if p.name.endswith(".distcp")) == ["__0_0.distcp",
+                                                                                           "__1_0.distcp"]
+        w_one, w_two = weights_of(ck_one), weights_of(ck_two)
+        torch.manual_seed(0)  # the trainers' seed: their starting weights
+        start = Transformer(MODEL).state_dict()
+        moved = max(float((w_one[k] - start[k]).abs().max()) for k in w_one)
+        assert moved > 1e-3  # it trained
+        for k in w_one:
+            torch.testing.assert_close(w_two[k], w_one[k], atol=1e-4, rtol=1e-3)  # Adam: a 1e-2 step
+        call_trainer(mesh, "save").get(timeout=60)  # the controller's final save: every rank writes its shard
+
+        # the two-rank sharded checkpoint resumes one rank, and the one-rank file resumes two ranks
+        back_one = trainer_procs(procs, 0, 1).spawn(f"back1_{parallel}", GRPOTrainer, config(tmp_path / "two", 1),
+                                                    None, MODEL, weights=f"back1_{parallel}")
+        back_two = trainer_procs(procs, 3, 2).spawn(f"back2_{parallel}", GRPOTrainer,
+                                                    config(tmp_path / "one", 2, parallel=parallel), None, MODEL,
+                                                    weights=f"back2_{parallel}")
+        assert call_trainer(back_one, "state").get(timeout=60).step == 2
+        assert call_trainer(back_two, "state").get(timeout=60).step == 2
+        p1 = Path(call_trainer(back_one, "save", str(tmp_path / "again1.pt")).get(timeout=60))
+        p2 = Path(call_trainer(back_two, "save", str(tmp_path / "again2.dcp")).get(timeout=60))
+        for k, v in weights_of(p1).items():
+            torch.testing.assert_close(v, w_two[k])
+        for k, v in weights_of(p2).items():
+            torch.testing.assert_close(v, w_one[k])
+
+
+@pytest.mark.timeout(120)
+def test_a_one_rank_trainer_can_write_sharded_checkpoints_that_two_ranks_resume(tmp_path):
+    batches = [scored_items(3)]
+    with rm.this_host().spawn_procs(per_host={"procs": 3}) as procs:
+        _, res = train_steps(procs, 0, 1, tmp_path, batches, 1, "dcp1", checkpoint_format="dcp")
+        assert newest(tmp_path).name == "step_00000001.dcp"
+        resumed = trainer_procs(procs, 1, 2).spawn("dcp2", GRPOTrainer, config(tmp_path, 2), None, MODEL,
+                                                   weights="dcp2")
+        state = call_trainer(resumed, "state").get(timeout=60)
+        assert (state.step, state.samples_seen) == (1, res[0].samples_seen)
+        # a version never repeats: the resumed mesh publishes past the newest version of its name
+        assert state.policy_version == 1
