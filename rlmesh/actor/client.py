@@ -41,8 +41,9 @@ from rlmesh.errors import ActorDied, ActorError, CallTimeout
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.channel import Outbound
 from rlmesh.transport.serialization import dumps, loads, nbytes
-from rlmesh.transport.sockets import (bind_channel, connect_channel, has_message, poll_ms, recv_frames, send_frames,
-                                      tune, wait_readable, zmq_context)
+from rlmesh.transport.sockets import (MessageTooLarge, bind_channel, check_message_size, connect_channel, has_message,
+                                      limit_messages, max_message_bytes, poll_ms, recv_frames, send_frames, tune,
+                                      wait_readable, zmq_context)
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +195,8 @@ class Client:
         self._tls = threading.local()
         self._all_send_socks: list[zmq.Socket] = []
         self._dead = DeadAddresses()
-        self._inbox = tune(zmq_context().socket(zmq.ROUTER))
+        self._max_message = max_message_bytes()
+        self._inbox = limit_messages(tune(zmq_context().socket(zmq.ROUTER)))  # before any frame is buffered
         self.inbox_addr, self._inbox_in = bind_channel(self._inbox, auth, f"{identity} replies", local=True)
         self._inbox_fd = self._inbox.getsockopt(zmq.FD)
         self._inbox_lock = threading.RLock()  # held by whoever reads the inbox (recursion: callbacks that wait)
@@ -289,12 +291,18 @@ class Client:
                 raise zmq.ZMQError(msg="the rlmesh client is closed")
             sock, out = bag.get(addr)  # this thread's DEALER to addr and its session: sockets are never shared
             frames = P.encode(out, meta, payload)
+            size = nbytes(frames)
+            if size > self._max_message:  # the server would drop it unread: say so here (one compare per call)
+                check_message_size(frames, size, f"the call {mesh}[{rank}].{endpoint}")
             send_frames(sock, frames)
         except (zmq.ZMQError, AuthError) as exc:
             self._fail(call_id, ActorError(f"send to {addr} failed: {exc}", mesh=mesh, rank=rank,
                                            endpoint=endpoint))
             return fut
-        size = nbytes(frames)
+        except MessageTooLarge:  # like a pickling error: raised here, at the call
+            with self._lock:
+                self._pending.pop(call_id, None)
+            raise
         with self._lock:
             self.calls_sent += 1
             self.bytes_sent += size

@@ -47,7 +47,7 @@ from rlmesh.actor.supervision import (  # noqa: F401 - re-export
     HB_ACK_EVERY_S, TICK_S, FailureDetection, HostLoad, Restart, heartbeat_interval, silent_death)
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
-from rlmesh.transport.sockets import bind_channel, send_frames, tune, zmq_context
+from rlmesh.transport.sockets import bind_channel, limit_messages, send_frames, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Controller(RecoveryMixin):
             os.environ[SECRET_ENV] = secret_hex  # children and plugins read it from the environment
         self.job_id = os.environ.setdefault(JOB_ID_ENV, uuid.uuid4().hex[:12])
         self.auth = Authenticator(bytes.fromhex(secret_hex))
-        self.sock = tune(zmq_context().socket(zmq.ROUTER))
+        self.sock = limit_messages(tune(zmq_context().socket(zmq.ROUTER)))  # before any frame is buffered
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         port = os.environ.get(CONTROLLER_PORT_ENV)
         self.addr, self.chan = bind_channel(self.sock, self.auth, "controller", port=int(port) if port else None)

@@ -30,7 +30,8 @@ from rlmesh.actor.context import Context, ProcInfo, _current
 from rlmesh.actor.dedup import CallIdWindow, Verdict
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import SerializationError, dumps, loads, nbytes
-from rlmesh.transport.sockets import bind_channel, has_message, recv_frames, send_frames, tune, zmq_context
+from rlmesh.transport.sockets import (MessageTooLarge, bind_channel, check_message_size, has_message, limit_messages,
+                                      max_message_bytes, recv_frames, send_frames, tune, zmq_context)
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ class ActorServer:
         self.proc = proc
         self.loop = loop
         self.actors: dict[str, HostedActor] = {}
-        self.sock = tune(zmq_context().socket(zmq.ROUTER))
+        self.max_message = max_message_bytes()
+        self.sock = limit_messages(tune(zmq_context().socket(zmq.ROUTER)))  # before any frame is buffered
         self.addr, self.chan = bind_channel(self.sock, auth, f"actor calls to {proc.proc_id}", local=True)
         self.call_ids = CallIdWindow()
         self.calls_served = 0
@@ -247,6 +249,13 @@ class ActorServer:
                 sock, session = bag.get(call.reply_to)  # this thread's DEALER to the caller's inbox, and its session
                 msg = P.encode(session, (call.call_id, P.OK if exc is None else P.ERR), frames)
                 out = nbytes(msg)
+                if out > self.max_message:  # the caller's inbox would drop it unread: say why instead
+                    try:
+                        check_message_size(msg, out, f"the result of {call.endpoint}")
+                    except MessageTooLarge as big:
+                        exc = big
+                        msg = P.encode(session, (call.call_id, P.ERR), error_payload(big, None))
+                        out = nbytes(msg)
                 send_frames(sock, msg)
             except (zmq.ZMQError, AuthError) as err:
                 logger.warning("could not reply to %s: %s", call.caller, err)

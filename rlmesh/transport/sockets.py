@@ -163,6 +163,57 @@ socket to a peer that is gone costs until its owner closes it (a dead proc's add
 ``rlmesh.actor.client.ThreadSockets``), while a live peer behind a brief break is back within 2 s."""
 
 
+MAX_MESSAGE_ENV = "RLMESH_MAX_MESSAGE_MB"
+MAX_MESSAGE_MB_DEFAULT = 256
+_max_message: int | None = None
+
+
+class MessageTooLarge(ValueError):
+    """A frame is over the receiver's limit (``RLMESH_MAX_MESSAGE_MB``): refused before it is sent."""
+
+
+def max_message_bytes() -> int:
+    """The largest frame a call channel takes, bytes (``RLMESH_MAX_MESSAGE_MB``, default 256; read once).
+
+    Why: calls are read before they are authenticated, so without a limit anyone who can reach a
+    worker's socket makes it buffer a frame of any size (1 GiB raised a worker's RSS by 1 GB before
+    the MAC refused it). libzmq checks ``ZMQ_MAXMSGSIZE`` against a frame's size header and drops the
+    connection before buffering any of it. Large tensors travel on their own channels
+    (``rlmesh.weights``, workspace sync), which this does not limit."""
+    global _max_message
+    if _max_message is None:
+        raw = os.environ.get(MAX_MESSAGE_ENV, "")
+        try:
+            mb = float(raw) if raw.strip() else MAX_MESSAGE_MB_DEFAULT
+        except ValueError:
+            raise ValueError(f"{MAX_MESSAGE_ENV}={raw!r}: give the largest call frame in MB, e.g. "
+                             f"{MAX_MESSAGE_ENV}={MAX_MESSAGE_MB_DEFAULT}") from None
+        if mb <= 0:
+            raise ValueError(f"{MAX_MESSAGE_ENV}={raw!r} must be > 0 (MB)")
+        _max_message = int(mb * (1 << 20))
+    return _max_message
+
+
+def limit_messages(sock: zmq.Socket) -> zmq.Socket:
+    """Refuse frames over :func:`max_message_bytes` on ``sock`` (set before it binds)."""
+    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes())
+    return sock
+
+
+def check_message_size(frames: list[Any], size: int, what: str) -> None:
+    """Raise :class:`MessageTooLarge` when a frame of ``frames`` (``size`` bytes in all) is over the
+    limit, naming ``what`` and the fix; free when ``size`` is under it (the usual case)."""
+    limit = max_message_bytes()
+    if size <= limit:
+        return
+    biggest = max(memoryview(getattr(f, "buffer", f)).nbytes for f in frames)
+    if biggest > limit:
+        raise MessageTooLarge(
+            f"{what} has a {biggest / (1 << 20):.0f} MB frame, over the {limit / (1 << 20):.0f} MB a call channel "
+            f"takes ({MAX_MESSAGE_ENV}); send large tensors through rlmesh.weights (Publisher/Subscriber), "
+            f"or raise {MAX_MESSAGE_ENV} for the whole job (set it before the first spawn_procs)")
+
+
 def tune(sock: zmq.Socket) -> zmq.Socket:
     """Settings every rlmesh socket shares: no linger on close, unbounded queues (backpressure is by
     futures), reconnection that backs off to ``RECONNECT_IVL_MAX_MS``."""
