@@ -179,8 +179,17 @@ def memoized(query: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def evaluate(spec: ChartSpec, query: Callable[[str], Any], bins: int = BINS, series_prefix: str = "") -> ChartData:
-    """Run ``spec`` with ``query`` (read-only SQL -> pyarrow Table) and shape the rows for drawing."""
-    return to_chart(spec, query(spec.render_sql(bins)), series_prefix)
+    """Run ``spec`` with ``query`` (read-only SQL -> pyarrow Table) and shape the rows for drawing.
+
+    A chart over a table the run's file does not have (a run recorded before that table existed,
+    e.g. ``proc_health``) is empty, so one old run still shows every other chart."""
+    try:
+        tbl = query(spec.render_sql(bins))
+    except Exception as exc:  # noqa: BLE001 - only "no such table" is an empty chart; anything else is raised
+        if "Catalog Error: Table with name" not in str(exc):
+            raise
+        return ChartData(spec.id, spec.title, spec.kind, spec.x_label, spec.y_label, rows=0, x_axis=spec.x_axis)
+    return to_chart(spec, tbl, series_prefix)
 
 
 # --- the charts ---------------------------------------------------------------------------------

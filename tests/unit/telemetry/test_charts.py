@@ -69,3 +69,15 @@ def test_charts_read_the_rows_a_run_recorded(runs_dir):
     (death,) = charts.evaluate(charts.DEATHS, tm.query).series
     assert death.x == [210]  # env steps generated up to the death (21 rollouts of 10)
     tm.end_run()
+
+
+def test_a_chart_over_a_table_an_old_run_lacks_is_empty_and_other_errors_still_raise():
+    import duckdb
+    import pytest
+
+    con = duckdb.connect()  # a run file from before proc_health existed: no such table
+    query = lambda sql: con.execute(sql.replace("{t0_us}", "0").replace("{t0}", "0")).arrow()  # noqa: E731
+    data = charts.evaluate(charts.BY_ID["proc_rss"], query)
+    assert data.rows == 0 and data.series == []
+    with pytest.raises(duckdb.Error):
+        charts.evaluate(charts.ChartSpec("bad", "bad", "SELECT no_such_column FROM (SELECT 1 AS x)", "x", "y"), query)
