@@ -21,6 +21,12 @@ The load (1 min average from ``host_health``: mean and max over the run) and the
 versions are printed with it; everything also goes to ``--json`` (default ``soak_memory.json``).
 It measures, it does not judge: it exits 0 unless the run failed.
 
+Measured on the shared 2-core machine (load 5-6): as shipped, 400 steps, the generator goes
+669 -> 718 (peak) -> 690 MB, -0.01 MB/step, and every other proc stays under +0.25 MB/step with no
+growth warning. The same tree with the prefix cache of before 91a3fa0, ``steps=250``: the generator
+goes 693 -> 11,376 MB, +44.0 MB/step (+3.8 GB/min), and its own ``proc_health`` warning fires
+(with ``RLMESH_RSS_GROWTH_WINDOW_S=60``).
+
 Run: ``python benchmarks/soak_memory.py`` (grpo_addition as shipped: about 5.5 minutes on 2
 cores at load 5); ``--smoke`` for a few steps only; ``python benchmarks/soak_memory.py steps=100``
 for overrides of the default recipe; ``python benchmarks/soak_memory.py ppo_cartpole
