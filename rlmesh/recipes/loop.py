@@ -86,7 +86,6 @@ class Roles:
         return [[p for p, s in stage_of.items() if s == i] for i in range(len(stages))]
 
 
-
 @dataclass
 class Plan:
     """What a recipe's loop does that another's does not."""
@@ -114,6 +113,8 @@ class Plan:
     """Recipe-specific numbers for ``RunResult.extras``, asked for once the loop ended."""
     summary: Callable[["RunResult"], list[tuple[str, str]]] = lambda result: []
     """Rows the recipe adds at the top of the closing summary."""
+    finish: Callable[[Roles, "RunResult"], None] | None = None
+    """Called once the loop ended well, before the procs stop (export the trained model)."""
 
     def progress(self, m: Any) -> int:
         """Where ``m`` (a ``TrainResult`` or ``TrainerState``) stands, in ``unit``."""
@@ -185,6 +186,8 @@ def seeded_prompts(task: Any, per_item: int, seed: int) -> Callable[[WorkItem, i
     a generator seeded by the run's seed, the ledger's generation and the item's index, so a
     re-issued item (same index) gets the same prompts again and a resumed run new ones."""
     def prompts(item: WorkItem, generation: int) -> tuple[WorkItem, list[Any]]:
+        if hasattr(task, "batch"):  # a data set: the item's place in the epochs (a resumed run reshuffles)
+            return item, task.batch(item.index, per_item, seed * 1_000_003 + generation * 7_919)
         rng = random.Random(seed * 1_000_003 + generation * 7_919 + item.index)
         return item, task.sample(per_item, rng, "train")
 
@@ -213,6 +216,8 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
                 final_checkpoint(roles.trainer, roles.buffer, exc)
                 raise
         result.faults_injected = len(faults.injected)
+        if plan.finish is not None:
+            plan.finish(roles, result)
     finally:
         procs.stop(order=roles.stop_order() if roles else ())  # callers first: nobody calls a stopped proc
     result.extras = plan.extras()

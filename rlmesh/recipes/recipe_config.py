@@ -10,12 +10,15 @@ sees all the groups at once; they run on the final, overridden values when
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 from rlmesh.actor.faults import FaultConfig
 from rlmesh.actor.supervision import FailureDetection, Restart
 from rlmesh.rl.config import (
+    DTYPES,
     BufferConfig,
     GRPOConfig,
     GymGeneratorConfig,
@@ -26,7 +29,9 @@ from rlmesh.rl.config import (
     check,
 )
 from rlmesh.recipes.workspace_option import WorkspaceConfig
-from rlmesh.rl.names import check_model_path
+from rlmesh.rl.names import check_model_path, has_tokenizer
+from rlmesh.rl.tasks.dataset import resolve_data_path
+from rlmesh.rl.tasks.tokenizer import CharTokenizer
 from rlmesh.telemetry.config import TelemetryConfig
 
 
@@ -166,23 +171,62 @@ def ppo_cartpole() -> PPORecipeConfig:
     )
 
 
-@dataclass
-class AdditionTaskConfig:
-    """The synthetic task of ``grpo_addition`` (:class:`rlmesh.rl.tasks.AdditionTask`)."""
+TASK_KINDS = ("addition", "dataset")
+"""The tasks of the GRPO recipes: the synthetic addition task, or prompts from a data file."""
 
+
+@dataclass
+class TaskConfig:
+    """Where an LLM recipe's prompts come from: ``kind=addition`` (:class:`rlmesh.rl.tasks.AdditionTask`,
+    generated) or ``kind=dataset`` (:class:`rlmesh.rl.tasks.DatasetTask`: a local JSONL, Parquet or CSV
+    file, read with DuckDB). The ``task`` config group has presets (``task=gsm8k``)."""
+
+    kind: str = "addition"
+    """``addition`` or ``dataset``."""
     min_digits: int = 1
-    """Smallest operand size."""
+    """Smallest operand size (addition)."""
     max_digits: int = 2
-    """Largest operand size."""
+    """Largest operand size (addition)."""
     reverse_answer: bool = True
-    """Answers least-significant digit first (far easier for small transformers)."""
+    """Answers least-significant digit first (addition; far easier for small transformers)."""
     heldout_fraction: float = 0.1
-    """Share of problems reserved for evaluation (never trained on)."""
+    """Share of problems reserved for evaluation, never trained on (by a stable hash of each prompt)."""
+    path: Optional[str] = None
+    """The data file (dataset): ``.jsonl``, ``.parquet`` or ``.csv``; relative paths are from the
+    working directory, and a path starting with ``pkg:`` names a file rlmesh ships (``pkg:gsm8k_sample.jsonl``)."""
+    prompt_field: str = "prompt"
+    """The column holding the prompt (dataset; GSM8K's is ``question``)."""
+    answer_field: str = "answer"
+    """The column holding the reference answer (dataset)."""
+    answer_pattern: Optional[str] = None
+    """A regular expression whose first group is the answer inside the answer column (GSM8K:
+    ``####\\s*(.+)$``); null = the whole column."""
+    system_field: Optional[str] = None
+    """A column with each row's system prompt (dataset); null = ``system_prompt``."""
+    system_prompt: Optional[str] = None
+    """One system prompt for every row (model folders with a chat template)."""
+    template: str = "{prompt}"
+    """How a row's prompt is written out for the model; ``{prompt}`` is the row's prompt."""
+    heldout_path: Optional[str] = None
+    """Held-out rows from their own file (dataset); null = ``heldout_fraction`` of ``path``."""
+    shuffle: bool = True
+    """Walk the training rows in a seeded order per epoch (dataset); false = file order."""
+    name: Optional[str] = None
+    """The ``rollouts.env`` name; null = the file's stem (dataset) or ``addition_<min>-<max>``."""
 
     def __post_init__(self) -> None:
+        check(self.kind in TASK_KINDS, "task.kind", self.kind, f"use one of {', '.join(TASK_KINDS)}")
         check(1 <= self.min_digits <= self.max_digits, "task.min_digits", self.min_digits,
               f"use 1 <= task.min_digits <= task.max_digits ({self.max_digits})")
         check(0 < self.heldout_fraction < 1, "task.heldout_fraction", self.heldout_fraction, "use a value in (0, 1)")
+        check(self.kind != "dataset" or bool(self.path), "task.path", self.path,
+              "task.kind=dataset reads prompts from a file: set task.path=/path/to/train.jsonl (or .parquet, .csv)")
+        check("{prompt}" in self.template, "task.template", self.template,
+              "the template must contain {prompt}, where each row's prompt goes")
+
+
+AdditionTaskConfig = TaskConfig
+"""The former name of :class:`TaskConfig` (the addition task's fields are its defaults)."""
 
 
 @dataclass
@@ -190,18 +234,59 @@ class PolicyModelConfig:
     """The policy network of LLM recipes: the built-in transformer, or a local HF folder."""
 
     path: Optional[str] = None
-    """A local Hugging Face folder (``save_pretrained``); null = build the small transformer below."""
+    """A local Hugging Face folder (``save_pretrained``); null = build the small transformer below.
+    Its tokenizer and chat template come with it: prompts are rendered and completions decoded by it."""
     d_model: int = 128
     """Residual width of the built-in transformer."""
     n_layers: int = 2
     """Blocks."""
     n_heads: int = 4
     """Attention heads (must divide d_model)."""
+    dtype: str = "float32"
+    """The trainer's parameter dtype (model folders): ``float32`` or ``bfloat16``."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of keeping them (model folders): less
+    memory for longer sequences, about a third more compute."""
+    export: bool = True
+    """At the end of a run, write the trained model as a Hugging Face folder (``runs/<run>/model``) that
+    ``AutoModelForCausalLM.from_pretrained`` loads (model folders only)."""
 
     def __post_init__(self) -> None:
         check(self.d_model >= 1 and self.n_heads >= 1 and self.d_model % self.n_heads == 0, "model.n_heads",
               self.n_heads, f"pick a head count that divides model.d_model ({self.d_model})")
         check(self.n_layers >= 1, "model.n_layers", self.n_layers, "use 1 or more")
+        check(self.dtype in DTYPES, "model.dtype", self.dtype, f"use one of {', '.join(DTYPES)}")
+
+
+def check_task_and_model(task: TaskConfig, model: PolicyModelConfig, remote: bool) -> None:
+    """Refuse, before any proc starts, a task and a model whose tokenizers cannot agree: a text data set
+    needs the model folder's tokenizer; a folder without one can only read the addition task's
+    characters, and only if its vocabulary covers them. ``remote``: the folder lives on the pods."""
+    if task.kind == "dataset":
+        check(model.path is not None, "model.path", model.path,
+              "task.kind=dataset has text prompts, which the built-in character model cannot read: set "
+              "model.path to a Hugging Face model folder with a tokenizer (bash scripts/setup_model.sh builds "
+              "SmolLM2-135M-Instruct and prints its folder)")
+        if not remote:
+            for key in ("path", "heldout_path"):
+                value = getattr(task, key)
+                if value is not None:
+                    check(resolve_data_path(value).is_file(), f"task.{key}", value,
+                          "no such file: give a local .jsonl, .parquet or .csv file (or pkg:<name> for a shipped one)")
+    if model.path is None or remote:
+        return
+    folder = Path(model.path).expanduser()
+    if not (folder / "config.json").is_file():
+        return  # check_model_path names this
+    if not has_tokenizer(folder):
+        check(task.kind == "addition", "model.path", model.path,
+              "the folder has no tokenizer, so it cannot read text prompts: use a folder with one "
+              "(save_pretrained of the tokenizer too)")
+        vocab = json.loads((folder / "config.json").read_text()).get("vocab_size", 0)
+        need = CharTokenizer("0123456789+=").vocab_size
+        check(vocab >= need, "model.path", model.path,
+              f"the folder has no tokenizer and a vocabulary of {vocab} ids, fewer than the addition task's "
+              f"{need} characters: use a model folder with a tokenizer")
 
 
 @dataclass
@@ -210,7 +295,7 @@ class GRPORecipeConfig:
 
     program: str = "grpo"
     """Controller program under ``recipes/`` that runs this config."""
-    task: AdditionTaskConfig = field(default_factory=AdditionTaskConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
     model: PolicyModelConfig = field(default_factory=PolicyModelConfig)
     generator: LLMGeneratorConfig = field(default_factory=LLMGeneratorConfig)
     reward: RewardConfig = field(default_factory=lambda: RewardConfig(kind="exact_match"))
@@ -241,9 +326,13 @@ class GRPORecipeConfig:
         check(self.reward.kind != "env", "reward.kind", self.reward.kind,
                "GRPO on text needs a verifier: use 'exact_match' or 'numeric' (or 'model' with a subclass)")
         check_llm_recipe(self, "samples per prompt")
-        check(self.generator.max_new_tokens >= self.task.max_digits + 2, "generator.max_new_tokens",
-              self.generator.max_new_tokens,
-              f"answers need up to task.max_digits + 2 = {self.task.max_digits + 2} tokens (digits, carry, EOS)")
+        if self.task.kind == "addition" and self.model.path is None:
+            check(self.generator.max_new_tokens >= self.task.max_digits + 2, "generator.max_new_tokens",
+                  self.generator.max_new_tokens,
+                  f"answers need up to task.max_digits + 2 = {self.task.max_digits + 2} tokens (digits, carry, EOS)")
+        check_task_and_model(self.task, self.model, bool(self.launcher))
+        if self.trainer.lr_decay_steps is None and self.trainer.lr_schedule != "constant":
+            self.trainer.lr_decay_steps = self.steps
 
 
 def check_llm_recipe(cfg: Any, group: str) -> None:

@@ -14,7 +14,8 @@ class, and a subclass brings its own config dataclass with its own ``_target_``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 from rlmesh.errors import ConfigError  # re-exported: one ConfigError for the whole project (rm.ConfigError)
 from rlmesh.rl.names import check_env_id
@@ -32,6 +33,10 @@ __all__ = [
     "RewardConfig",
     "TrainerConfig",
 ]
+
+
+DTYPES = ("float32", "bfloat16")
+"""The model dtypes the LLM recipes take (names as torch spells them)."""
 
 
 def check(ok: bool, key: str, value: object, fix: str) -> None:
@@ -87,9 +92,28 @@ class LLMGeneratorConfig:
     """Nucleus sampling mass in (0, 1]; 1.0 disables it."""
     replicas: int = 1
     """Generator actors."""
+    stop: List[str] = field(default_factory=list)
+    """Strings that end a completion besides the model's EOS (left out of the text; the tokens after
+    them are neither scored nor trained). Both backends cut at the same place."""
+    max_prompt_tokens: Optional[int] = None
+    """Longer prompts keep their last this many tokens (``rollouts.prompt_truncated`` counts them);
+    ``None``: no limit (the vLLM backend's context is sized from it and ``max_new_tokens``)."""
+    samples_per_item: int = 2
+    """Completions of each work item written to the ``samples`` table (prompt, completion, reward)."""
+    sample_chars: int = 2000
+    """Prompt and completion text kept per ``samples`` row (the table stays bounded)."""
+    dtype: str = "float32"
+    """The generation model's dtype: ``float32`` or ``bfloat16`` (model folders only)."""
 
     def __post_init__(self) -> None:
         check(self.backend in ("torch", "vllm"), "generator.backend", self.backend, "use 'torch' or 'vllm'")
+        check(all(isinstance(s, str) and s for s in self.stop), "generator.stop", self.stop,
+              "use a list of non-empty strings, e.g. generator.stop='[\"####\"]'")
+        check(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "generator.max_prompt_tokens",
+              self.max_prompt_tokens, "use null (no limit) or 1 or more")
+        check(self.samples_per_item >= 0, "generator.samples_per_item", self.samples_per_item, "use 0 (none) or more")
+        check(self.sample_chars >= 1, "generator.sample_chars", self.sample_chars, "use 1 or more")
+        check(self.dtype in DTYPES, "generator.dtype", self.dtype, f"use one of {', '.join(DTYPES)}")
         check(self.samples_per_prompt >= 1, "generator.samples_per_prompt", self.samples_per_prompt,
                "set it to 1 or more (GRPO needs >= 2 for a non-zero advantage)")
         check(self.max_new_tokens >= 1, "generator.max_new_tokens", self.max_new_tokens, "set it to 1 or more")
@@ -244,7 +268,7 @@ class GRPOConfig(TrainerConfig):
 
     _target_: str = "rlmesh.rl.algorithms.grpo.GRPOTrainer"
     """The trainer actor class (spawned as ``cls(config, buffer, model_config, model_path, task,
-    temperature, pad_id, seed=...)``)."""
+    temperature, pad_id, seed=..., dtype=..., gradient_checkpointing=...)``)."""
     lr: float = 1e-4
     """Adam learning rate."""
     clip_coef: float = 0.2
@@ -274,9 +298,25 @@ class GRPOConfig(TrainerConfig):
     (stands in for a pretrained LM; see :func:`rlmesh.rl.algorithms.grpo.sft_warmstart`); 0 = none."""
     sft_lr: float = 1e-3
     """Learning rate of the warm start."""
+    micro_batch_size: Optional[int] = None
+    """Completions per forward/backward pass; the step accumulates the gradients of all of them
+    (same update, less memory). ``None``: the whole batch at once."""
+    lr_schedule: str = "constant"
+    """``constant``, or ``linear`` / ``cosine`` decay to 0 at ``lr_decay_steps``."""
+    warmup_steps: int = 0
+    """Train steps of linear learning-rate warm-up from 0."""
+    lr_decay_steps: Optional[int] = None
+    """Where a decaying schedule reaches 0; ``None``: the recipe's ``steps``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check(self.micro_batch_size is None or self.micro_batch_size >= 1, "trainer.micro_batch_size",
+              self.micro_batch_size, "use null (the whole batch) or 1 or more completions")
+        check(self.lr_schedule in ("constant", "linear", "cosine"), "trainer.lr_schedule", self.lr_schedule,
+              "use 'constant', 'linear' or 'cosine'")
+        check(self.warmup_steps >= 0, "trainer.warmup_steps", self.warmup_steps, "use 0 or more")
+        check(self.lr_decay_steps is None or self.lr_decay_steps > self.warmup_steps, "trainer.lr_decay_steps",
+              self.lr_decay_steps, f"use null or a step after trainer.warmup_steps ({self.warmup_steps})")
         check(self.max_groups is None or self.max_groups >= 1, "trainer.max_groups", self.max_groups,
               "use null (all informative groups) or 1 or more")
         check(self.sft_steps >= 0, "trainer.sft_steps", self.sft_steps, "use 0 (no warm start) or more")
@@ -300,8 +340,9 @@ class RewardConfig:
     _target_: str = "rlmesh.rl.actors.RewardActor"
     """The reward actor class (spawned as ``cls(config)``); a learned reward model is a subclass."""
     kind: str = "env"
-    """``env``: pass the environment's return through; ``exact_match`` / ``numeric``: verifiers
-    from :mod:`rlmesh.rl.tasks.verifiers`; ``model``: a learned reward model, supplied by a
+    """``env``: pass the environment's return through; ``exact_match`` / ``numeric`` / ``math`` (a
+    math completion's final answer, GSM8K's ``####`` format included): verifiers from
+    :mod:`rlmesh.rl.tasks.verifiers`; ``model``: a learned reward model, supplied by a
     ``RewardActor`` subclass that overrides ``reward_model`` (docs/extending.md)."""
     replicas: int = 1
     """Reward actors."""
@@ -309,8 +350,9 @@ class RewardConfig:
     """Partial credit for a well-formed but wrong answer (verifiers only)."""
 
     def __post_init__(self) -> None:
-        check(self.kind in ("env", "exact_match", "numeric", "model"), "reward.kind", self.kind,
-               "use 'env', 'exact_match', 'numeric' or 'model' (a RewardActor subclass overriding reward_model)")
+        check(self.kind in ("env", "exact_match", "numeric", "math", "model"), "reward.kind", self.kind,
+               "use 'env', 'exact_match', 'numeric', 'math' or 'model' (a RewardActor subclass overriding "
+               "reward_model)")
         check(self.replicas >= 1, "reward.replicas", self.replicas, "set reward.replicas to 1 or more")
         check(0 <= self.format_reward < 1, "reward.format_reward", self.format_reward,
                "use a value in [0, 1): it must stay below a correct answer's reward of 1")

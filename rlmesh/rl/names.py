@@ -50,3 +50,12 @@ def check_model_path(path: str | None, key: str) -> None:
     if not (p / "config.json").is_file():
         raise ConfigError(f"{key}={path!r} is invalid: the folder has no config.json, so it is not a Hugging Face "
                           "model folder (save_pretrained writes one)")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+"""A model folder holds a tokenizer when it has one of these (what ``save_pretrained`` writes)."""
+
+
+def has_tokenizer(path: str | Path) -> bool:
+    """Whether a model folder ships a tokenizer (cheap: no transformers import, for config checks)."""
+    return any((Path(path).expanduser() / f).exists() for f in TOKENIZER_FILES)

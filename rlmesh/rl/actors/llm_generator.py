@@ -18,6 +18,7 @@ from typing import Any
 import rlmesh as rm
 from rlmesh.rl.actors.generator import Generator
 from rlmesh.rl.backends.base import Completion, SamplingParams, make_backend
+from rlmesh.rl.backends.decode import finish_completions
 from rlmesh.rl.config import LLMGeneratorConfig
 from rlmesh.rl.results import EvalResult
 from rlmesh.rl.schedule import WorkItem
@@ -31,7 +32,8 @@ class LLMGenerator(Generator):
 
     Args:
         config: sampling settings (backend, N, max tokens, temperature, top-p).
-        task: the task object (``encode_prompt``, ``tokenizer``, ``name``); it travels by value.
+        task: the task object (``encode_prompt``, ``tokenizer``, ``name``); it travels by value. Its
+            tokenizer (the model's, for a model folder) renders prompts and decodes completions.
         backend_kwargs: passed to the backend's constructor (the torch backend takes
             ``model_config`` or ``model_path``; see :func:`backend_kwargs_for`).
     """
@@ -46,6 +48,8 @@ class LLMGenerator(Generator):
             self.backend = make_backend(config.backend, **(backend_kwargs or {}))
         self.tokens_generated = 0
         self.generate_seconds = 0.0
+        self.prompt_truncated: list[bool] = []
+        """Per problem of the last :meth:`_sample`: its prompt was cut to ``max_prompt_tokens``."""
 
     def weight_target(self) -> Any:
         return self.backend.weight_target()
@@ -55,18 +59,24 @@ class LLMGenerator(Generator):
 
     def sampling_params(self, greedy: bool = False) -> SamplingParams:
         """Hook: how to sample. ``greedy`` (evaluation) keeps only the argmax token."""
+        stop = tuple(self.config.stop)
         if greedy:
-            return SamplingParams(n=1, max_tokens=self.config.max_new_tokens, temperature=1.0, top_p=1e-9)
+            return SamplingParams(n=1, max_tokens=self.config.max_new_tokens, temperature=1.0, top_p=1e-9, stop=stop)
         return SamplingParams(n=self.config.samples_per_prompt, max_tokens=self.config.max_new_tokens,
-                              temperature=self.config.temperature, top_p=self.config.top_p)
+                              temperature=self.config.temperature, top_p=self.config.top_p, stop=stop)
 
     def _sample(self, problems: list[Any], params: SamplingParams) -> list[Completion]:
+        """``params.n`` completions per problem, decoded by the task's tokenizer (the model's) and cut
+        at ``generator.stop`` the same way whatever the backend (:mod:`rlmesh.rl.backends.decode`)."""
         t0 = time.perf_counter()
-        groups = self.backend.generate([self.task.encode_prompt(p) for p in problems], params)
+        cap = self.config.max_prompt_tokens
+        prompts = [self.task.encode_prompt(p) for p in problems]
+        self.prompt_truncated = [cap is not None and len(ids) > cap for ids in prompts]
+        if cap is not None:
+            prompts = [ids[-cap:] for ids in prompts]
+        groups = self.backend.generate(prompts, params)
         flat = [c for g in groups for c in g]
-        for c in flat:
-            if not c.text:
-                c.text = self.task.tokenizer.decode(c.token_ids)
+        finish_completions(flat, self.task.tokenizer, self.config.stop)
         self.generate_seconds += time.perf_counter() - t0
         self.tokens_generated += sum(len(c.token_ids) for c in flat)
         return flat
@@ -104,15 +114,34 @@ class LLMGenerator(Generator):
         refused = self.submit(item.work_id, data, len(flat))
         accepted = not refused
         if accepted:
-            took = time.perf_counter() - t0
-            rm.telemetry.record_batch("rollouts", {
-                "rollout_id": ids, "policy_version": [self.version] * len(ids), "reward": rewards,
-                "length": [len(c.token_ids) for c in flat], "env": [getattr(self.task, "name", type(self.task).__name__)] * len(ids),
-                "duration_s": [took / len(ids)] * len(ids), "samples": [1] * len(ids)})
+            self._record(ids, flat, rewards, problems, params.n, time.perf_counter() - t0)
         tokens = sum(len(c.token_ids) for c in flat)
         return {"rollout_id": item.work_id, "policy_version": self.version, "accepted": accepted, "reason": refused,
                 "samples": len(flat), "tokens": tokens, "mean_reward": sum(rewards) / len(rewards),
                 "gen_tokens_per_s": self.tokens_generated / max(self.generate_seconds, 1e-9)}
+
+    def _record(self, ids: list[str], flat: list[Completion], rewards: list[float], problems: list[Any], n: int,
+                took: float) -> None:
+        """One ``rollouts`` row per completion, and the first ``samples_per_item`` to ``samples``."""
+        rows = range(len(ids))
+        rm.telemetry.record_batch("rollouts", {
+            "rollout_id": ids, "policy_version": [self.version] * len(ids), "reward": rewards,
+            "length": [len(c.token_ids) for c in flat], "env": [getattr(self.task, "name", type(self.task).__name__)] * len(ids),
+            "duration_s": [took / len(ids)] * len(ids), "samples": [1] * len(ids),
+            "source": [getattr(problems[i // n], "source", "") or None for i in rows],
+            "finish_reason": [c.finish_reason for c in flat],
+            "prompt_tokens": [len(c.prompt_ids) for c in flat],
+            "prompt_truncated": [self.prompt_truncated[i // n] for i in rows]})
+        keep = min(self.config.samples_per_item, len(ids))
+        if keep:
+            cut = self.config.sample_chars
+            rm.telemetry.record_batch("samples", {
+                "rollout_id": ids[:keep], "policy_version": [self.version] * keep,
+                "prompt": [problems[i // n].prompt[:cut] for i in range(keep)],
+                "completion": [flat[i].text[:cut] for i in range(keep)],
+                "answer": [str(problems[i // n].answer)[:cut] for i in range(keep)],
+                "reward": rewards[:keep],
+                "source": [getattr(problems[i // n], "source", "") or None for i in range(keep)]})
 
     @rm.endpoint
     def evaluate(self, problems: list[Any], min_version: int = 0, env_steps: int | None = None) -> EvalResult:
@@ -131,11 +160,16 @@ class LLMGenerator(Generator):
 
 
 def backend_kwargs_for(backend: str, task: Any, model_config: Any = None, model_path: str | None = None,
-                       seed: int = 0) -> dict[str, Any]:
-    """Constructor arguments for a backend by name: the torch backend gets the model
-    description and the task tokenizer's ids; others get the model path (and seed)."""
-    tok = task.tokenizer
+                       seed: int = 0, config: LLMGeneratorConfig | None = None) -> dict[str, Any]:
+    """Constructor arguments for a backend by name. The torch backend gets the model description and
+    the task's tokenizer (the model's own when the recipe gave the task one: its EOS stops sampling,
+    its pad fills finished rows); vLLM gets the model folder, the seed, the dtype and a context that
+    fits the longest prompt plus ``max_new_tokens``."""
+    dtype = config.dtype if config is not None else "float32"
     if backend == "torch":
-        return {"model_config": model_config, "model_path": model_path, "eos_id": tok.eos_id, "pad_id": tok.pad_id,
-                "seed": seed, "tokenizer": tok}
-    return {"model_path": model_path, "seed": seed}
+        return {"model_config": model_config, "model_path": model_path, "seed": seed, "tokenizer": task.tokenizer,
+                "dtype": dtype}
+    out: dict[str, Any] = {"model_path": model_path, "seed": seed, "dtype": dtype}
+    if config is not None and config.max_prompt_tokens is not None:
+        out["max_model_len"] = config.max_prompt_tokens + config.max_new_tokens
+    return out

@@ -1,9 +1,9 @@
 """``RewardActor``: ``score(rollouts) -> rewards``.
 
-Ships three kinds (``reward.kind``): ``env`` passes the environment's return through;
-``exact_match`` and ``numeric`` are the rule-based verifiers of
-:mod:`rlmesh.rl.tasks.verifiers` (numeric extracts the last number from the text, for
-math-style answers). ``model`` is the hook for a learned reward model: subclass and
+Ships four kinds (``reward.kind``): ``env`` passes the environment's return through;
+``exact_match``, ``numeric`` and ``math`` are the rule-based verifiers of
+:mod:`rlmesh.rl.tasks.verifiers` (numeric compares the last number of the text; math the final
+answer a math completion states, GSM8K's ``####`` format included). ``model`` is the hook for a learned reward model: subclass and
 override :meth:`RewardActor.reward_model` (docs/extending.md shows one).
 Every scored rollout gets a ``rewards`` telemetry row.
 """
@@ -17,7 +17,7 @@ import torch
 
 import rlmesh as rm
 from rlmesh.rl.config import RewardConfig
-from rlmesh.rl.tasks.verifiers import exact_match, numeric_match
+from rlmesh.rl.tasks.verifiers import exact_match, math_match, numeric_match
 
 
 class RewardActor(rm.Actor):
@@ -67,6 +67,8 @@ class RewardActor(rm.Actor):
             return score
         if kind == "numeric":
             return numeric_match(rollout["text"], rollout["answer"], format_reward=self.config.format_reward)
+        if kind == "math":
+            return math_match(rollout["text"], rollout["answer"], format_reward=self.config.format_reward)
         raise ValueError(f"reward.kind={kind!r} has no rule-based scorer")
 
     def reward_model(self, rollouts: list[dict[str, Any]]) -> list[float]:

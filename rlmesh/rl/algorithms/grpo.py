@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+import rlmesh as rm
 from rlmesh.rl.actors.trainer import Trainer
 from rlmesh.rl.backends.torch_backend import build_policy_model
 from rlmesh.rl.batching import completions_to_generation
@@ -208,12 +212,8 @@ def grpo_update(
         advantages = grpo_advantages(batch.rewards, group_size, normalize_std=config.normalize_std)
     loss_fn = loss_fn or grpo_loss
     mask = gen.trained_mask.float()  # observation tokens of multi-turn trajectories are read, not trained
-    ref_logprobs = None
-    if config.kl_coef > 0:
-        if ref_model is None:
-            raise ValueError("grpo_update: trainer.kl_coef > 0 needs a ref_model (or set trainer.kl_coef=0)")
-        with torch.no_grad():
-            ref_logprobs = sequence_logprobs(ref_model, gen.input_ids, gen.attention_mask, gen.prompt_len, temperature)
+    if config.kl_coef > 0 and ref_model is None:
+        raise ValueError("grpo_update: trainer.kl_coef > 0 needs a ref_model (or set trainer.kl_coef=0)")
     # Groups with identical rewards carry no signal; skipping them saves compute, not bias.
     informative_groups = advantages.view(-1, group_size).abs().sum(1) > 0
     metrics: dict[str, float] = {"train/informative_fraction": float(informative_groups.float().mean())}
@@ -222,19 +222,35 @@ def grpo_update(
         return metrics
     rows = (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)
     metrics["train/groups"] = float(groups.numel())
-    out = None
+    # Micro-batches: each chunk's loss is weighted by its share of what the whole batch's loss averages
+    # over (tokens for token_mean, sequences otherwise), so the summed gradients are the full batch's.
+    size = getattr(config, "micro_batch_size", None) or len(rows)
+    chunks = [rows[i:i + size] for i in range(0, len(rows), size)]
+    total_tokens = mask[rows].sum().clamp_min(1.0)
+    weights = [float(mask[c].sum() / total_tokens) if config.aggregation == "token_mean" else len(c) / len(rows)
+               for c in chunks]
+    refs: list[torch.Tensor | None] = [None] * len(chunks)
+    if config.kl_coef > 0:
+        with torch.no_grad():
+            refs = [sequence_logprobs(ref_model, gen.input_ids[c], gen.attention_mask[c], gen.prompt_len, temperature)
+                    for c in chunks]
+    parts: list[dict[str, float]] = []
     for _ in range(config.update_epochs):
-        logprobs = sequence_logprobs(model, gen.input_ids[rows], gen.attention_mask[rows], gen.prompt_len, temperature)
-        out = loss_fn(logprobs, gen.completion_logprobs[rows], advantages[rows], mask[rows],
-                        ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows],
-                        clip_coef=config.clip_coef, clip_coef_high=config.clip_coef_high, kl_coef=config.kl_coef,
-                        aggregation=config.aggregation, norm_length=config.norm_length)
         optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
+        parts = []
+        for c, w, ref in zip(chunks, weights, refs):
+            logprobs = sequence_logprobs(model, gen.input_ids[c], gen.attention_mask[c], gen.prompt_len, temperature)
+            out = loss_fn(logprobs, gen.completion_logprobs[c], advantages[c], mask[c], ref_logprobs=ref,
+                          clip_coef=config.clip_coef, clip_coef_high=config.clip_coef_high, kl_coef=config.kl_coef,
+                          aggregation=config.aggregation, norm_length=config.norm_length)
+            (out.loss * w).backward()
+            parts.append(out.metrics())
         metrics["train/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
         optimizer.step()
-    assert out is not None
-    metrics.update(out.metrics())
+    metrics.update({k: sum(w * m[k] for w, m in zip(weights, parts)) for k in parts[0]})
+    # -log p of the sampled tokens, averaged: a Monte Carlo estimate of the sampling policy's entropy
+    metrics["train/entropy"] = float(-(gen.completion_logprobs[rows] * mask[rows]).sum() / total_tokens)
+    metrics["train/tokens"] = float(total_tokens)
     return metrics
 
 
@@ -292,26 +308,67 @@ def frozen_copy(model: nn.Module) -> nn.Module:
 
 
 class GRPOTrainer(Trainer):
-    """GRPO over completions. ``task`` is needed only for the optional SFT warm start.
+    """GRPO over completions. ``task`` brings the tokenizer (padding) and the optional SFT warm start.
 
     Args:
         model_config / model_path: the same model description the generators' backend gets.
         temperature: the generators' sampling temperature (log-probs are taken under it).
-        pad_id: padding token of the tokenizer.
+        pad_id: padding token; ``None``: the task's tokenizer's (the model's, for a model folder).
+        dtype: parameter dtype of a model folder (``float32`` or ``bfloat16``).
+        gradient_checkpointing: recompute activations in the backward pass (model folders).
     """
 
     config: GRPOConfig
 
     def __init__(self, config: GRPOConfig, buffer: Any = None, model_config: Any = None, model_path: str | None = None,
-                 task: Any = None, temperature: float = 1.0, pad_id: int = 0, weights: str = "policy",
-                 seed: int = 0) -> None:
+                 task: Any = None, temperature: float = 1.0, pad_id: int | None = None, weights: str = "policy",
+                 seed: int = 0, dtype: str = "float32", gradient_checkpointing: bool = False) -> None:
         self.model_config, self.model_path, self.task = model_config, model_path, task
+        if pad_id is None:
+            pad_id = task.tokenizer.pad_id if task is not None and task.tokenizer is not None else 0
         self.temperature, self.pad_id = temperature, pad_id
+        self.dtype, self.gradient_checkpointing = dtype, gradient_checkpointing
         self.ref_model: torch.nn.Module | None = None
         super().__init__(config, buffer, weights, seed)
 
     def build_model(self) -> torch.nn.Module:
-        return build_policy_model(self.model_config, self.model_path)[0].train()
+        model = build_policy_model(self.model_config, self.model_path, self.dtype)[0].train()
+        if self.gradient_checkpointing:
+            if not hasattr(model, "gradient_checkpointing_enable"):
+                raise ValueError("model.gradient_checkpointing=true is for model folders (model.path); the built-in "
+                                 "transformer is small enough without it")
+            model.gradient_checkpointing_enable()
+        return model
+
+    def learning_rate(self, step: int) -> float:
+        """The learning rate of train step ``step`` (0-based): linear warm-up over ``warmup_steps``, then
+        ``lr_schedule`` (``constant``, or ``linear`` / ``cosine`` decay to 0 at ``lr_decay_steps``)."""
+        c = self.config
+        if step < c.warmup_steps:
+            return c.lr * (step + 1) / c.warmup_steps
+        if c.lr_schedule == "constant" or not c.lr_decay_steps:
+            return c.lr
+        progress = min(1.0, (step - c.warmup_steps) / max(1, c.lr_decay_steps - c.warmup_steps))
+        if c.lr_schedule == "linear":
+            return c.lr * (1.0 - progress)
+        return c.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    @rm.endpoint
+    def export(self, path: str) -> str:
+        """Write the current policy as a Hugging Face folder at ``path`` (model folders only): what
+        ``AutoModelForCausalLM.from_pretrained`` loads, tokenizer and chat template included."""
+        inner = getattr(self.model, "model", None)
+        if inner is None or not hasattr(inner, "save_pretrained"):
+            raise ValueError("export writes Hugging Face folders: the built-in transformer has none (its weights "
+                             "are in the trainer's checkpoints)")
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        inner.save_pretrained(out)
+        tok = getattr(self.task, "tokenizer", None)
+        if hasattr(tok, "hf"):
+            tok.hf.save_pretrained(out)
+        logger.info("exported the policy at version %d to %s", self.version, out)
+        return str(out)
 
     def setup(self) -> None:
         """SFT warm start (``trainer.sft_steps``; the task's own ``warm_start`` if it has one), then freeze a reference copy if ``kl_coef > 0``."""
@@ -374,6 +431,9 @@ class GRPOTrainer(Trainer):
     # -- the step ----------------------------------------------------------------------------------------------
 
     def train_step(self, batch: list[dict[str, Any]]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate(self.step)
         group_size = batch[0]["group_size"]
         if any(item["group_size"] != group_size for item in batch):
             raise ValueError("GRPOTrainer: every work item of a batch must use the same samples_per_prompt")
@@ -389,4 +449,5 @@ class GRPOTrainer(Trainer):
                               ref_model=self.ref_model, max_groups=self.config.max_groups,
                               advantages=self.compute_advantages(rewards, group_size), loss_fn=self.compute_loss)
         metrics["rollout/reward_mean"] = float(rewards.mean())
+        metrics["perf/train_tokens_per_s"] = metrics.get("train/tokens", 0.0) / max(time.perf_counter() - t0, 1e-9)
         return metrics

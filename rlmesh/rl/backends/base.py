@@ -34,6 +34,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     """Tokens besides EOS that end a completion (kept as its last token): a tool call's closing
     token in multi-turn episodes (:mod:`rlmesh.rl.agentic`)."""
+    stop: tuple[str, ...] = ()
+    """Strings that end a completion. An engine that can stops early on them (vLLM); the generator
+    cuts every backend's completions at them the same way (:mod:`rlmesh.rl.backends.decode`)."""
 
 
 @dataclass

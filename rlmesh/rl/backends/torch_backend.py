@@ -30,13 +30,13 @@ logger = logging.getLogger(__name__)
 
 
 def build_policy_model(model_config: TransformerConfig | dict[str, Any] | None = None,
-                       model_path: str | None = None) -> tuple[nn.Module, Any]:
-    """The policy network a trainer and a torch backend share: ``(model, hf_tokenizer_or_None)``.
+                       model_path: str | None = None, dtype: str = "float32") -> tuple[nn.Module, Any]:
+    """The policy network a trainer and a torch backend share: ``(model, tokenizer_or_None)``.
 
-    ``model_path`` (a local ``save_pretrained`` folder) wins over ``model_config``.
+    ``model_path`` (a local ``save_pretrained`` folder, loaded in ``dtype``) wins over ``model_config``.
     """
     if model_path:
-        return load_hf(model_path)
+        return load_hf(model_path, dtype=getattr(torch, dtype))
     if isinstance(model_config, dict):
         model_config = TransformerConfig(**model_config)
     return Transformer(model_config or TransformerConfig()), None
@@ -48,7 +48,8 @@ class TorchBackend:
     Args:
         model: an existing model (tests, notebooks); else one is built from
             ``model_config`` / ``model_path`` by :func:`build_policy_model`.
-        eos_id: stop token; ``pad_id`` fills finished rows.
+        eos_id: stop token; ``pad_id`` fills finished rows (both default to ``tokenizer``'s).
+        tokenizer: decodes each completion's ``text`` (the model folder's own when none is given).
         seed: seeds the sampler's own ``torch.Generator`` (``SamplingParams.seed`` overrides it per call).
         prefix_cache_mb: memory for the keys and values of contexts already read (0: no prefix cache).
     """
@@ -57,15 +58,19 @@ class TorchBackend:
     logprobs_exact = True
 
     def __init__(self, model: nn.Module | None = None, *, model_config: TransformerConfig | dict[str, Any] | None = None,
-                 model_path: str | None = None, eos_id: int | None = None, pad_id: int = 0, seed: int = 0,
-                 tokenizer: Any = None, prefix_cache_mb: int = 256) -> None:
+                 model_path: str | None = None, eos_id: int | None = None, pad_id: int | None = None, seed: int = 0,
+                 tokenizer: Any = None, prefix_cache_mb: int = 256, dtype: str = "float32") -> None:
         if model is None:
-            model, hf_tok = build_policy_model(model_config, model_path)
+            model, hf_tok = build_policy_model(model_config, model_path, dtype)
             tokenizer = tokenizer or hf_tok
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer = tokenizer
+        if eos_id is None and tokenizer is not None:
+            eos_id = tokenizer.eos_id
+        if pad_id is None:
+            pad_id = tokenizer.pad_id if tokenizer is not None else 0
         self.eos_id, self.pad_id = eos_id, pad_id
         self._rng = torch.Generator().manual_seed(seed)
         self.prefixes = (prefix_cache.PrefixCache(self.model, prefix_cache_mb << 20)
@@ -97,12 +102,7 @@ class TorchBackend:
         return out
 
     def _decode(self, toks: list[int]) -> str:
-        if self.tokenizer is None:
-            return ""
-        try:
-            return self.tokenizer.decode(toks, skip_special_tokens=True)
-        except TypeError:  # CharTokenizer: decode(ids, stop_at_eos=True)
-            return self.tokenizer.decode(toks)
+        return self.tokenizer.decode(toks) if self.tokenizer is not None else ""
 
     def weight_target(self) -> dict[str, Any]:
         """The live state_dict: ``pull_into`` copies new weights straight into the model's tensors."""

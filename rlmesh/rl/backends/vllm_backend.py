@@ -169,6 +169,7 @@ class VLLMBackend:
             n=params.n, max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
             seed=seed, logprobs=-1 if full else 0, detokenize=True, skip_special_tokens=True,
             stop_token_ids=list(params.stop_token_ids) or None,  # a tool call's closing token (rl/agentic)
+            stop=list(params.stop) or None,  # stops early; LLMGenerator cuts every backend's text the same way
         )
 
     @staticmethod

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlmesh.rl.names import has_tokenizer
+
 
 def _require_transformers() -> Any:
     try:
@@ -72,19 +74,84 @@ class HFCausalLM(nn.Module):
         return out.logits
 
 
+class HFTokenizer:
+    """A model folder's tokenizer in the :class:`~rlmesh.rl.tasks.tokenizer.Tokenizer` contract.
+
+    Prompts go through the folder's chat template (``add_generation_prompt``: the ids end where the
+    assistant's answer starts); a folder without a template encodes the prompt as plain text.
+    Decoding leaves special tokens out and stops at the first EOS, the same for every backend.
+
+    It travels by path: pickled into another proc it is the folder's name, loaded there on first use
+    (the tokenizer's files stay on disk; a controller that never renders a prompt never loads it).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._tok: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])
+
+    @property
+    def hf(self) -> Any:
+        """The ``transformers`` tokenizer itself (loaded on first use)."""
+        if self._tok is None:
+            self._tok = _require_transformers().AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        return self._tok
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.hf)
+
+    @property
+    def eos_id(self) -> int:
+        eos = self.hf.eos_token_id
+        if eos is None:
+            raise ValueError(f"the tokenizer of {self.path} has no EOS token; generation could never stop")
+        return int(eos)
+
+    @property
+    def pad_id(self) -> int:
+        """The pad token, or EOS where the tokenizer has none (what chat models pad with)."""
+        pad = self.hf.pad_token_id
+        return int(pad) if pad is not None else self.eos_id
+
+    @property
+    def chat_template(self) -> str | None:
+        return getattr(self.hf, "chat_template", None)
+
+    def render(self, prompt: str, system: str | None = None) -> list[int]:
+        if not self.chat_template:
+            return list(self.hf.encode(prompt))
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        ids = self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        eos = self.eos_id
+        if eos in ids:
+            ids = ids[:ids.index(eos)]
+        return self.hf.decode(ids, skip_special_tokens=True)
+
+
 def load_hf(path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> tuple[HFCausalLM, Any]:
     """Load ``path`` (a local folder written by ``save_pretrained``) as ``(model, tokenizer)``.
 
-    The tokenizer is ``None`` when the folder has none (e.g. a random-weight test model
-    used with :class:`~rlmesh.rl.tasks.CharTokenizer`). Nothing is downloaded:
-    ``local_files_only=True``.
+    The tokenizer (an :class:`HFTokenizer`) is ``None`` when the folder has none (e.g. a
+    random-weight test model used with :class:`~rlmesh.rl.tasks.CharTokenizer`). Nothing is
+    downloaded: ``local_files_only=True``.
     """
     transformers = _require_transformers()
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"load_hf: {path} has no config.json; pass a folder written by save_pretrained")
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device)
-    tokenizer = None
-    if any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    return HFCausalLM(model.eval()), tokenizer
+    return HFCausalLM(model.eval()), HFTokenizer(path) if has_tokenizer(path) else None

@@ -8,21 +8,15 @@ from __future__ import annotations
 
 import random
 import zlib
-from dataclasses import dataclass
 
+from rlmesh.rl.tasks.base import Problem, Split, TextTask
 from rlmesh.rl.tasks.tokenizer import CharTokenizer
 from rlmesh.rl.tasks.verifiers import digit_match, exact_match
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One prompt and its reference answer."""
-
-    prompt: str
-    answer: str
+__all__ = ["AdditionTask", "Problem"]
 
 
-class AdditionTask:
+class AdditionTask(TextTask):
     """Sums of two integers with ``min_digits..max_digits`` digits each.
 
     Args:
@@ -34,6 +28,10 @@ class AdditionTask:
             already seen plus a carry, which small transformers learn far faster than
             most-significant-first (Lee et al. 2023, "Teaching Arithmetic to Small
             Transformers"). The task stays exactly verifiable.
+
+    Its tokenizer is a :class:`CharTokenizer` for the built-in transformer; with a model folder the
+    recipe hands it the model's own (:meth:`~rlmesh.rl.tasks.base.TextTask.use_tokenizer`), and the
+    prompt ``"12+34="`` goes through the model's chat template like any other text.
     """
 
     def __init__(self, min_digits: int = 1, max_digits: int = 3, heldout_fraction: float = 0.1,
@@ -46,6 +44,7 @@ class AdditionTask:
         self.heldout_fraction = heldout_fraction
         self.reverse_answer = reverse_answer
         self.tokenizer = CharTokenizer("0123456789+=")
+        self.name = f"addition_{min_digits}-{max_digits}"
 
     @property
     def max_answer_len(self) -> int:
@@ -61,7 +60,7 @@ class AdditionTask:
 
     def sample(self, n: int, rng: random.Random, split: str = "train") -> list[Problem]:
         """``n`` problems from the ``"train"`` or ``"heldout"`` split."""
-        if split not in ("train", "heldout"):
+        if split not in tuple(Split):
             raise ValueError(f"AdditionTask.sample: split must be 'train' or 'heldout', got {split!r}")
         out: list[Problem] = []
         while len(out) < n:
@@ -70,11 +69,8 @@ class AdditionTask:
             b = rng.randint(0 if db == 1 else 10 ** (db - 1), 10**db - 1)
             if self._is_heldout(a, b) == (split == "heldout"):
                 answer = str(a + b)
-                out.append(Problem(f"{a}+{b}=", answer[::-1] if self.reverse_answer else answer))
+                out.append(Problem(f"{a}+{b}=", answer[::-1] if self.reverse_answer else answer, source=self.name))
         return out
-
-    def encode_prompt(self, problem: Problem) -> list[int]:
-        return self.tokenizer.encode(problem.prompt, bos=True)
 
     def score(self, completion: str, problem: Problem, partial: bool = False) -> float:
         """The verifier: exact match of the decoded completion with the sum, or with

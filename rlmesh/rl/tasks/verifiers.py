@@ -1,7 +1,7 @@
 """Rule-based verifiers: ``(completion, answer) -> reward in [0, 1]``.
 
-These are the scoring functions ``RewardActor`` ships (``reward.kind=exact_match`` or
-``numeric``). They are deliberately strict: a reward that can be gamed will be.
+These are the scoring functions ``RewardActor`` ships (``reward.kind=exact_match``, ``numeric`` or
+``math``). They are deliberately strict: a reward that can be gamed will be.
 """
 
 from __future__ import annotations
@@ -59,3 +59,51 @@ def digit_match(completion: str, answer: str) -> float:
     if width == 0:
         return 1.0
     return sum(a == b for a, b in zip(completion, answer)) / width
+
+
+_FINAL = (re.compile(r"####\s*([^\n]+)"), re.compile(r"\\boxed\{([^}]*)\}"),
+          re.compile(r"answer is[:\s]*\$?([^\n$]+)", re.IGNORECASE))
+
+
+def final_answer(text: str) -> str | None:
+    """The final answer a math completion states: after ``####`` (GSM8K's format), in
+    ``\\boxed{}``, after "the answer is", else its last number; ``None`` when it states none."""
+    for pattern in _FINAL:
+        found = pattern.findall(text)
+        if found:
+            return found[-1].strip().rstrip(".")
+    number = extract_number(text)
+    return None if number is None else _NUMBER.findall(text.replace(",", ""))[-1]
+
+
+def _as_number(text: str) -> float | None:
+    found = _NUMBER.findall(text.replace(",", "").replace("$", ""))
+    return float(found[0]) if len(found) == 1 else None
+
+
+def math_match(completion: str, answer: str, format_reward: float = 0.0) -> float:
+    """1.0 when the completion's final answer (:func:`final_answer`) equals the reference.
+
+    Numbers compare as numbers (``"1,200"``, ``"$1200"`` and ``"1200.0"`` agree); anything else
+    (fractions, expressions, LaTeX) goes to ``math-verify``'s symbolic check where it is installed
+    (the ``hf`` extra), else to an exact string match. ``format_reward`` is credit for stating an
+    answer that is wrong.
+    """
+    got = final_answer(completion)
+    if got is None:
+        return 0.0
+    a, b = _as_number(got), _as_number(answer)
+    if a is not None and b is not None:
+        return 1.0 if abs(a - b) <= 1e-6 * max(1.0, abs(b)) else format_reward
+    return 1.0 if _symbolic_equal(got, answer) else format_reward
+
+
+def _symbolic_equal(got: str, answer: str) -> bool:
+    try:
+        from math_verify import parse, verify  # deferred: optional (rlmesh[hf]); exact match without it
+    except ImportError:
+        return got.strip() == answer.strip()
+    try:
+        return bool(verify(parse(answer), parse(got)))
+    except Exception:  # noqa: BLE001 - an unparsable answer is a wrong one
+        return False

@@ -87,3 +87,27 @@ def test_max_groups_trains_on_the_first_informative_groups_only(setup):
     opt = torch.optim.Adam(model.parameters())
     metrics = grpo_update(model, opt, batch, GRPOConfig(), 2, max_groups=1)
     assert metrics["train/informative_fraction"] == 0.5 and metrics["train/groups"] == 1.0
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean", "sequence_sum_norm"])
+def test_micro_batches_accumulate_the_full_batch_gradient(setup, aggregation):
+    """``trainer.micro_batch_size``: the same update as the whole batch at once (less memory), for each
+    way of averaging tokens, KL term included."""
+    task, model = setup
+    problems = task.sample(4, random.Random(2))
+    batch = generate_and_score(model, task, problems, LLMGeneratorConfig(samples_per_prompt=4, max_new_tokens=3),
+                               torch.Generator().manual_seed(1))
+    batch.rewards = torch.tensor([1.0, 0.0, 0.5, 0.0] * 4)
+    ref = frozen_copy(model)
+    grads, metrics = [], []
+    for size in (None, 3):
+        m = frozen_copy(model).train()
+        for p in m.parameters():
+            p.requires_grad_(True)
+        opt = torch.optim.SGD(m.parameters(), lr=0.0)  # lr 0: compare the gradients the step produced
+        cfg = GRPOConfig(kl_coef=0.05, aggregation=aggregation, micro_batch_size=size, max_grad_norm=1e9)
+        metrics.append(grpo_update(m, opt, batch, cfg, group_size=4, ref_model=ref))
+        grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+    assert metrics[0]["losses/loss"] == pytest.approx(metrics[1]["losses/loss"], rel=1e-4, abs=1e-7)
+    assert metrics[0]["train/tokens"] == metrics[1]["train/tokens"] > 0

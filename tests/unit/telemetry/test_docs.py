@@ -49,7 +49,12 @@ def _populate() -> float:
             collapsed = g == 1 and k >= 40
             tm.record("rollouts", ts=t0 + k * 0.8 + 0.3, proc=f"gen.{g}", mesh="gen", rank=g,
                       rollout_id=f"{g}-{k}", policy_version=max(0, int(k * 0.8 / 5) - 1),
-                      reward=0.0 if collapsed else 1.0 + 0.01 * k, length=100, env="gsm8k", duration_s=0.5)
+                      reward=0.0 if collapsed else 1.0 + 0.01 * k, length=100, env="gsm8k", duration_s=0.5,
+                      source="gsm8k_sample.jsonl", finish_reason="length" if k % 4 == 0 else "stop")
+            if k % 10 == 0:
+                tm.record("samples", ts=t0 + k * 0.8 + 0.3, proc=f"gen.{g}", mesh="gen", rank=g,
+                          rollout_id=f"{g}-{k}", policy_version=max(0, int(k * 0.8 / 5) - 1), prompt="2+2?",
+                          completion="4", answer="4", reward=1.0, source="gsm8k_sample.jsonl")
     kill = t0 + 40 * 0.8
     for s in range(3):
         rec.record_trusted("spans", {"mesh": "gen", "rank": 1, "proc": "gen.1", "actor_id": "gen/1",

@@ -16,7 +16,7 @@ def test_every_builtin_table_creates_and_every_column_is_documented():
         for c in cols:
             assert schema.describe_column(t.name, c), f"{t.name}.{c} has no description"
     expected = {"runs", "actors", "spans", "refusals", "rollouts", "rewards", "train_steps", "weight_syncs", "evals",
-                "host_health", "proc_health", "gpu_health", "work_items", "checkpoints", "logs", "stacks", "file_syncs", "phases", "turns",
+                "samples", "host_health", "proc_health", "gpu_health", "work_items", "checkpoints", "logs", "stacks", "file_syncs", "phases", "turns",
                 "debug_sessions"}
     assert set(schema.BUILTIN) == expected
 
