@@ -58,7 +58,7 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local") -> RunResult:
     model_config = None if m.path else TransformerConfig(
         vocab_size=task.tokenizer.vocab_size, max_seq_len=task.max_prompt_len + g.max_new_tokens,
         d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads)
-    backend = backend_kwargs_for(g.backend, task, model_config, m.path, seed, g)
+    backend = backend_kwargs_for(g.backend, task, model_config, m.path, seed, g, m.lora)
     n_procs = cfg.proc_meshes()["rl"]
 
     def spawn(procs) -> Roles:
@@ -67,7 +67,7 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local") -> RunResult:
         rewards = procs.slice(procs=slice(after, after + cfg.reward.replicas)).spawn("reward", reward_cls, cfg.reward)
         trainer = trainer_procs(procs, 1, cfg.trainer.ranks).spawn("trainer", trainer_cls, cfg.trainer, buffer, model_config, m.path, task,
                                              g.temperature, None, seed=seed, dtype=m.dtype,
-                                             gradient_checkpointing=m.gradient_checkpointing)
+                                             gradient_checkpointing=m.gradient_checkpointing, lora=m.lora)
         evaluator = procs.slice(procs=0).spawn("evaluator", evaluator_cls, g, task, None, rewards, backend)
         generators = procs.slice(procs=slice(after + cfg.reward.replicas, n_procs)).spawn(
             "generator", generator_cls, g, task, buffer, rewards, backend)

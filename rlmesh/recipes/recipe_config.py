@@ -20,6 +20,7 @@ from rlmesh.actor.supervision import FailureDetection, Restart
 from rlmesh.rl.config import (
     DTYPES,
     BufferConfig,
+    LoRAConfig,
     GRPOConfig,
     GymGeneratorConfig,
     GymTrainerConfig,
@@ -249,13 +250,17 @@ class PolicyModelConfig:
     memory for longer sequences, about a third more compute."""
     export: bool = True
     """At the end of a run, write the trained model as a Hugging Face folder (``runs/<run>/model``) that
-    ``AutoModelForCausalLM.from_pretrained`` loads (model folders only)."""
+    ``AutoModelForCausalLM.from_pretrained`` loads (model folders only; LoRA adapters merged in)."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters (model folders): ``model.lora.r=16`` trains adapters only (docs/llm.md)."""
 
     def __post_init__(self) -> None:
         check(self.d_model >= 1 and self.n_heads >= 1 and self.d_model % self.n_heads == 0, "model.n_heads",
               self.n_heads, f"pick a head count that divides model.d_model ({self.d_model})")
         check(self.n_layers >= 1, "model.n_layers", self.n_layers, "use 1 or more")
         check(self.dtype in DTYPES, "model.dtype", self.dtype, f"use one of {', '.join(DTYPES)}")
+        check(self.lora.r == 0 or self.path is not None, "model.lora.r", self.lora.r,
+              "LoRA adapts a Hugging Face model folder: set model.path, or model.lora.r=0 for the built-in model")
 
 
 def check_task_and_model(task: TaskConfig, model: PolicyModelConfig, remote: bool) -> None:
@@ -331,6 +336,11 @@ class GRPORecipeConfig:
                   self.generator.max_new_tokens,
                   f"answers need up to task.max_digits + 2 = {self.task.max_digits + 2} tokens (digits, carry, EOS)")
         check_task_and_model(self.task, self.model, bool(self.launcher))
+        check(self.model.lora.r == 0 or self.generator.backend == "torch", "model.lora.r", self.model.lora.r,
+              "the vllm backend takes full weights only here: use generator.backend=torch with LoRA, or "
+              "model.lora.r=0")
+        check(self.model.lora.r == 0 or self.trainer.ranks == 1, "model.lora.r", self.model.lora.r,
+              "LoRA trains on one trainer rank: use trainer.ranks=1 (adapters are small enough), or model.lora.r=0")
         if self.trainer.lr_decay_steps is None and self.trainer.lr_schedule != "constant":
             self.trainer.lr_decay_steps = self.steps
 

@@ -28,6 +28,7 @@ __all__ = [
     "GymTrainerConfig",
     "GymGeneratorConfig",
     "LLMGeneratorConfig",
+    "LoRAConfig",
     "PPOConfig",
     "ReplayConfig",
     "RewardConfig",
@@ -37,6 +38,28 @@ __all__ = [
 
 DTYPES = ("float32", "bfloat16")
 """The model dtypes the LLM recipes take (names as torch spells them)."""
+
+
+@dataclass
+class LoRAConfig:
+    """LoRA adapters (through ``peft``) on a model folder: only the adapters train, and only they
+    travel to the generators. ``r=0`` (the default) trains every weight."""
+
+    r: int = 0
+    """Adapter rank; 0 = no LoRA (full fine-tuning)."""
+    alpha: float = 16.0
+    """Scale of the adapters' update (``alpha / r`` multiplies it)."""
+    dropout: float = 0.0
+    """Dropout on the adapters' input while training."""
+    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Linear layers that get adapters (names inside the model, as peft matches them)."""
+
+    def __post_init__(self) -> None:
+        check(self.r >= 0, "model.lora.r", self.r, "use 0 (no LoRA) or a rank such as 8 or 16")
+        check(self.alpha > 0, "model.lora.alpha", self.alpha, "use a positive scale, e.g. 16")
+        check(0 <= self.dropout < 1, "model.lora.dropout", self.dropout, "use a value in [0, 1)")
+        check(bool(self.target_modules), "model.lora.target_modules", self.target_modules,
+              "name at least one linear layer, e.g. [q_proj,v_proj]")
 
 
 def check(ok: bool, key: str, value: object, fix: str) -> None:

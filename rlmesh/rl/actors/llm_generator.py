@@ -160,15 +160,15 @@ class LLMGenerator(Generator):
 
 
 def backend_kwargs_for(backend: str, task: Any, model_config: Any = None, model_path: str | None = None,
-                       seed: int = 0, config: LLMGeneratorConfig | None = None) -> dict[str, Any]:
+                       seed: int = 0, config: LLMGeneratorConfig | None = None, lora: Any = None) -> dict[str, Any]:
     """Constructor arguments for a backend by name. The torch backend gets the model description and
     the task's tokenizer (the model's own when the recipe gave the task one: its EOS stops sampling,
-    its pad fills finished rows); vLLM gets the model folder, the seed, the dtype and a context that
-    fits the longest prompt plus ``max_new_tokens``."""
+    its pad fills finished rows) and the LoRA adapters the trainer trains; vLLM gets the model folder,
+    the seed, the dtype and a context that fits the longest prompt plus ``max_new_tokens``."""
     dtype = config.dtype if config is not None else "float32"
     if backend == "torch":
         return {"model_config": model_config, "model_path": model_path, "seed": seed, "tokenizer": task.tokenizer,
-                "dtype": dtype}
+                "dtype": dtype, "lora": lora if lora is not None and lora.r > 0 else None}
     out: dict[str, Any] = {"model_path": model_path, "seed": seed, "dtype": dtype}
     if config is not None and config.max_prompt_tokens is not None:
         out["max_model_len"] = config.max_prompt_tokens + config.max_new_tokens

@@ -93,7 +93,7 @@ class Trainer(rm.Actor):
             self._init_mesh()
             return
         self.publisher = Publisher(weights)
-        self.publisher.reserve(self.model.state_dict())  # shm slots reserved while the optimiser and setup build
+        self.publisher.reserve(self.published_state())  # shm slots reserved while the optimiser and setup build
         self.optimizer = self.build_optimizer()
         newest = self.newest_checkpoint()
         if newest is None:
@@ -139,6 +139,11 @@ class Trainer(rm.Actor):
     def build_model(self) -> torch.nn.Module:
         """Hook: the policy network (runs once, in ``__init__``, before the optimiser)."""
         raise NotImplementedError(f"{type(self).__name__} must implement build_model()")
+
+    def published_state(self) -> dict[str, Any]:
+        """Hook: the tensors a weight version carries to the generators (one rank). Default: the whole
+        ``state_dict``; a LoRA trainer sends its adapters only."""
+        return self.model.state_dict()
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         """Hook: the optimiser over ``self.model`` (runs once, right after :meth:`build_model`)."""
@@ -325,7 +330,7 @@ class Trainer(rm.Actor):
         newest = self._newest_published()
         self.version = self.step if newest is None or self.step > newest else newest + 1
         kv.put(self._version_key(), self.version)  # first: a kill mid-publish must not let a version number repeat
-        self.publisher.publish(self.model.state_dict(), version=self.version)
+        self.publisher.publish(self.published_state(), version=self.version)
 
     def _version_key(self) -> str:
         return f"rlmesh.rl/weights/{self.weights}/newest_version"

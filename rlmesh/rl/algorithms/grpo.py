@@ -45,6 +45,7 @@ from rlmesh.rl.backends.torch_backend import build_policy_model
 from rlmesh.rl.batching import completions_to_generation
 from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig
 from rlmesh.rl.losses.output import LossOutput
+from rlmesh.rl.models.hf import BaseOf, adapter_state_dict, save_folder
 from rlmesh.rl.models.sampling import Generation, generate, sequence_logprobs
 from rlmesh.rl.tasks.addition import AdditionTask, Problem
 from rlmesh.rl.train.sharding import RankWeightedLoss, grpo_units, split_groups
@@ -316,14 +317,17 @@ class GRPOTrainer(Trainer):
         pad_id: padding token; ``None``: the task's tokenizer's (the model's, for a model folder).
         dtype: parameter dtype of a model folder (``float32`` or ``bfloat16``).
         gradient_checkpointing: recompute activations in the backward pass (model folders).
+        lora: LoRA adapters (a :class:`~rlmesh.rl.config.LoRAConfig` with ``r > 0``): only they train
+            and only they are published; the KL reference is the same model with them switched off.
     """
 
     config: GRPOConfig
 
     def __init__(self, config: GRPOConfig, buffer: Any = None, model_config: Any = None, model_path: str | None = None,
                  task: Any = None, temperature: float = 1.0, pad_id: int | None = None, weights: str = "policy",
-                 seed: int = 0, dtype: str = "float32", gradient_checkpointing: bool = False) -> None:
+                 seed: int = 0, dtype: str = "float32", gradient_checkpointing: bool = False, lora: Any = None) -> None:
         self.model_config, self.model_path, self.task = model_config, model_path, task
+        self.lora = lora if lora is not None and lora.r > 0 else None
         if pad_id is None:
             pad_id = task.tokenizer.pad_id if task is not None and task.tokenizer is not None else 0
         self.temperature, self.pad_id = temperature, pad_id
@@ -332,7 +336,7 @@ class GRPOTrainer(Trainer):
         super().__init__(config, buffer, weights, seed)
 
     def build_model(self) -> torch.nn.Module:
-        model = build_policy_model(self.model_config, self.model_path, self.dtype)[0].train()
+        model = build_policy_model(self.model_config, self.model_path, self.dtype, self.lora)[0].train()
         if self.gradient_checkpointing:
             if not hasattr(model, "gradient_checkpointing_enable"):
                 raise ValueError("model.gradient_checkpointing=true is for model folders (model.path); the built-in "
@@ -361,14 +365,21 @@ class GRPOTrainer(Trainer):
         if inner is None or not hasattr(inner, "save_pretrained"):
             raise ValueError("export writes Hugging Face folders: the built-in transformer has none (its weights "
                              "are in the trainer's checkpoints)")
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        inner.save_pretrained(out)
-        tok = getattr(self.task, "tokenizer", None)
-        if hasattr(tok, "hf"):
-            tok.hf.save_pretrained(out)
+        out = save_folder(self.model, path, getattr(self.task, "tokenizer", None))
         logger.info("exported the policy at version %d to %s", self.version, out)
         return str(out)
+
+    def published_state(self) -> dict[str, Any]:
+        """With LoRA, the adapters only (a few MB): the generators hold the same base weights."""
+        return adapter_state_dict(self.model) if self.lora is not None else super().published_state()
+
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the parameters that train (with LoRA: the adapters; no moments for frozen weights)."""
+        return torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=self.config.lr)
+
+    def _reference(self) -> torch.nn.Module:
+        """The frozen KL reference: with LoRA the model itself with its adapters off (no second copy)."""
+        return BaseOf(self.model) if self.lora is not None else frozen_copy(self.model)
 
     def setup(self) -> None:
         """SFT warm start (``trainer.sft_steps``; the task's own ``warm_start`` if it has one), then freeze a reference copy if ``kl_coef > 0``."""
@@ -382,18 +393,23 @@ class GRPOTrainer(Trainer):
                     sft_warmstart(self.model, self.task, self.config.sft_steps, lr=self.config.sft_lr, seed=self.seed,
                                   on_step=phase.update)
         if self.config.kl_coef > 0:
-            self.ref_model = frozen_copy(self.model)
+            self.ref_model = self._reference()
         self.optimizer = self.build_optimizer()  # fresh Adam moments after the warm start
 
     def samples_in(self, batch: list[dict[str, Any]]) -> int:
         return sum(len(item["completions"]) for item in batch)
 
     def checkpoint_extra(self) -> dict[str, Any]:
-        """The frozen KL reference (the post-warm-start model): a resumed trainer skips :meth:`setup`."""
-        return {"ref_model": self.ref_model.state_dict()} if self.ref_model is not None else {}
+        """The frozen KL reference (the post-warm-start model): a resumed trainer skips :meth:`setup`.
+        With LoRA the reference is the base weights, which the model's own state holds."""
+        if self.ref_model is None or self.lora is not None:
+            return {}
+        return {"ref_model": self.ref_model.state_dict()}
 
     def restore_extra(self, extra: dict[str, Any]) -> None:
-        if "ref_model" in extra:
+        if self.lora is not None and self.config.kl_coef > 0:
+            self.ref_model = self._reference()
+        elif "ref_model" in extra:
             self.ref_model = frozen_copy(self.model)
             self.ref_model.load_state_dict(extra["ref_model"])
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from rlmesh.rl.backends.base import Completion, SamplingParams
 from rlmesh.rl.models import prefix_cache
-from rlmesh.rl.models.hf import load_hf
+from rlmesh.rl.models.hf import adapter_state_dict, apply_lora, is_lora, load_hf
 from rlmesh.rl.models.sampling import generate
 from rlmesh.rl.models.transformer import Transformer, TransformerConfig
 
@@ -30,13 +30,17 @@ logger = logging.getLogger(__name__)
 
 
 def build_policy_model(model_config: TransformerConfig | dict[str, Any] | None = None,
-                       model_path: str | None = None, dtype: str = "float32") -> tuple[nn.Module, Any]:
+                       model_path: str | None = None, dtype: str = "float32", lora: Any = None) -> tuple[nn.Module, Any]:
     """The policy network a trainer and a torch backend share: ``(model, tokenizer_or_None)``.
 
-    ``model_path`` (a local ``save_pretrained`` folder, loaded in ``dtype``) wins over ``model_config``.
+    ``model_path`` (a local ``save_pretrained`` folder, loaded in ``dtype``, with LoRA adapters when
+    ``lora.r > 0``) wins over ``model_config``.
     """
     if model_path:
-        return load_hf(model_path, dtype=getattr(torch, dtype))
+        model, tok = load_hf(model_path, dtype=getattr(torch, dtype))
+        if lora is not None and lora.r > 0:
+            model = apply_lora(model, lora)
+        return model, tok
     if isinstance(model_config, dict):
         model_config = TransformerConfig(**model_config)
     return Transformer(model_config or TransformerConfig()), None
@@ -59,9 +63,9 @@ class TorchBackend:
 
     def __init__(self, model: nn.Module | None = None, *, model_config: TransformerConfig | dict[str, Any] | None = None,
                  model_path: str | None = None, eos_id: int | None = None, pad_id: int | None = None, seed: int = 0,
-                 tokenizer: Any = None, prefix_cache_mb: int = 256, dtype: str = "float32") -> None:
+                 tokenizer: Any = None, prefix_cache_mb: int = 256, dtype: str = "float32", lora: Any = None) -> None:
         if model is None:
-            model, hf_tok = build_policy_model(model_config, model_path, dtype)
+            model, hf_tok = build_policy_model(model_config, model_path, dtype, lora)
             tokenizer = tokenizer or hf_tok
         self.model = model.eval()
         for p in self.model.parameters():
@@ -105,12 +109,13 @@ class TorchBackend:
         return self.tokenizer.decode(toks) if self.tokenizer is not None else ""
 
     def weight_target(self) -> dict[str, Any]:
-        """The live state_dict: ``pull_into`` copies new weights straight into the model's tensors."""
-        return self.model.state_dict()
+        """The live state_dict: ``pull_into`` copies new weights straight into the model's tensors
+        (with LoRA, the adapters only: what the trainer publishes)."""
+        return adapter_state_dict(self.model) if is_lora(self.model) else self.model.state_dict()
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:
-        """Copy a whole state dict in place (the path for callers that already hold tensors)."""
-        self.model.load_state_dict(state_dict, strict=True)
+        """Copy a whole state dict (with LoRA, the adapters') in place (for callers that hold tensors)."""
+        self.model.load_state_dict(state_dict, strict=not is_lora(self.model))
 
     def close(self) -> None:
         """Nothing to release: the model lives in this process."""

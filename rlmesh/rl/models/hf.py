@@ -10,6 +10,7 @@ work unchanged on a real checkpoint. ``transformers`` is imported only here.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,58 @@ def load_hf(path: str | Path, dtype: torch.dtype = torch.float32, device: str = 
         raise FileNotFoundError(f"load_hf: {path} has no config.json; pass a folder written by save_pretrained")
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device)
     return HFCausalLM(model.eval()), HFTokenizer(path) if has_tokenizer(path) else None
+
+
+def apply_lora(model: HFCausalLM, lora: Any) -> HFCausalLM:
+    """Give ``model`` LoRA adapters (``lora``: a :class:`~rlmesh.rl.config.LoRAConfig`) through ``peft``:
+    the base weights are frozen and only the adapters train. The trainer and every generator apply
+    the same adapters to the same folder, so the adapter tensors alone (:func:`adapter_state_dict`,
+    a few MB) are what a weight version carries."""
+    try:
+        import peft  # deferred: optional peft (rlmesh[hf]), loaded only with model.lora.r > 0
+    except ImportError as exc:
+        raise ImportError("model.lora needs peft: pip install peft (or pip install -e '.[hf]')") from exc
+    config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                             target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    model.model = peft.get_peft_model(model.model, config)
+    return model
+
+
+def is_lora(model: nn.Module) -> bool:
+    """Whether ``model`` (an :class:`HFCausalLM`) carries LoRA adapters."""
+    return hasattr(getattr(model, "model", None), "disable_adapter")
+
+
+def adapter_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter tensors of a LoRA model under their state-dict names (the same names on the
+    trainer and the generators, which wrap the same folder the same way): live tensors, so a
+    subscriber's ``pull_into`` writes straight into the model's adapters."""
+    return {k: v for k, v in model.state_dict().items() if "lora_" in k}
+
+
+class BaseOf(nn.Module):
+    """The model with its LoRA adapters switched off: the frozen reference policy of the KL term,
+    without a second copy of the weights (the base weights are shared and never train)."""
+
+    def __init__(self, model: HFCausalLM) -> None:
+        super().__init__()
+        self.lora = model
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        with self.lora.model.disable_adapter():
+            return self.lora(*args, **kwargs)
+
+
+def save_folder(model: nn.Module, path: str | Path, tokenizer: Any = None) -> Path:
+    """Write ``model`` (an :class:`HFCausalLM`) as a folder ``AutoModelForCausalLM.from_pretrained``
+    loads, with ``tokenizer``'s files (chat template included) when given. LoRA adapters are merged
+    into a copy of the weights first, so the folder is an ordinary model."""
+    inner = model.model
+    if is_lora(model):
+        inner = copy.deepcopy(inner).merge_and_unload()
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    inner.save_pretrained(out)
+    if tokenizer is not None and hasattr(tokenizer, "hf"):
+        tokenizer.hf.save_pretrained(out)
+    return out

@@ -98,3 +98,29 @@ def test_a_task_and_a_model_that_cannot_agree_are_refused_before_any_proc_starts
              timeout=110)
     assert r.returncode == 2 and "task.path" in r.stderr and "no such file" in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("2*/telemetry.duckdb"))
+
+
+@pytest.mark.timeout(900)
+def test_lora_trains_adapters_only_and_ships_only_them(model_dir, tmp_path):
+    """``model.lora.r=8``: a weight version is the adapters (under 1 % of the model's bytes), the KL
+    reference is the base model itself, and the export is an ordinary folder with the adapters merged."""
+    r = _run([*RUN, "recipe=grpo_gsm8k", f"model.path={model_dir}", "steps=2", "prompts_per_step=2",
+              "generator.samples_per_prompt=4", "generator.max_new_tokens=24", "eval.episodes=2", "eval.every=1",
+              "reward.format_reward=0.1", "model.lora.r=8", "trainer.lr=1e-3", "trainer.kl_coef=0.01",
+              "telemetry.health_interval_s=0"], tmp_path, timeout=850)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    run_dir = next((tmp_path / "runs").glob("2*/telemetry.duckdb")).parent
+    with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as con:
+        synced = con.execute("SELECT max(bytes), max(version) FROM weight_syncs WHERE ok").fetchone()
+        kl = con.execute("SELECT max(TRY_CAST(json_extract_string(metrics, '$.\"losses/kl\"') AS DOUBLE)) "
+                         "FROM train_steps").fetchone()[0]
+    model_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
+    assert synced[1] == 2 and 0 < synced[0] < 0.01 * model_bytes, (synced, model_bytes)
+    assert kl is not None and kl >= 0
+    from transformers import AutoModelForCausalLM
+
+    trained = AutoModelForCausalLM.from_pretrained(run_dir / "model", local_files_only=True)
+    original = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
+    assert set(dict(trained.named_parameters())) == set(dict(original.named_parameters()))  # merged: no lora_ names
+    moved = {n for (n, a), (_, b) in zip(trained.named_parameters(), original.named_parameters()) if not torch.equal(a, b)}
+    assert moved and all(any(t in n for t in ("q_proj", "k_proj", "v_proj", "o_proj")) for n in moved), sorted(moved)[:5]
