@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import os
 import secrets
 import socket
 
+from rlmesh import settings
 from rlmesh.transport.channel import NONCE_LEN, AuthError, Inbound, Outbound, derive
 from rlmesh.transport.curve import CurveKeys
 
-SECRET_ENV = "RLMESH_SECRET"
+SECRET_ENV = settings.SECRET.name
 MAC_MODE = "m"  # address fragment: plain zmq + MAC (loopback only)
 CURVE_MODE = "c"  # address fragment: CurveZMQ + MAC
 
@@ -73,7 +73,7 @@ class Authenticator:
 
     @classmethod
     def from_env(cls) -> "Authenticator":
-        hexkey = os.environ.get(SECRET_ENV)
+        hexkey = settings.SECRET.get()
         if not hexkey:
             raise AuthError(f"{SECRET_ENV} is not set: workers get it from the controller that starts them")
         return cls(bytes.fromhex(hexkey))

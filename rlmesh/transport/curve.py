@@ -16,7 +16,6 @@ without the secret cannot even complete the handshake.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Protocol
 
@@ -24,9 +23,11 @@ import zmq
 import zmq.auth.thread
 from zmq.utils import z85
 
+from rlmesh import settings
+
 logger = logging.getLogger(__name__)
 
-ENCRYPTION_ENV = "RLMESH_TRANSPORT_ENCRYPTION"  # "auto" (default): off loopback only; "always": loopback too
+ENCRYPTION_ENV = settings.TRANSPORT_ENCRYPTION.name  # "auto" (default): off loopback only; "always": loopback too
 
 _zap_lock = threading.Lock()
 _zap: dict[int, tuple[zmq.auth.thread.ThreadAuthenticator, "_JobClientsOnly"]] = {}  # per context
@@ -34,10 +35,7 @@ _zap: dict[int, tuple[zmq.auth.thread.ThreadAuthenticator, "_JobClientsOnly"]] =
 
 def always() -> bool:
     """True when ``RLMESH_TRANSPORT_ENCRYPTION=always`` forces CurveZMQ on loopback too."""
-    value = os.environ.get(ENCRYPTION_ENV, "auto").strip().lower()
-    if value not in ("auto", "always"):
-        raise ValueError(f"{ENCRYPTION_ENV}={value!r}: use 'auto' (encrypt off loopback) or 'always'")
-    return value == "always"
+    return settings.TRANSPORT_ENCRYPTION.get() == "always"
 
 
 class CurveKeys:

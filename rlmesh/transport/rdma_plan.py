@@ -8,12 +8,13 @@ pyverbs imports but lists no device). The verbs calls are in :mod:`rlmesh.transp
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
-DEVICE_ENV, PORT_ENV, GID_INDEX_ENV = "RLMESH_RDMA_DEVICE", "RLMESH_RDMA_PORT", "RLMESH_RDMA_GID_INDEX"
+from rlmesh import settings
+
+DEVICE_ENV, PORT_ENV, GID_INDEX_ENV = settings.RDMA_DEVICE.name, settings.RDMA_PORT.name, settings.RDMA_GID_INDEX.name
 READ_BYTES = 1 << 20  # one READ work request
 DEPTH = 16  # READs in flight per QP (also bounded by the device's max_qp_rd_atom)
 INSTALL_HINT = "apt-get install python3-pyverbs, then scripts/setup_rdma.sh (see docs/weights.md)"
@@ -33,7 +34,7 @@ def available() -> tuple[bool, str]:
     if not devs:
         return False, "pyverbs found no RDMA device (empty device list)"
     names = [d.name.decode() if isinstance(d.name, bytes) else str(d.name) for d in devs]
-    want = os.environ.get(DEVICE_ENV)
+    want = settings.RDMA_DEVICE.get()
     if want and want not in names:
         return False, f"{DEVICE_ENV}={want} is not among the RDMA devices {names}"
     return True, want or names[0]

@@ -8,12 +8,12 @@ the device probe and the pure planning are in :mod:`rlmesh.transport.rdma_plan`.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from typing import Any
 
-from rlmesh.transport.rdma_plan import DEPTH, GID_INDEX_ENV, PORT_ENV, QPInfo, ReadWR, available
+from rlmesh import settings
+from rlmesh.transport.rdma_plan import DEPTH, QPInfo, ReadWR, available
 
 
 class RdmaError(RuntimeError):
@@ -33,8 +33,8 @@ class VerbsEndpoint:
         self.dev = dev
         self.ctx = Context(name=dev)
         self.pd = PD(self.ctx)
-        self.port = int(os.environ.get(PORT_ENV, "1"))
-        self.gid_index = int(os.environ.get(GID_INDEX_ENV, "0"))
+        self.port = settings.RDMA_PORT.get()
+        self.gid_index = settings.RDMA_GID_INDEX.get()
         pa = self.ctx.query_port(self.port)
         self.lid, self.mtu = int(pa.lid), int(pa.active_mtu)
         self.gid = str(self.ctx.query_gid(self.port, self.gid_index).gid)

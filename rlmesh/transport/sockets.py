@@ -20,6 +20,7 @@ from typing import Any
 
 import zmq
 
+from rlmesh import settings
 from rlmesh.transport import curve
 from rlmesh.transport.auth import CURVE_MODE, MAC_MODE, AuthError, Authenticator, is_loopback_address, split_address
 from rlmesh.transport.channel import Inbound, Outbound
@@ -28,9 +29,9 @@ _ctx_lock = threading.Lock()
 _ctx: zmq.Context | None = None
 _ctx_pid = -1
 
-BIND_HOST_ENV = "RLMESH_BIND_HOST"
-LOCAL_TRANSPORT_ENV = "RLMESH_LOCAL_TRANSPORT"
-ADVERTISE_HOST_ENV = "RLMESH_ADVERTISE_HOST"
+BIND_HOST_ENV = settings.BIND_HOST.name
+LOCAL_TRANSPORT_ENV = settings.LOCAL_TRANSPORT.name
+ADVERTISE_HOST_ENV = settings.ADVERTISE_HOST.name
 
 
 _POLLIN, _SNDMORE = int(zmq.POLLIN), int(zmq.SNDMORE)
@@ -126,16 +127,14 @@ def max_sockets() -> int:
 def local_transport() -> str:
     """``ipc`` (Linux abstract Unix sockets) or ``tcp`` for channels that only this host dials; see
     :func:`bind_channel`. ``ipc`` by default on Linux, ``tcp`` elsewhere (no abstract sockets)."""
-    want = os.environ.get(LOCAL_TRANSPORT_ENV, "ipc" if sys.platform.startswith("linux") else "tcp").strip().lower()
-    if want not in ("ipc", "tcp"):
-        raise ValueError(f"{LOCAL_TRANSPORT_ENV}={want!r}: use 'ipc' (Unix sockets, Linux) or 'tcp' (loopback)")
+    want = settings.LOCAL_TRANSPORT.get() or ("ipc" if sys.platform.startswith("linux") else "tcp")
     if want == "ipc" and not sys.platform.startswith("linux"):
         raise ValueError(f"{LOCAL_TRANSPORT_ENV}=ipc needs Linux (abstract Unix sockets); use 'tcp'")
     return want
 
 
 def default_bind_host() -> str:
-    return os.environ.get(BIND_HOST_ENV, "127.0.0.1")
+    return settings.BIND_HOST.get()
 
 
 def bind_random(sock: zmq.Socket, host: str | None = None, port: int | None = None) -> str:
@@ -151,7 +150,7 @@ def bind_random(sock: zmq.Socket, host: str | None = None, port: int | None = No
         port = sock.bind_to_random_port(f"tcp://{host}")
     adv = host
     if host in ("0.0.0.0", "*", "::"):
-        adv = os.environ.get(ADVERTISE_HOST_ENV) or _socket.gethostbyname(_socket.gethostname())
+        adv = settings.ADVERTISE_HOST.get() or _socket.gethostbyname(_socket.gethostname())
     if ":" in adv and not adv.startswith("["):
         adv = f"[{adv}]"
     return f"tcp://{adv}:{port}"
@@ -163,8 +162,8 @@ socket to a peer that is gone costs until its owner closes it (a dead proc's add
 ``rlmesh.actor.client.ThreadSockets``), while a live peer behind a brief break is back within 2 s."""
 
 
-MAX_MESSAGE_ENV = "RLMESH_MAX_MESSAGE_MB"
-MAX_MESSAGE_MB_DEFAULT = 256
+MAX_MESSAGE_ENV = settings.MAX_MESSAGE_MB.name
+MAX_MESSAGE_MB_DEFAULT = settings.MAX_MESSAGE_MB.default
 _max_message: int | None = None
 
 
@@ -182,15 +181,7 @@ def max_message_bytes() -> int:
     (``rlmesh.weights``, workspace sync), which this does not limit."""
     global _max_message
     if _max_message is None:
-        raw = os.environ.get(MAX_MESSAGE_ENV, "")
-        try:
-            mb = float(raw) if raw.strip() else MAX_MESSAGE_MB_DEFAULT
-        except ValueError:
-            raise ValueError(f"{MAX_MESSAGE_ENV}={raw!r}: give the largest call frame in MB, e.g. "
-                             f"{MAX_MESSAGE_ENV}={MAX_MESSAGE_MB_DEFAULT}") from None
-        if mb <= 0:
-            raise ValueError(f"{MAX_MESSAGE_ENV}={raw!r} must be > 0 (MB)")
-        _max_message = int(mb * (1 << 20))
+        _max_message = int(settings.MAX_MESSAGE_MB.get() * (1 << 20))
     return _max_message
 
 
@@ -237,7 +228,7 @@ def bind_channel(sock: zmq.Socket, auth: Authenticator, name: str, host: str | N
     does (those of this network namespace) and costs the kernel less per message: a round trip of
     ``call_one`` ~20 µs less (docs/performance.md). ``RLMESH_LOCAL_TRANSPORT=tcp`` turns it off.
     """
-    explicit = host or os.environ.get(BIND_HOST_ENV)
+    explicit = host or settings.BIND_HOST.raw()
     host = host or default_bind_host()
     secure = curve.always() or not is_loopback_address(f"tcp://{host}:0")
     if secure:
