@@ -85,6 +85,12 @@ def create_app(rd: data.RunDirectory, token: str, *, refresh_s: float = 2.0, coo
         except Exception as exc:  # noqa: BLE001
             return _error(exc)
 
+    def api_samples(request: Request) -> Response:
+        try:
+            return JSONResponse(data.samples(rd, request.path_params["run"]))
+        except Exception as exc:  # noqa: BLE001 - becomes a JSON error the page shows
+            return _error(exc)
+
     def api_schema(request: Request) -> Response:
         try:
             return JSONResponse(data.schema(rd, request.path_params["run"]))
@@ -135,7 +141,7 @@ def create_app(rd: data.RunDirectory, token: str, *, refresh_s: float = 2.0, coo
         Route("/run/{run}", page), Route("/run/{run}/{tab:str}", page),
         Route("/api/runs", api_runs), Route("/api/compare", api_compare),
         Route("/api/run/{run}/charts", api_charts), Route("/api/run/{run}/meshes", api_meshes),
-        Route("/api/run/{run}/schema", api_schema), Route("/api/run/{run}/sql", api_sql),
+        Route("/api/run/{run}/schema", api_schema), Route("/api/run/{run}/samples", api_samples), Route("/api/run/{run}/sql", api_sql),
         Route("/assets/plotly.min.js", plotly),
         Mount("/assets", app=StaticFiles(directory=str(STATIC)), name="assets"),
     ]

@@ -179,6 +179,23 @@ def meshes(rd: RunDirectory, run: str) -> dict[str, Any]:
                 "timeline": [charts.evaluate(charts.BY_ID["proc_events"], q).to_json()]}
 
 
+SAMPLES_SQL = """
+SELECT ts, policy_version, reward, source, answer, prompt, completion FROM samples ORDER BY ts DESC LIMIT 100"""
+"""The newest sampled completions (an LLM run's ``samples`` table)."""
+
+
+def samples(rd: RunDirectory, run: str) -> dict[str, Any]:
+    """The samples page: the newest completions with their prompts, answers and rewards (an empty
+    table for runs that have none: gym recipes, or runs recorded before the table existed)."""
+    with rd.session(run) as q:
+        try:
+            return json.loads(to_json(q(SAMPLES_SQL), run))
+        except Exception as exc:  # noqa: BLE001 - only a missing table is expected here; anything else is raised
+            if "samples" not in str(exc) or "not exist" not in str(exc):
+                raise
+            return {"columns": [], "rows": []}
+
+
 def schema(rd: RunDirectory, run: str) -> list[dict[str, Any]]:
     """Tables and columns of ``run`` with their documented meaning (shown beside the SQL box)."""
     return tables(rd.resolve(run)).to_pylist()

@@ -53,7 +53,8 @@ function nav() {
   if (RUN) {
     const base = `/run/${encodeURIComponent(RUN)}`;
     links.push([base, "curves", `Run ${RUN}`], [`${base}/meshes`, "meshes", "Meshes"],
-               [`${base}/health`, "health", "Health"], [`${base}/sql`, "sql", "SQL"]);
+               [`${base}/health`, "health", "Health"], [`${base}/samples`, "samples", "Samples"],
+               [`${base}/sql`, "sql", "SQL"]);
   }
   links.push(["/compare", "compare", "Compare"]);
   $("#nav").replaceChildren(...links.map(([href, tab, label]) =>
@@ -173,6 +174,18 @@ async function meshesPage(main) {
   });
 }
 
+async function samplesPage(main) {
+  main.append(el("h2", {text: `Samples of run ${RUN}`}),
+    el("p", {text: "The newest completions the generators wrote, with their prompts, answers and rewards."}),
+    el("div", {id: "samples", class: "scroll"}));
+  await every(async () => {
+    const s = await api(`/api/run/${encodeURIComponent(RUN)}/samples`);
+    $("#samples").replaceChildren(s.rows.length
+      ? table(s.columns.map((c) => c.name), s.rows, "samples-table")
+      : el("p", {id: "samples-table", text: "no samples: an LLM recipe writes them (generator.samples_per_item)"}));
+  });
+}
+
 async function sqlPage(main) {
   const base = `/api/run/${encodeURIComponent(RUN)}`;
   const input = el("textarea", {id: "sql-input", spellcheck: "false"});
@@ -254,4 +267,4 @@ async function comparePage(main) {
 nav();
 const main = $("#main");
 (({runs: runsPage, curves: (m) => chartsPage(m, "run"), health: (m) => chartsPage(m, "health"), meshes: meshesPage,
-  sql: sqlPage, compare: comparePage})[TAB] || runsPage)(main);
+  samples: samplesPage, sql: sqlPage, compare: comparePage})[TAB] || runsPage)(main);

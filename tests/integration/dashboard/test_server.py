@@ -31,6 +31,9 @@ import rlmesh.telemetry as tm
 from rlmesh.telemetry import api
 for i in range(200):
     tm.record("rollouts", rollout_id=f"r{i}", reward=float(i), length=32, episodes=1, policy_version=i // 4)
+    if i % 20 == 0:
+        tm.record("samples", rollout_id=f"r{i}", policy_version=i // 4, prompt=f"What is {i} + 1?",
+                  completion=f"It is {i + 1}.", answer=str(i + 1), reward=1.0, source="sample.jsonl")
     if i % 4 == 3:
         tm.record("train_steps", step=i // 4 + 1, policy_version=i // 4 + 1, loss=1.0 / (i + 1), samples=128,
                   duration_s=0.01, metrics=json.dumps({"losses/policy_loss": -0.01}))
@@ -107,6 +110,9 @@ def test_token_required_read_only_and_nothing_written(finished_run):
         assert meshes["events"]["rows"][1]["recovery_s"] == 0.8
         assert json.loads(get(f"{base}/api/run/{run_id}/charts?page=health", auth)[1])
         assert json.loads(get(f"{base}/api/run/{run_id}/schema", auth)[1])
+        shown = json.loads(get(f"{base}/api/run/{run_id}/samples", auth)[1])
+        assert len(shown["rows"]) == 10 and shown["rows"][0]["completion"] == "It is 181."  # newest first
+        assert get(f"{base}/api/run/{run_id}/samples")[0] == 403
         cmp = json.loads(get(f"{base}/api/compare?runs={run_id},{run_id}&chart=eval_env_steps", auth)[1])
         assert len(cmp[0]["series"]) == 2
         # only GET exists
