@@ -31,11 +31,13 @@ import struct
 import time
 from typing import Any
 
+from rlmesh import settings
+
 logger = logging.getLogger(__name__)
 
-BOARD_ENV = "RLMESH_HB_BOARD"
+BOARD_ENV = settings.HB_BOARD.name
 """``<path>:<slot>``, set by the controller for a proc whose heartbeats go through the board."""
-BOARD_OFF_ENV = "RLMESH_HB_BOARD_OFF"
+BOARD_OFF_ENV = settings.HB_BOARD_OFF.name
 """``1``: beat by message even on the controller's host (benchmarks, or a shm folder that is unsafe)."""
 BOARD_EVERY = 4
 """The supervisor reads the board every this many ticks (0.2 s: the interval procs beat at)."""
@@ -65,10 +67,10 @@ class HeartbeatBoard:
     @classmethod
     def create(cls, job_id: str) -> "HeartbeatBoard | None":
         """A board in ``RLMESH_SHM_DIR`` (``/dev/shm``), or ``None`` where it cannot be made or is turned off."""
-        if os.environ.get(BOARD_OFF_ENV) == "1":
+        if settings.HB_BOARD_OFF.get():
             return None
         try:
-            return cls(os.environ.get("RLMESH_SHM_DIR", "/dev/shm"), job_id)
+            return cls(settings.SHM_DIR.get(), job_id)
         except OSError as exc:
             logger.info("no heartbeat board (%s): procs on this host beat by message", exc)
             return None
@@ -155,7 +157,7 @@ class BoardSlot:
     @classmethod
     def from_env(cls) -> "BoardSlot | None":
         """The slot ``RLMESH_HB_BOARD`` names, or ``None`` (beat by message) if unset or not openable."""
-        spec = os.environ.get(BOARD_ENV)
+        spec = settings.HB_BOARD.get()
         if not spec:
             return None
         try:

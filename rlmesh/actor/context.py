@@ -9,11 +9,12 @@ Outside an actor (the controller, a plain script) :func:`current_context` return
 from __future__ import annotations
 
 import contextvars
-import os
 import threading
 from dataclasses import dataclass
 
-JOB_ID_ENV = "RLMESH_JOB_ID"
+from rlmesh import settings
+
+JOB_ID_ENV = settings.JOB_ID.name
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def current_proc() -> ProcInfo | None:
 
 def job_id() -> str | None:
     """The id shared by the controller and every worker of one job (``RLMESH_JOB_ID``)."""
-    return os.environ.get(JOB_ID_ENV)
+    return settings.JOB_ID.raw()
 
 
 def _set_proc(info: ProcInfo) -> None:

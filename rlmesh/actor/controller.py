@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import zmq
 
+from rlmesh import settings
 from rlmesh.actor import hooks, kv
 from rlmesh.actor import protocol as P
 from rlmesh.actor.beats import BOARD_ENV, BOARD_EVERY, HeartbeatBoard
@@ -62,7 +63,7 @@ death takes 20-30 ms on a 2-core host; sent in chunks, the loop reads messages a
 exit between them, so a death that follows another is seen as soon as a lone one (1 ms after the
 launcher's notice at 1,000 procs, against 21-32 ms in one piece: docs/performance.md)."""
 
-CONTROLLER_PORT_ENV = "RLMESH_CONTROLLER_PORT"  # a fixed port (e.g. behind a Kubernetes Service); default: any free one
+CONTROLLER_PORT_ENV = settings.CONTROLLER_PORT.name  # a fixed port (behind a Kubernetes Service); default: any
 
 
 class Controller(RecoveryMixin):
@@ -81,16 +82,13 @@ class Controller(RecoveryMixin):
         return cls._instance
 
     def __init__(self) -> None:
-        secret_hex = os.environ.get(SECRET_ENV)
-        if not secret_hex:
-            secret_hex = Authenticator.new_secret().hex()
-            os.environ[SECRET_ENV] = secret_hex  # children and plugins read it from the environment
-        self.job_id = os.environ.setdefault(JOB_ID_ENV, uuid.uuid4().hex[:12])
+        # children and plugins read both from the environment
+        secret_hex = settings.SECRET.setdefault(Authenticator.new_secret().hex())
+        self.job_id = settings.JOB_ID.setdefault(uuid.uuid4().hex[:12])
         self.auth = Authenticator(bytes.fromhex(secret_hex))
         self.sock = limit_messages(tune(zmq_context().socket(zmq.ROUTER)))  # before any frame is buffered
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        port = os.environ.get(CONTROLLER_PORT_ENV)
-        self.addr, self.chan = bind_channel(self.sock, self.auth, "controller", port=int(port) if port else None)
+        self.addr, self.chan = bind_channel(self.sock, self.auth, "controller", port=settings.CONTROLLER_PORT.get())
         self._reply_out: dict[bytes, Any] = {}  # proc ident -> session answering that proc's link
         self.detection = FailureDetection.from_env()  # meshes whose Restart carries no detection= use this
         self._reaping: list[ProcHandle] = []  # killed procs not yet seen exit (waitpid'ed each tick: no zombies)
@@ -162,7 +160,7 @@ class Controller(RecoveryMixin):
         """Launch ``n`` procs and wait until all joined; if any fails for good, none is left running.
 
         ``timeout`` (default: the policy's ``detection.start_timeout_s``, else
-        ``RLMESH_START_TIMEOUT_S``, 60 s) bounds each proc's start (slow image pulls want
+        ``RLMESH_START_TIMEOUT_S``, 120 s) bounds each proc's start (slow image pulls want
         more). A proc killed before it joined is restarted under ``policy`` like any other
         death. A failed launch frees the mesh name for a retry.
         """
@@ -216,7 +214,7 @@ class Controller(RecoveryMixin):
         self.procs[r.proc_id] = r
         self.by_ident[r.ident] = r
         r.started_at = time.monotonic()
-        env = {**r.env, SECRET_ENV: os.environ[SECRET_ENV], JOB_ID_ENV: self.job_id}
+        env = {**r.env, SECRET_ENV: settings.SECRET.get(), JOB_ID_ENV: self.job_id}
         board = self._board.attach(r) if self._board is not None and getattr(r.launcher, "same_host", False) else None
         if board is not None:
             env[BOARD_ENV] = board

@@ -35,6 +35,7 @@ from typing import Any
 
 import zmq
 
+from rlmesh import settings
 from rlmesh.actor import hooks
 from rlmesh.actor import protocol as P
 from rlmesh.actor.context import current_context, current_proc
@@ -43,8 +44,8 @@ from rlmesh.transport.sockets import bind_channel, tune, zmq_context
 
 logger = logging.getLogger(__name__)
 
-DEBUG_DIR_ENV = "RLMESH_DEBUG_DIR"
-POST_MORTEM_ENV = "RLMESH_POST_MORTEM"
+DEBUG_DIR_ENV = settings.DEBUG_DIR.name
+POST_MORTEM_ENV = settings.POST_MORTEM.name
 ATTACH, INPUT, OUTPUT, DETACHED = "dbg_attach", "dbg_in", "dbg_out", "dbg_end"
 
 
@@ -165,7 +166,7 @@ class _Registration:
     def __init__(self, pause: hooks.DebugPause):
         self.pause = pause
         self.record = ""
-        d = os.environ.get(DEBUG_DIR_ENV)
+        d = settings.DEBUG_DIR.get()
         if d and _writable_dir(d):
             safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in pause.actor)
             self.record = os.path.join(d, f"{safe}.{os.getpid()}.{threading.get_ident()}.json")
@@ -215,7 +216,7 @@ def breakpoint_hook(*args: Any, **kwargs: Any) -> None:
 
 def post_mortem_enabled() -> bool:
     """``RLMESH_POST_MORTEM=1`` in a worker's environment (the controller's, or ``spawn_procs(env=...)``)."""
-    return os.environ.get(POST_MORTEM_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return settings.POST_MORTEM.get()
 
 
 def post_mortem(exc: BaseException) -> None:

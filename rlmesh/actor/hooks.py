@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from rlmesh import settings
+
 logger = logging.getLogger(__name__)
 
-WORKER_PLUGINS_ENV = "RLMESH_WORKER_PLUGINS"
+WORKER_PLUGINS_ENV = settings.WORKER_PLUGINS.name
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def run_controller_plugins(info: ControllerInfo) -> dict[str, str]:
 
 
 def run_worker_plugins(info: WorkerInfo) -> None:
-    for spec in filter(None, (s.strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(","))):
+    for spec in filter(None, (s.strip() for s in settings.WORKER_PLUGINS.get().split(","))):
         try:
             _resolve(spec)(info)
         except Exception:

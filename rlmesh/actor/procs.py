@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rlmesh import settings
 from rlmesh.actor.supervision import FailureDetection, HeartbeatMonitor, Restart
 from rlmesh.errors import ActorDied
 
@@ -92,7 +93,7 @@ class ProcRecord:
     ready: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     rejoin_pending: int = 0
     detect: FailureDetection = field(default_factory=FailureDetection)
-    start_timeout: float = 60.0
+    start_timeout: float = settings.START_TIMEOUT_S.default
     spawns_pending: int = 0  # actor __init__ calls in flight: heartbeats may pause (imports hold the GIL)
     down_at: float | None = None  # wall time of the injected fault or, failing that, the death; cleared when serving
     restart_times: deque = field(default_factory=deque)  # monotonic times of its restarts (the intensity window)

@@ -33,10 +33,11 @@ import sys
 import threading
 from typing import Any
 
+from rlmesh import settings
 from rlmesh.actor.context import ProcInfo, current_context
 
-CAPTURE_DIR_ENV = "RLMESH_CAPTURE_DIR"
-CAPTURE_STDIO_ENV = "RLMESH_CAPTURE_STDIO"  # "1": open out/err here and dup2 them onto fd 1/2
+CAPTURE_DIR_ENV = settings.CAPTURE_DIR.name
+CAPTURE_STDIO_ENV = settings.CAPTURE_STDIO.name  # "1": open out/err here and dup2 them onto fd 1/2
 STACK_SIGNAL = signal.SIGUSR2
 NAMES_MARK = "#rlmesh-thread-names "  # line after a faulthandler dump: {"<ident hex>": "name"}
 FIFOS = ("out", "err", "log", "stk")
@@ -95,8 +96,8 @@ def attach(proc: ProcInfo, level: str) -> bool:
     Call once, at worker start, before logging is configured otherwise.
     """
     global _stk_fd
-    d = os.environ.pop(CAPTURE_DIR_ENV, None)  # popped: a nested controller must not write into ours
-    dup_stdio = os.environ.pop(CAPTURE_STDIO_ENV, "0") == "1"
+    d = settings.CAPTURE_DIR.pop()  # popped: a nested controller must not write into ours
+    dup_stdio = settings.CAPTURE_STDIO.pop()
     if not d or not os.path.isdir(d):
         return False
     try:

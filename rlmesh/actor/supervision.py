@@ -33,10 +33,12 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
-HB_TIMEOUT_ENV = "RLMESH_HEARTBEAT_TIMEOUT_S"
-INIT_HB_TIMEOUT_ENV = "RLMESH_INIT_HEARTBEAT_TIMEOUT_S"
-START_TIMEOUT_ENV = "RLMESH_START_TIMEOUT_S"
-SPAWN_TIMEOUT_ENV = "RLMESH_SPAWN_TIMEOUT_S"
+from rlmesh import settings
+
+HB_TIMEOUT_ENV = settings.HEARTBEAT_TIMEOUT_S.name
+INIT_HB_TIMEOUT_ENV = settings.INIT_HEARTBEAT_TIMEOUT_S.name
+START_TIMEOUT_ENV = settings.START_TIMEOUT_S.name
+SPAWN_TIMEOUT_ENV = settings.SPAWN_TIMEOUT_S.name
 
 TICK_S = 0.05
 """How often the supervisor scans its procs (exits, timeouts, heartbeat silence)."""
@@ -58,9 +60,11 @@ def heartbeat_interval(n_procs: int) -> float:
     return min(HB_MAX_S, max(HB_BASE_S, n_procs / HB_BUDGET_PER_S))
 
 
-_ENV_KEYS = {"heartbeat_timeout_s": HB_TIMEOUT_ENV, "init_heartbeat_timeout_s": INIT_HB_TIMEOUT_ENV,
-             "start_timeout_s": START_TIMEOUT_ENV, "spawn_timeout_s": SPAWN_TIMEOUT_ENV,
-             "heartbeat_phi": "RLMESH_HEARTBEAT_PHI"}
+_SETTINGS: dict[str, settings.Setting[Any]] = {
+    "heartbeat_timeout_s": settings.HEARTBEAT_TIMEOUT_S, "init_heartbeat_timeout_s": settings.INIT_HEARTBEAT_TIMEOUT_S,
+    "start_timeout_s": settings.START_TIMEOUT_S, "spawn_timeout_s": settings.SPAWN_TIMEOUT_S,
+    "heartbeat_phi": settings.HEARTBEAT_PHI}
+_ENV_KEYS = {f: s.name for f, s in _SETTINGS.items()}
 
 
 @dataclass(frozen=True)
@@ -68,16 +72,18 @@ class FailureDetection:
     """The supervisor's timeouts for one proc mesh. ``key_prefix``: how errors name a field
     (``"run."`` gives ``run.start_timeout_s``; empty: the environment variable that sets it)."""
 
-    start_timeout_s: float = 60.0
-    """A proc must join (interpreter up, imports done, connected) within this."""
-    heartbeat_timeout_s: float = 1.5
+    start_timeout_s: float = settings.START_TIMEOUT_S.default
+    """A proc must join (interpreter up, imports done, connected) within this (120 s, as a recipe's
+    ``run.start_timeout_s``: a busy host or a cold image needs that long, and only a start that hangs
+    waits it out; a proc that exits is seen at once)."""
+    heartbeat_timeout_s: float = settings.HEARTBEAT_TIMEOUT_S.default
     """The least heartbeat silence that makes a proc dead (a quiet host's detection time for a hang)."""
-    init_heartbeat_timeout_s: float = 30.0
+    init_heartbeat_timeout_s: float = settings.INIT_HEARTBEAT_TIMEOUT_S.default
     """The same floor while an actor's ``__init__`` runs (first imports hold the GIL for seconds)."""
-    spawn_timeout_s: float | None = None
+    spawn_timeout_s: float | None = settings.SPAWN_TIMEOUT_S.default
     """How long one actor's ``__init__`` may take while its proc lives (None: no limit; a long
     construction is not a hang, a dead or silent proc is caught by the rules above)."""
-    heartbeat_phi: float = 8.0
+    heartbeat_phi: float = settings.HEARTBEAT_PHI.default
     """Suspicion threshold: a silence as unlikely as 10**-phi under the observed heartbeat delays."""
     key_prefix: str = ""
 
@@ -97,9 +103,9 @@ class FailureDetection:
         """Defaults, overridden by the ``RLMESH_*`` variables (the library's knobs outside a recipe)."""
         kw: dict[str, float | None] = {}
         for f in fields(cls):
-            var = _ENV_KEYS.get(f.name)
-            if var and os.environ.get(var):
-                kw[f.name] = float(os.environ[var])
+            s = _SETTINGS.get(f.name)
+            if s is not None and s.is_set():
+                kw[f.name] = s.get()
         init = kw.get("init_heartbeat_timeout_s")
         if init is not None and kw.get("heartbeat_timeout_s") and init < kw["heartbeat_timeout_s"]:
             kw["init_heartbeat_timeout_s"] = kw["heartbeat_timeout_s"]

@@ -38,6 +38,7 @@ try:
 except ImportError:  # a dependency everywhere but Windows (pyproject.toml); asyncio's own loop serves there
     uvloop = None
 
+from rlmesh import settings
 from rlmesh.actor import debugger, hooks, kv, stdio
 from rlmesh.actor import protocol as P
 from rlmesh.actor.beats import BoardSlot
@@ -51,9 +52,9 @@ from rlmesh.transport.sockets import connect_channel, tune, zmq_context
 
 logger = logging.getLogger("rlmesh.worker")
 
-HEARTBEAT_S_ENV = "RLMESH_HEARTBEAT_S"
-CONTROLLER_TIMEOUT_ENV = "RLMESH_CONTROLLER_TIMEOUT_S"
-EVENT_LOOP_ENV = "RLMESH_EVENT_LOOP"
+HEARTBEAT_S_ENV = settings.HEARTBEAT_S.name
+CONTROLLER_TIMEOUT_ENV = settings.CONTROLLER_TIMEOUT_S.name
+EVENT_LOOP_ENV = settings.EVENT_LOOP.name
 """``uvloop`` (the default where it is installed) or ``asyncio``: the event loop a worker serves its actors on."""
 CANCEL_GRACE_S = 2.0
 """How long the async calls a stopping proc cancels may take to finish their cleanup (``finally``)."""
@@ -126,8 +127,8 @@ class ControlLink(threading.Thread):
         self.reqs: dict[int, concurrent.futures.Future] = {}
         self.waits: set[int] = set()  # requests whose reply may be held (KV gets): answered at stop
         self.ids = itertools.count(1)
-        self.hb_s = float(os.environ.get(HEARTBEAT_S_ENV, "0.2"))
-        self.controller_timeout = float(os.environ.get(CONTROLLER_TIMEOUT_ENV, "10"))
+        self.hb_s = settings.HEARTBEAT_S.get()
+        self.controller_timeout = settings.CONTROLLER_TIMEOUT_S.get()
         self.stopping = False
         self.hung = False
         self.board = BoardSlot.from_env()  # on the controller's host: beats are a store to shared memory
@@ -224,7 +225,7 @@ class ControlLink(threading.Thread):
         if kind == P.HB_ACK:
             hb = msg.get("hb_s")
             # the supervisor spaces message beats out as N grows; board beats cost it nothing
-            if hb and os.environ.get(HEARTBEAT_S_ENV) is None and self.board is None:
+            if hb and not settings.HEARTBEAT_S.is_set() and self.board is None:
                 self.hb_s = float(hb)
             return
         if kind == P.SPAWN:
@@ -265,15 +266,12 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     every async call served, and uvloop's is in C: 8-13 µs less CPU a round trip, 6-8 % of it
     (docs/performance.md, "uvloop by default"). A loop asked for by name that is not installed fails
     the proc's start with the fix, rather than running on another loop unseen."""
-    kind = os.environ.get(EVENT_LOOP_ENV) or ("uvloop" if uvloop is not None else "asyncio")
+    kind = settings.EVENT_LOOP.get() or ("uvloop" if uvloop is not None else "asyncio")  # a bad value raises
     if kind == "asyncio":
         return asyncio.new_event_loop()
-    if kind == "uvloop":
-        if uvloop is None:
-            raise RuntimeError(f"{EVENT_LOOP_ENV}=uvloop but uvloop is not installed: "
-                               "pip install uvloop, or unset it")
-        return uvloop.new_event_loop()
-    raise ValueError(f"{EVENT_LOOP_ENV}={kind!r}: use 'asyncio' or 'uvloop'")
+    if uvloop is None:
+        raise RuntimeError(f"{EVENT_LOOP_ENV}=uvloop but uvloop is not installed: pip install uvloop, or unset it")
+    return uvloop.new_event_loop()
 
 
 class Worker:
@@ -422,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     _name_process(f"{args.proc_id}/{args.incarnation}")
     proc = ProcInfo(proc_id=args.proc_id, proc_mesh=args.proc_mesh, rank=args.rank, pid=os.getpid(),
                     host=socket.gethostname(), incarnation=args.incarnation,
-                    job_id=os.environ.get("RLMESH_JOB_ID", ""))
-    level = os.environ.get("RLMESH_LOG_LEVEL", "WARNING").upper()
+                    job_id=settings.JOB_ID.get())
+    level = settings.LOG_LEVEL.get()
     if not stdio.attach(proc, level):  # captured: the launcher stores and shows every record
         logging.basicConfig(
             level=level, format="%(asctime)s %(levelname)s [%(rlmesh_where)s pid=%(process)d] %(name)s: %(message)s")

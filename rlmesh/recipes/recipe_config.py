@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from rlmesh import settings
 from rlmesh.actor.faults import FaultConfig
 from rlmesh.actor.supervision import FailureDetection, Restart
 from rlmesh.rl.config import (
@@ -51,8 +52,9 @@ class RunConfig:
     the run, after a final checkpoint, with a message naming it. Why 10 in 30 s: docs/faults.md."""
     restart_window_s: Optional[float] = 30.0
     """The window of ``max_restarts`` (null: a lifetime count, the old meaning)."""
-    start_timeout_s: float = 120.0
-    """A proc must join (interpreter started, imports done) within this; a busy host needs more."""
+    start_timeout_s: float = settings.START_TIMEOUT_S.default
+    """A proc must join (interpreter started, imports done) within this; a busy host needs more.
+    The same default as ``RLMESH_START_TIMEOUT_S`` (120 s), which a recipe does not read."""
     spawn_timeout_s: Optional[float] = None
     """Bound on one actor's ``__init__`` while its proc lives (null: none; a long construction,
     like GRPO's SFT warm start, is not a hang, and a dead or frozen proc is caught anyway)."""
