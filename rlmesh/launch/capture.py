@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from rlmesh import settings
 from rlmesh.actor.stdio import CAPTURE_DIR_ENV, CAPTURE_STDIO_ENV, FIFOS, NAMES_MARK, STACK_SIGNAL
 from rlmesh.launch import output
 from rlmesh.launch.echo import TerminalEcho, echo_enabled
@@ -34,7 +35,7 @@ from rlmesh.launch.output import ProcLine, ProcMeta, StackDump, Stream
 
 logger = logging.getLogger(__name__)
 
-CAPTURE_ENV = "RLMESH_CAPTURE"
+CAPTURE_ENV = settings.CAPTURE.name
 PIPE_BYTES = 1 << 20  # a larger pipe buffer: bursts of output do not stall the proc while we read
 MAX_LINE = 1 << 20
 DUMP_QUIET_S = 0.3  # a stack dump is complete once its writer was silent this long (or named its threads)
@@ -46,7 +47,7 @@ _echo_lock = threading.Lock()
 
 
 def capture_enabled() -> bool:
-    return os.environ.get(CAPTURE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return settings.CAPTURE.get()
 
 
 def ensure_echo() -> TerminalEcho | None:

@@ -14,28 +14,25 @@ table still gets every line).
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from rlmesh import settings
 from rlmesh.launch.output import ProcLine, Stream
 
-FOLD_ENV = "RLMESH_LOG_FOLD_S"
-ECHO_ENV = "RLMESH_ECHO"
+FOLD_ENV = settings.LOG_FOLD_S.name
+ECHO_ENV = settings.ECHO.name
 
 
 def echo_enabled() -> bool:
-    return os.environ.get(ECHO_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return settings.ECHO.get()
 
 
 def fold_window() -> float:
-    try:
-        return max(0.0, float(os.environ.get(FOLD_ENV, "0.3")))
-    except ValueError:
-        return 0.3
+    return settings.LOG_FOLD_S.get()
 
 
 def rank_ranges(ranks: list[int]) -> str:

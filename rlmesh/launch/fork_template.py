@@ -27,8 +27,8 @@ import traceback
 import warnings
 from typing import Any, Callable
 
+from rlmesh import settings
 from rlmesh.actor import worker as actor_worker  # what every forked child runs, imported before any fork
-from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
 from rlmesh.actor.payload import SKIP_PRELOAD
 from rlmesh.launch.forkserver import FRESH_IMPORTS_ENV
 
@@ -203,7 +203,7 @@ def serve(req_fd: int, status_fd: int, parent_pid: int, preload: list[str]) -> i
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _reap)  # reaps (and reports) even while a preload import runs
     close_fds = list(dict.fromkeys([req_fd, status_fd, wake_r, wake_w]))  # one socket serves both ways when forked
-    plugins = [s.split(":", 1)[0].strip() for s in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if s.strip()]
+    plugins = [s.split(":", 1)[0].strip() for s in settings.WORKER_PLUGINS.get().split(",") if s.strip()]
     for mod in [*preload, *plugins]:  # worker plugins' modules are imported, never run, here
         _import(mod)
     # No pyarrow warm-up: telemetry builds its arrays from buffers (rlmesh.telemetry.arrays), so a

@@ -52,11 +52,13 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from rlmesh import settings
+
 logger = logging.getLogger(__name__)
 
-FORKSERVER_ENV = "RLMESH_FORKSERVER"
+FORKSERVER_ENV = settings.FORKSERVER.name
 DEFAULT_PRELOAD = ("numpy", "torch")
-FRESH_IMPORTS_ENV = "RLMESH_FRESH_IMPORTS"
+FRESH_IMPORTS_ENV = settings.FRESH_IMPORTS.name
 """Folders (os.pathsep-separated) whose modules a forked child must import afresh, not inherit
 from the template: a synced workspace (rlmesh.workspace sets it on the procs it activated)."""
 # The start-up template (first launches) imports only what every worker imports anyway: the
@@ -67,7 +69,7 @@ STARTER_PRELOAD: tuple[str, ...] = ()
 
 def enabled_by_env() -> bool:
     """False when ``RLMESH_FORKSERVER=0`` (or ``false``/``no``/``off``) opts out."""
-    return os.environ.get(FORKSERVER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    return settings.FORKSERVER.get()
 
 
 # ====================================================================== controller side

@@ -21,6 +21,7 @@ import sys
 import threading
 from typing import Callable
 
+from rlmesh import settings
 from rlmesh.actor.hooks import worker_module_hints
 from rlmesh.launch import forkserver
 from rlmesh.launch.forkserver import ForkServer
@@ -70,7 +71,7 @@ def key(python: str, env: dict[str, str]) -> str:
     """Which template serves ``env``: rlmesh's own variables (the run's telemetry address, the job
     secret) are read at run time, not import time, so they may differ from the template's."""
     return hashlib.sha1(repr((python, sorted((k, v) for k, v in env.items()
-                                             if not k.startswith("RLMESH_") and k not in SET_BY_IMPORTS
+                                             if not k.startswith(settings.PREFIX) and k not in SET_BY_IMPORTS
                                              and k not in CHANGED_PER_CALL))
                              ).encode()).hexdigest()
 

@@ -9,7 +9,7 @@ import os
 import uuid
 from typing import Any
 
-from rlmesh.actor.context import JOB_ID_ENV
+from rlmesh import settings
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.errors import ConfigError
@@ -44,7 +44,7 @@ class KubernetesCluster:
         self.config = KubernetesConfig.from_dict({**base, **overrides})
         self.api = api_client or load_api_client(self.config.kubeconfig, self.config.context)
         self.core = kubernetes_client().client.CoreV1Api(self.api)
-        job = os.environ.setdefault(JOB_ID_ENV, uuid.uuid4().hex[:12])  # the controller adopts the same id
+        job = settings.JOB_ID.setdefault(uuid.uuid4().hex[:12])  # the controller adopts the same id
         self.run = self.config.run or label_value(f"rlmesh-{job}")
         self.launcher = KubernetesLauncher(self.config, self.core, self.run)
         self._checked_leftovers = False

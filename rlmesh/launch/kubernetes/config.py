@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from collections.abc import Mapping, Sequence
 from typing import Any, Dict, List
 
+from rlmesh import settings
 from rlmesh.errors import ConfigError
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -92,11 +93,11 @@ class KubernetesConfig:
     call the API, so no token is mounted unless ``pod_template`` asks for one."""
     env: Dict[str, str] = field(default_factory=dict)
     """Extra environment variables for the workers (in clear text in the pod spec: no secrets)."""
-    forward_env: List[str] = field(default_factory=lambda: ["RLMESH_*"])
+    forward_env: List[str] = field(default_factory=lambda: [f"{settings.PREFIX}*"])
     """Controller environment variables copied into the pods (``fnmatch`` patterns), so settings
     like ``RLMESH_LOG_LEVEL`` or ``RLMESH_HEARTBEAT_S`` reach workers as they do local procs.
     Never copied: the controller's own network and pod settings, and ``secret_env``."""
-    secret_env: List[str] = field(default_factory=lambda: ["RLMESH_SECRET"])
+    secret_env: List[str] = field(default_factory=lambda: [settings.SECRET.name])
     """Variables of the workers' environment that travel through the run's Secret
     (``valueFrom.secretKeyRef``) instead of the pod spec. ``RLMESH_SECRET`` always does."""
     labels: Dict[str, str] = field(default_factory=dict)
@@ -149,10 +150,10 @@ class KubernetesConfig:
                    f"a toleration is a mapping with keys among {sorted(_TOLERATION_KEYS)}")
         for k in self.env:
             _check(bool(_ENV_NAME.match(k)), "env", k, "environment variable names are letters, digits, '_'")
-            _check(k not in self.secret_env and k != "RLMESH_SECRET", "env", k,
+            _check(k not in self.secret_env and k != settings.SECRET.name, "env", k,
                    "secrets do not go in launcher.env (clear text); list the name in launcher.secret_env")
-        if "RLMESH_SECRET" not in self.secret_env:
-            self.secret_env = ["RLMESH_SECRET", *self.secret_env]
+        if settings.SECRET.name not in self.secret_env:
+            self.secret_env = [settings.SECRET.name, *self.secret_env]
         _check(isinstance(self.pod_template, dict) and set(self.pod_template) <= {"metadata", "spec"},
                "pod_template", self.pod_template, "give a mapping with 'metadata' and/or 'spec' keys")
         _check(self.unschedulable_timeout_s > 0, "unschedulable_timeout_s", self.unschedulable_timeout_s,

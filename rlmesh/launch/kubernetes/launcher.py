@@ -16,6 +16,7 @@ import os
 import threading
 from typing import Any, Callable
 
+from rlmesh import settings
 from rlmesh.actor.controller import Controller, LaunchRequest
 from rlmesh.launch.kubernetes.api import KubernetesError, explain
 from rlmesh.launch.kubernetes.config import KubernetesConfig
@@ -30,7 +31,7 @@ from rlmesh.launch.output import ProcMeta
 from rlmesh.transport.auth import is_loopback_address
 
 logger = logging.getLogger(__name__)
-CONTROLLER_POD_ENV = "RLMESH_CONTROLLER_POD"
+CONTROLLER_POD_ENV = settings.CONTROLLER_POD.name
 
 
 class KubernetesLauncher:
@@ -71,7 +72,7 @@ class KubernetesLauncher:
         self.owner = owner_reference("Secret", obj.metadata.name, obj.metadata.uid)
 
     def _controller_pod_owner(self) -> dict[str, Any] | None:
-        name = self.config.controller_pod or os.environ.get(CONTROLLER_POD_ENV, "")
+        name = self.config.controller_pod or settings.CONTROLLER_POD.get()
         if not name:
             return None
         try:

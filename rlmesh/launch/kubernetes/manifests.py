@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from rlmesh import settings
 from rlmesh.launch.kubernetes.config import KubernetesConfig
 
 LABEL_RUN = "rlmesh.io/run"
@@ -142,8 +143,8 @@ def _resources(config: KubernetesConfig, mesh: str) -> dict[str, Any]:
 # The controller's own placement and paths, never meaningful inside a worker pod (the pod spec sets
 # its own placement; RLMESH_DEBUG_DIR is a folder on the controller's host: a pod announces a paused
 # actor through telemetry's debug_sessions instead).
-NOT_FORWARDED = ("RLMESH_BIND_HOST", "RLMESH_ADVERTISE_HOST", "RLMESH_CONTROLLER_POD", "RLMESH_POD_NAME",
-                 "RLMESH_RUNS_DIR", "RLMESH_DEBUG_DIR")
+NOT_FORWARDED = tuple(s.name for s in (settings.BIND_HOST, settings.ADVERTISE_HOST, settings.CONTROLLER_POD,
+                                        settings.POD_NAME, settings.RUNS_DIR, settings.DEBUG_DIR))
 
 
 def forwarded_env(config: KubernetesConfig, environ: dict[str, str]) -> dict[str, str]:
@@ -158,10 +159,10 @@ def worker_env(config: KubernetesConfig, run: str, env: dict[str, str]) -> list[
     plain = {k: v for k, v in {**env, **config.env}.items() if k not in config.secret_env}
     plain.setdefault("PYTHONUNBUFFERED", "1")
     out: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in sorted(plain.items())]
-    out.append({"name": "RLMESH_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    out.append({"name": settings.POD_NAME.name, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     if config.bind_host:
-        out.append({"name": "RLMESH_BIND_HOST", "value": config.bind_host})
-        out.append({"name": "RLMESH_ADVERTISE_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        out.append({"name": settings.BIND_HOST.name, "value": config.bind_host})
+        out.append({"name": settings.ADVERTISE_HOST.name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     for k in config.secret_env:
         if k in env:
             out.append({"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name(run), "key": k}}})
