@@ -412,7 +412,7 @@ SPANS: Setting[bool] = Setting(
 SPANS_MAX_PER_S: Setting[float] = Setting(
     "SPANS_MAX_PER_S", 1000.0, "Span rows per second per (actor, endpoint) in each proc; calls beyond it "
     "are counted in the next row's `weight` (errors are always recorded).", "telemetry",
-    form="a number >= 0", parse=_number(float, 0), warns=True)
+    form="a number > 0", parse=_number(float, 0, lo_open=True), warns=True)
 TELEMETRY_ADDR: Setting[str] = Setting(
     "TELEMETRY_ADDR", "", "Where a worker ships its telemetry rows (the run's ingest channel).",
     "telemetry", form="a channel address", internal=True)

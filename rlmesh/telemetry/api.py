@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rlmesh import settings
 from rlmesh.actor import hooks
 from rlmesh.actor.context import current_proc
 from rlmesh.telemetry import exit_order
@@ -30,14 +31,13 @@ from rlmesh.telemetry.health import HealthSampler
 from rlmesh.telemetry.recorder import Recorder
 from rlmesh.telemetry.service import TelemetryService
 from rlmesh.transport import Authenticator
-from rlmesh.transport.auth import SECRET_ENV
 
 logger = logging.getLogger(__name__)
 
-ADDR_ENV = "RLMESH_TELEMETRY_ADDR"
-QUERY_ADDR_ENV = "RLMESH_TELEMETRY_QUERY_ADDR"
-RUN_ID_ENV = "RLMESH_RUN_ID"
-ENABLE_ENV = "RLMESH_TELEMETRY"
+ADDR_ENV = settings.TELEMETRY_ADDR.name
+QUERY_ADDR_ENV = settings.TELEMETRY_QUERY_ADDR.name
+RUN_ID_ENV = settings.RUN_ID.name
+ENABLE_ENV = settings.TELEMETRY.name
 RAW_MAX_ROWS = 256
 """A worker's flush of at most this many rows ships them unconverted and the service makes them
 Arrow (:class:`~rlmesh.telemetry.wire.RawRows`): a proc that records little never loads
@@ -94,8 +94,8 @@ def recorder() -> Any:
         if _rec is None:
             if not enabled():
                 _set(_Off())
-            elif os.environ.get(ADDR_ENV) and os.environ.get(RUN_ID_ENV):
-                _start_worker(os.environ[ADDR_ENV], os.environ[RUN_ID_ENV], os.environ.get(QUERY_ADDR_ENV))
+            elif _is_worker():
+                _start_worker(settings.TELEMETRY_ADDR.get(), settings.RUN_ID.get(), settings.TELEMETRY_QUERY_ADDR.raw())
             else:
                 start_run()
         return _rec
@@ -103,7 +103,12 @@ def recorder() -> Any:
 
 def enabled() -> bool:
     """False when ``RLMESH_TELEMETRY`` is 0/false/off/no."""
-    return os.environ.get(ENABLE_ENV, "1").lower() not in ("0", "false", "off", "no")
+    return settings.TELEMETRY.get()
+
+
+def _is_worker() -> bool:
+    """The controller handed this process a run to record into (``RLMESH_TELEMETRY_ADDR``, ``RLMESH_RUN_ID``)."""
+    return settings.TELEMETRY_ADDR.is_set() and settings.RUN_ID.is_set()
 
 
 def _set(rec: Any) -> None:
@@ -113,8 +118,8 @@ def _set(rec: Any) -> None:
 
 def _adopt_after_fork() -> None:
     global _rec, _svc, _health
-    addr = _svc.ingest_addr if _svc is not None else os.environ.get(ADDR_ENV)
-    query_addr = _svc.query_addr if _svc is not None else os.environ.get(QUERY_ADDR_ENV)
+    addr = _svc.ingest_addr if _svc is not None else settings.TELEMETRY_ADDR.raw()
+    query_addr = _svc.query_addr if _svc is not None else settings.TELEMETRY_QUERY_ADDR.raw()
     run_id = getattr(_rec, "run_id", None)
     _rec = _svc = _health = None
     if addr and run_id:
@@ -122,8 +127,8 @@ def _adopt_after_fork() -> None:
 
 
 def _auth() -> Any:
-    if not os.environ.get(SECRET_ENV):  # a plain script: later-spawned workers inherit this one
-        os.environ[SECRET_ENV] = Authenticator.new_secret().hex()
+    if not settings.SECRET.is_set():  # a plain script: later-spawned workers inherit this one
+        settings.SECRET.set(Authenticator.new_secret().hex())
     return Authenticator.from_env()
 
 
@@ -246,7 +251,7 @@ def active_recorder() -> Any:
     stopping or respawning after the controller's run ended (a phantom run otherwise)."""
     if _rec is not None and _pid == os.getpid():
         return _rec
-    if os.environ.get(ADDR_ENV) and os.environ.get(RUN_ID_ENV) and enabled():
+    if _is_worker() and enabled():
         return recorder()
     return None
 
@@ -269,7 +274,7 @@ def current_run() -> str | None:
     """Id of the run this process records into, or ``None`` if it records nowhere (yet)."""
     if _rec is not None and _pid == os.getpid():
         return _rec.run_id
-    return os.environ.get(RUN_ID_ENV)
+    return settings.RUN_ID.raw()
 
 
 def current_run_dir() -> Path | None:

@@ -12,9 +12,10 @@ import importlib.util
 import os
 from dataclasses import dataclass
 
+from rlmesh import settings
 from rlmesh.telemetry.errors import TelemetryError
 
-FLUSH_ENV = "RLMESH_TELEMETRY_FLUSH_S"
+FLUSH_ENV = settings.TELEMETRY_FLUSH_S.name
 EXPORT_TARGETS = ("tensorboard", "wandb")
 
 
@@ -24,28 +25,28 @@ class TelemetryConfigError(TelemetryError, ValueError):
 
 @dataclass
 class TelemetryConfig:
-    enabled: bool = True
+    enabled: bool = settings.TELEMETRY.default
     """Record at all. False makes ``record()`` a no-op and starts no run (``RLMESH_TELEMETRY=0``)."""
 
-    runs_dir: str = "runs"
+    runs_dir: str = settings.RUNS_DIR.default
     """Where runs are written, relative to the working directory (``RLMESH_RUNS_DIR``)."""
 
-    flush_interval_s: float = 0.2
+    flush_interval_s: float = settings.TELEMETRY_FLUSH_S.default
     """How often each proc ships its buffered rows. Must stay under 0.9 s: rows reach the
     file within about flush + 0.1 s, and the durability promise is one second."""
 
-    health_interval_s: float = 1.0
+    health_interval_s: float = settings.HEALTH_INTERVAL.default
     """Seconds between ``host_health``/``gpu_health`` samples (one sampler per host); 0 = off
     (``proc_health`` too)."""
 
-    proc_health_interval_s: float = 5.0
+    proc_health_interval_s: float = settings.PROC_HEALTH_INTERVAL.default
     """Seconds between each proc's ``proc_health`` sample of itself (RSS, CPU, threads, open
     files; ``RLMESH_PROC_HEALTH_INTERVAL``); 0 = off."""
 
-    spans: bool = True
+    spans: bool = settings.SPANS.default
     """Record a ``spans`` row per endpoint call (``RLMESH_SPANS``)."""
 
-    spans_max_per_s: float = 1000.0
+    spans_max_per_s: float = settings.SPANS_MAX_PER_S.default
     """Span rows per second per (actor, endpoint) in each proc; calls beyond it are counted
     in the next row's ``weight`` instead of getting their own row."""
 
@@ -102,13 +103,13 @@ class TelemetryConfig:
     def env(self) -> dict[str, str]:
         """The environment variables this config stands for."""
         return {
-            "RLMESH_TELEMETRY": "1" if self.enabled else "0",
-            "RLMESH_RUNS_DIR": self.runs_dir,
+            settings.TELEMETRY.name: "1" if self.enabled else "0",
+            settings.RUNS_DIR.name: self.runs_dir,
             FLUSH_ENV: repr(self.flush_interval_s),
-            "RLMESH_HEALTH_INTERVAL": repr(self.health_interval_s),
-            "RLMESH_PROC_HEALTH_INTERVAL": repr(self.proc_health_interval_s),
-            "RLMESH_SPANS": "1" if self.spans else "0",
-            "RLMESH_SPANS_MAX_PER_S": repr(self.spans_max_per_s),
+            settings.HEALTH_INTERVAL.name: repr(self.health_interval_s),
+            settings.PROC_HEALTH_INTERVAL.name: repr(self.proc_health_interval_s),
+            settings.SPANS.name: "1" if self.spans else "0",
+            settings.SPANS_MAX_PER_S.name: repr(self.spans_max_per_s),
         }
 
     def apply(self) -> None:
@@ -116,9 +117,6 @@ class TelemetryConfig:
         os.environ.update(self.env())
 
 
-def flush_interval_from_env(default: float = 0.2) -> float:
-    try:
-        value = float(os.environ.get(FLUSH_ENV, default))
-    except ValueError:
-        return default
-    return value if 0 < value <= 0.9 else default
+def flush_interval_from_env() -> float:
+    """``RLMESH_TELEMETRY_FLUSH_S``: out of (0, 0.9] it warns and gives the default."""
+    return settings.TELEMETRY_FLUSH_S.get()

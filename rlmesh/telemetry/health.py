@@ -26,21 +26,19 @@ from typing import Any
 
 import psutil
 
+from rlmesh import settings
 from rlmesh.telemetry.gpu import GpuSampler
 from rlmesh.telemetry.proc_health import ProcSampler, proc_interval_from_env
 
 logger = logging.getLogger(__name__)
 
-INTERVAL_ENV = "RLMESH_HEALTH_INTERVAL"
+INTERVAL_ENV = settings.HEALTH_INTERVAL.name
 RETRY_LOCK_S = 3.0
 
 
-def interval_from_env(default: float = 1.0) -> float:
-    try:
-        return float(os.environ.get(INTERVAL_ENV, default))
-    except ValueError:
-        logger.warning("%s=%r is not a number of seconds; using %s", INTERVAL_ENV, os.environ[INTERVAL_ENV], default)
-        return default
+def interval_from_env() -> float:
+    """Seconds between host samples (``RLMESH_HEALTH_INTERVAL``); 0 = off."""
+    return settings.HEALTH_INTERVAL.get()
 
 
 TREE_REFRESH_S = 5.0

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from typing import Any
 
+from rlmesh import settings
 from rlmesh.actor import hooks
 from rlmesh.actor.debugger import DEBUG_DIR_ENV
 from rlmesh.telemetry import api, logs
@@ -27,8 +27,8 @@ from rlmesh.transport.refusals import RefusalReport, set_refusal_sink
 
 logger = logging.getLogger(__name__)
 
-SPANS_ENV = "RLMESH_SPANS"
-SPANS_MAX_ENV = "RLMESH_SPANS_MAX_PER_S"
+SPANS_ENV = settings.SPANS.name
+SPANS_MAX_ENV = settings.SPANS_MAX_PER_S.name
 WORKER_PLUGIN = "rlmesh.telemetry.plugin:on_worker_start"
 
 _health: Any = None
@@ -90,13 +90,7 @@ class SpanSampler:
 
     def __init__(self, rec: Any, max_per_s: float | None = None):
         self._rec = rec
-        if max_per_s is None:
-            try:
-                max_per_s = float(os.environ.get(SPANS_MAX_ENV, 1000))
-            except ValueError:
-                logger.warning("%s is not a number; using 1000", SPANS_MAX_ENV)
-                max_per_s = 1000.0
-        self.max_per_s = max_per_s
+        self.max_per_s = settings.SPANS_MAX_PER_S.get() if max_per_s is None else max_per_s
         self._window: dict[tuple[str, str], list[float]] = {}  # key -> [window_start, recorded, skipped]
 
     def __call__(self, span: hooks.Span) -> None:
@@ -126,7 +120,7 @@ def on_worker_start(info: hooks.WorkerInfo) -> None:
     rec = api.recorder()
     if rec.run_id is None:  # telemetry off
         return
-    if os.environ.get(SPANS_ENV, "1").lower() not in ("0", "false", "off", "no"):
+    if settings.SPANS.get():
         hooks.set_span_sink(SpanSampler(rec))
     set_refusal_sink(record_refusal)
     hooks.set_debug_sink(record_debug_pause)

@@ -26,50 +26,38 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import statistics
 from collections import deque
 from dataclasses import dataclass
 
 import psutil
 
+from rlmesh import settings
 from rlmesh.actor.context import current_proc
 
 logger = logging.getLogger(__name__)
 
-PROC_INTERVAL_ENV = "RLMESH_PROC_HEALTH_INTERVAL"
-GROWTH_WINDOW_ENV = "RLMESH_RSS_GROWTH_WINDOW_S"
-GROWTH_MIN_MB_ENV = "RLMESH_RSS_GROWTH_MIN_MB"
-GROWTH_RATIO_ENV = "RLMESH_RSS_GROWTH_RATIO"
+PROC_INTERVAL_ENV = settings.PROC_HEALTH_INTERVAL.name
+GROWTH_WINDOW_ENV = settings.RSS_GROWTH_WINDOW_S.name
+GROWTH_MIN_MB_ENV = settings.RSS_GROWTH_MIN_MB.name
+GROWTH_RATIO_ENV = settings.RSS_GROWTH_RATIO.name
 MB = 1 << 20
 
 
-def _float_env(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        logger.warning("%s=%r is not a number; using %s", name, os.environ[name], default)
-        return default
-    if value < 0:
-        logger.warning("%s=%r is negative; using %s", name, os.environ[name], default)
-        return default
-    return value
-
-
-def proc_interval_from_env(default: float = 5.0) -> float:
+def proc_interval_from_env() -> float:
     """Seconds between ``proc_health`` samples (``RLMESH_PROC_HEALTH_INTERVAL``); 0 = off."""
-    return _float_env(PROC_INTERVAL_ENV, default)
+    return settings.PROC_HEALTH_INTERVAL.get()
 
 
 @dataclass(frozen=True)
 class GrowthPolicy:
     """When :class:`RssGrowthWatch` calls a proc's RSS growth unbounded (see the module docstring)."""
 
-    window_s: float = 300.0
+    window_s: float = settings.RSS_GROWTH_WINDOW_S.default
     """How much history a verdict needs and looks at, seconds (``RLMESH_RSS_GROWTH_WINDOW_S``)."""
-    min_growth_bytes: int = 512 * MB
+    min_growth_bytes: int = int(settings.RSS_GROWTH_MIN_MB.default * MB)
     """The rise over the window must be at least this (``RLMESH_RSS_GROWTH_MIN_MB``, in MiB)."""
-    min_ratio: float = 0.5
+    min_ratio: float = settings.RSS_GROWTH_RATIO.default
     """... and at least this fraction of RSS at the window's start (``RLMESH_RSS_GROWTH_RATIO``)."""
     segments: int = 4
     """The window is cut into this many parts; RSS must rise in every one."""
@@ -78,10 +66,9 @@ class GrowthPolicy:
 
     @classmethod
     def from_env(cls) -> "GrowthPolicy":
-        d = cls()
-        return cls(window_s=_float_env(GROWTH_WINDOW_ENV, d.window_s),
-                   min_growth_bytes=int(_float_env(GROWTH_MIN_MB_ENV, d.min_growth_bytes / MB) * MB),
-                   min_ratio=_float_env(GROWTH_RATIO_ENV, d.min_ratio))
+        return cls(window_s=settings.RSS_GROWTH_WINDOW_S.get(),
+                   min_growth_bytes=int(settings.RSS_GROWTH_MIN_MB.get() * MB),
+                   min_ratio=settings.RSS_GROWTH_RATIO.get())
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from rlmesh import settings
 from rlmesh.telemetry import api
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.client import remote_query
@@ -47,8 +48,8 @@ def query(sql: str, run: RunSpec | Sequence[RunSpec] | None = None, timeout: flo
     svc = api.service()
     if svc is not None and (run is None or os.fspath(run) == svc.run_id):
         return _local(svc, sql)
-    if run is None and os.environ.get(api.QUERY_ADDR_ENV) and os.environ.get(api.RUN_ID_ENV):
-        return remote_query(os.environ[api.QUERY_ADDR_ENV], api._auth(), sql, timeout)
+    if run is None and settings.TELEMETRY_QUERY_ADDR.is_set() and settings.RUN_ID.is_set():
+        return remote_query(settings.TELEMETRY_QUERY_ADDR.get(), api._auth(), sql, timeout)
     db = runs.resolve_db(run)
     if svc is not None and db == svc.store.path.resolve():
         return _local(svc, sql)

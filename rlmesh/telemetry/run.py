@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlmesh import settings
 from rlmesh.telemetry.errors import RunNotFoundError
 from rlmesh.transport import is_loopback_address
 
-RUNS_DIR_ENV = "RLMESH_RUNS_DIR"
+RUNS_DIR_ENV = settings.RUNS_DIR.name
 DB_NAME = "telemetry.duckdb"
 RUN_JSON = "run.json"
 SERVICE_JSON = "service.json"
@@ -29,7 +30,7 @@ SERVICE_JSON = "service.json"
 
 def runs_dir() -> Path:
     """The runs directory: ``$RLMESH_RUNS_DIR`` or ``./runs``, resolved against the working directory."""
-    return Path(os.environ.get(RUNS_DIR_ENV) or "runs").resolve()
+    return Path(settings.RUNS_DIR.get()).resolve()
 
 
 def new_run_id() -> str:

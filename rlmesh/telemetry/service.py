@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 import zmq
 
+from rlmesh import settings
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry import wire
 from rlmesh.telemetry.client import telemetry_context
@@ -152,7 +153,7 @@ class TelemetryService:
         self.ingest_addr, self._ingest_in = bind_channel(self._pull, self.auth, "telemetry ingest")
         self.query_addr, self._query_in = bind_channel(self._router, self.auth, "telemetry queries")
         info = {"run_id": self.run_id, "ingest_addr": self.ingest_addr, "query_addr": self.query_addr,
-                "secret": os.environ.get("RLMESH_SECRET", ""), "pid": os.getpid(), "host": socket.gethostname()}
+                "secret": settings.SECRET.get(), "pid": os.getpid(), "host": socket.gethostname()}
         runs.write_json(self.run_dir / runs.SERVICE_JSON, info, private=True)
         self._write_run_json("running")
         self._thread("recv", self._recv_loop)  # batches are received (and acknowledged) while the file opens

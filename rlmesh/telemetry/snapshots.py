@@ -35,11 +35,12 @@ from typing import Any, Callable
 
 import pyarrow.parquet as pq
 
+from rlmesh import settings
 from rlmesh.telemetry.schema import qident
 
 logger = logging.getLogger(__name__)
 
-SNAPSHOT_ENV = "RLMESH_SNAPSHOT_S"
+SNAPSHOT_ENV = settings.SNAPSHOT_S.name
 LIVE_DIR = "live"
 MAX_PARTS = 64
 OLD_GEN_GRACE_S = 60.0
@@ -47,11 +48,8 @@ WHOLE = ("runs",)  # tables whose rows change in place
 
 
 def interval_from_env() -> float:
-    try:
-        return max(0.0, float(os.environ.get(SNAPSHOT_ENV, "5")))
-    except ValueError:
-        logger.warning("%s is not a number; snapshots every 5 s", SNAPSHOT_ENV)
-        return 5.0
+    """Seconds between snapshots (``RLMESH_SNAPSHOT_S``); 0 = off."""
+    return settings.SNAPSHOT_S.get()
 
 
 def _dirname(table: str) -> str:
