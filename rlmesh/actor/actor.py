@@ -11,14 +11,55 @@ networking or its heartbeat.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Concatenate, Coroutine, Generic, ParamSpec, TypeVar, overload
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _ENDPOINT_ATTR = "__rlmesh_endpoint__"
 
+# What an ActorMesh itself defines (rlmesh.actor.mesh.ActorMesh and its base NamedMesh): an endpoint of
+# one of these names would be shadowed by the mesh's own attribute, so it is refused at class definition.
+# tests/unit/actor/test_endpoint_names.py keeps the set equal to ActorMesh's public attributes.
+MESH_ATTRIBUTES = frozenset({"name", "shape", "slice", "proc_ids"})
 
-def endpoint(fn: F | None = None) -> F:
+
+class EndpointMethod(Generic[P, R]):
+    """What a type checker sees for a plain ``def`` method under ``@rm.endpoint``.
+
+    At run time the decorator returns the method itself, marked (nothing is wrapped, so a call
+    costs what it did). To a checker, reading it on an actor (``self.where()``) is the method,
+    ``Callable[P, R]``, and reading it on ``ActorMesh[A]`` is ``Endpoint[P, R]`` (with the mypy
+    plugin ``rlmesh.actor.mypy_plugin``; without it, ``Endpoint[..., Any]``). Never instantiated.
+    """
+
+    if TYPE_CHECKING:
+        @overload
+        def __get__(self, instance: None, owner: type[Any], /) -> EndpointMethod[P, R]: ...
+        @overload
+        def __get__(self, instance: object, owner: type[Any], /) -> Callable[P, R]: ...
+        def __get__(self, instance: object, owner: type[Any], /) -> Any: ...
+
+
+class AsyncEndpointMethod(Generic[P, R]):
+    """:class:`EndpointMethod` of an ``async def`` endpoint: ``R`` is the awaited result (``float``
+    for ``async def score(self, text: str) -> float``), what a caller's future holds."""
+
+    if TYPE_CHECKING:
+        @overload
+        def __get__(self, instance: None, owner: type[Any], /) -> AsyncEndpointMethod[P, R]: ...
+        @overload
+        def __get__(self, instance: object, owner: type[Any], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
+        def __get__(self, instance: object, owner: type[Any], /) -> Any: ...
+
+
+# An async def matches both; the first, the one wanted, wins (the overlap mypy reports is on purpose).
+@overload
+def endpoint(  # type: ignore[overload-overlap]
+        fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> AsyncEndpointMethod[P, R]: ...
+@overload
+def endpoint(fn: Callable[Concatenate[Any, P], R]) -> EndpointMethod[P, R]: ...
+def endpoint(fn: Any = None) -> Any:
     """Mark an actor method as callable from other procs (``mesh.method.call(...)``).
 
     Works on ``async def`` and plain ``def`` methods. Applying it to something that

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generator, Generic, TypeVar
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Future(Generic[T]):
                 self._wait(timeout)
         if self._exc is not None:
             raise self._exc
-        return self._value
+        return self._value  # type: ignore[no-any-return]  # Any until done (a slot); then the call's T
 
     def result(self, timeout: float | None = None) -> T:
         return self.get(timeout)
@@ -122,7 +122,7 @@ class Future(Generic[T]):
         if not event.wait(timeout):
             raise _still_pending(timeout)
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, T]:
         if not self._done:
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
@@ -144,19 +144,19 @@ def _still_pending(timeout: float | None) -> TimeoutError:
     return TimeoutError(f"no result within {timeout}s (the call is still pending)")
 
 
-def _resolve(waiter: asyncio.Future) -> None:
+def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():  # the awaiting task may have been cancelled meanwhile
         waiter.set_result(None)
 
 
-def _run_callback(fn: Callable[[Any], None], fut: Future) -> None:
+def _run_callback(fn: Callable[[Any], None], fut: Future[Any]) -> None:
     try:
         fn(fut)
     except Exception:
         logger.exception("a done callback of %r failed", fut)
 
 
-def gather_futures(futs: list[Future], combine: Callable[[list[Any]], T]) -> Future[T]:
+def gather_futures(futs: list[Future[Any]], combine: Callable[[list[Any]], T]) -> Future[T]:
     """A future that completes with ``combine(results)`` once all complete, or fails with the first error."""
     out: Future[T] = Future(driver=next((f._driver for f in futs if f._driver is not None), None))
     n = len(futs)
@@ -167,7 +167,7 @@ def gather_futures(futs: list[Future], combine: Callable[[list[Any]], T]) -> Fut
         out._set_result(combine([]))
         return out
 
-    def on_done(i: int, f: Future) -> None:
+    def on_done(i: int, f: Future[Any]) -> None:
         if f._exc is not None:
             out._set_exception(f._exc)
             return

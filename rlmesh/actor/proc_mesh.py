@@ -11,7 +11,7 @@ import importlib.util
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar
 
 import cloudpickle
 
@@ -21,6 +21,11 @@ from rlmesh.actor.mesh import ActorMesh, ActorPoint
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.actor.shape import NamedMesh, Shape
 from rlmesh.transport.serialization import dumps
+
+if TYPE_CHECKING:
+    from rlmesh.actor.actor import Actor
+
+A = TypeVar("A", bound="Actor")
 
 
 def ship_by_value_if_needed(cls: type) -> None:
@@ -97,7 +102,7 @@ class ProcMesh(NamedMesh):
         sub._actor_names = self._actor_names
         return sub
 
-    def spawn(self, name: str, actor_cls: type, *args: Any, **kwargs: Any) -> ActorMesh:
+    def spawn(self, name: str, actor_cls: type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
         """Create one ``actor_cls(*args, **kwargs)`` per proc; returns the :class:`ActorMesh`.
 
         Blocks until every ``__init__`` finished; an exception in one is raised as
@@ -114,7 +119,7 @@ class ProcMesh(NamedMesh):
         eps = endpoint_names(actor_cls)
         dims = self._shape.dims
         actor_shape = Shape(dims)
-        placements = []
+        placements: list[tuple[str, dict[str, Any]]] = []
         for rank in range(len(self._shape)):
             proc_id = self._proc_ids[self._shape.indices[rank]]
             placements.append((proc_id, {

@@ -135,7 +135,7 @@ class ValueMesh(Generic[T]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def __getitem__(self, key: int | dict[str, int] | tuple) -> T:
+    def __getitem__(self, key: int | dict[str, int] | tuple[int, ...]) -> T:
         if isinstance(key, int):
             return self._values[key]
         return self._values[self._shape.rank_of(key)]
