@@ -100,7 +100,27 @@ class Actor:
       first spawn. It may be ``async``.
     - ``on_stop(self)``: runs when its proc shuts down cleanly (``procs.stop()``);
       not on a crash. It may be ``async``.
+
+    An endpoint may not be named like an attribute of the mesh that calls it (``name``,
+    ``shape``, ``slice``, ``proc_ids``) nor start with ``_``: ``mesh.<name>`` would never reach
+    it. Such a class is refused where it is defined.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, val in vars(cls).items():
+            if not is_endpoint(val):
+                continue
+            if name in MESH_ATTRIBUTES:
+                raise TypeError(
+                    f"{cls.__qualname__}.{name}: an endpoint cannot be named {name!r}, it clashes with "
+                    f"ActorMesh.{name} (mesh.{name} is the mesh's own attribute, so the endpoint could never "
+                    f"be called through a mesh); rename the endpoint, e.g. {name}_ or get_{name}")
+            if name.startswith("_"):
+                raise TypeError(
+                    f"{cls.__qualname__}.{name}: an endpoint name cannot start with '_' (a mesh gives no "
+                    f"private attribute as an endpoint, so it could never be called); rename it "
+                    f"{name.lstrip('_') or 'something'!r}, or drop @rm.endpoint to keep it private")
 
     def on_restart(self) -> Any:  # pragma: no cover - default does nothing
         return None
