@@ -103,6 +103,12 @@ def test_the_wheel_carries_every_config_and_recipe(wheel):
         assert not missing, f"not in the wheel: {missing}"
 
 
+def test_the_wheel_is_typed(wheel):
+    """PEP 561: without the marker a user's checker ignores rlmesh's annotations (Endpoint[P, R], ...)."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"rlmesh/py.typed", "rlmesh/actor/mypy_plugin.py"} <= names
+
+
 @pytest.mark.timeout(2400)  # the first run installs torch and every dependency into a fresh venv
 def test_installed_wheel_runs_a_recipe_from_an_empty_directory(venv, tmp_path):
     where = sh([venv / "bin" / "python", "-c", "import rlmesh; print(rlmesh.__file__)"], 60, cwd=tmp_path)
