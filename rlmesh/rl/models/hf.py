@@ -50,6 +50,11 @@ class HFCausalLM(nn.Module):
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
 
+    def gradient_checkpointing_enable(self) -> None:
+        """Recompute each layer's activations in the backward pass instead of keeping them
+        (``model.gradient_checkpointing``): less memory for long sequences, more compute."""
+        self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
     def new_cache(self, batch: int, max_len: int | None = None) -> _HFCache:  # noqa: ARG002 (dynamic cache)
         return _HFCache()
 
