@@ -352,19 +352,27 @@ class Controller(RecoveryMixin):
 
         return self.submit(do).result()
 
-    def restart_proc(self, proc_id: str, reason: str) -> bool:
+    def restart_proc(self, proc_id: str, reason: str, starting: bool = False) -> bool:
         """Kill an alive proc on purpose so its mesh's restart policy replaces it (actors re-created,
         ``on_restart`` run): new code after a workspace sync. Event ``restart_requested`` (reason) first;
-        it counts against the restart budget like any death. False when the proc was not alive."""
+        it counts against the restart budget like any death. False when the proc was not alive.
+
+        ``starting``: a proc still starting or re-creating its actors is killed too (a trainer mesh
+        restarts every rank when one dies: :mod:`rlmesh.rl.train.recovery`). Called on the supervisor
+        thread (from an event sink), it acts at once instead of waiting for that thread."""
+        states = (ProcState.ALIVE, ProcState.STARTING, ProcState.REJOINING) if starting else (ProcState.ALIVE,)
+
         def do() -> bool:
             rec = self.procs.get(proc_id)
-            if rec is None or rec.state != ProcState.ALIVE or rec.handle is None or not rec.policy.restartable:
+            if rec is None or rec.state not in states or rec.handle is None or not rec.policy.restartable:
                 return False
             self._emit("restart_requested", rec, reason=reason)
             rec.down_at = time.time()
             rec.handle.kill()
             return True
 
+        if threading.current_thread() is self._thread:
+            return do()
         return self.submit(do).result()
 
     # ------------------------------------------------------------------ supervisor loop

@@ -12,6 +12,7 @@ from typing import Any
 import rlmesh as rm
 from rlmesh.actor.future import Future, gather_futures
 from rlmesh.launch.kubernetes import KubernetesCluster
+from rlmesh.rl.train.recovery import restart_together
 
 
 def place(launcher: str, settings: dict[str, Any] | None = None) -> Any:
@@ -41,8 +42,13 @@ def actor_class(config: Any, key: str) -> type:
 
 def trainer_procs(procs: Any, first: int, ranks: int) -> Any:
     """The procs the trainer is spawned on: proc ``first`` alone (``trainer.ranks=1``: one actor,
-    ``call_one`` works on it), or procs ``first`` to ``first + ranks - 1`` (a trainer mesh)."""
-    return procs.slice(procs=first) if ranks == 1 else procs.slice(procs=slice(first, first + ranks))
+    ``call_one`` works on it), or procs ``first`` to ``first + ranks - 1`` (a trainer mesh), linked so
+    that the death of any of them restarts all of them (:mod:`rlmesh.rl.train.recovery`)."""
+    if ranks == 1:
+        return procs.slice(procs=first)
+    mesh = procs.slice(procs=slice(first, first + ranks))
+    restart_together(mesh)
+    return mesh
 
 
 def call_trainer(trainer: Any, endpoint: str, *args: Any, timeout: float | None = None) -> Future:

@@ -28,6 +28,7 @@ from rlmesh.actor.controller import Controller
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import RlmeshError
 from rlmesh.rl.placement import call_trainer
+from rlmesh.rl.train.recovery import peer_lost
 from rlmesh.rl.report import TERMINAL_SQL
 from rlmesh.rl.results import TrainResult
 from rlmesh.rl.schedule import AsyncWorkScheduler, WorkItem
@@ -129,6 +130,23 @@ class Recovery:
                                 last_error=short_error(error))
             await asyncio.sleep(self.poll_s)
 
+    async def wait_replaced(self, mesh: Any, before: list[int], error: BaseException) -> None:
+        """Wait until every proc of ``mesh`` runs a newer incarnation than ``before`` (in rank order) and
+        serves; :class:`RunFailed` when the supervisor gave up on one or none came within ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            recs = self._records(mesh)
+            bad = next((r for r in recs if r.state in (ProcState.FAILED, ProcState.STOPPED)), None)
+            if bad is not None:
+                raise self.failed("trainer", bad, error)
+            if all(r.incarnation > b and r.state == ProcState.ALIVE for r, b in zip(recs, before)):
+                return
+            if time.monotonic() > deadline:
+                raise RunFailed(f"trainer {mesh._name}: not every rank replaced {self.timeout_s:.0f} s after "
+                                f"{short_error(error)} (run.recovery_timeout_s)", mesh=mesh._name,
+                                last_error=short_error(error))
+            await asyncio.sleep(self.poll_s)
+
     async def recover(self, exc: BaseException, callee: Any, role: str) -> Any:
         """After ``exc`` (an ``ActorDied``) from a call to ``callee``: wait until the mesh that died
         (``callee`` itself, or the peer the error names) serves again; returns that mesh."""
@@ -157,6 +175,7 @@ class Recovery:
         it) or the buffer under it did (wait for the buffer, then free the credit of every item
         the dead one held, minus what the replacement already has).
         """
+        before = [r.incarnation for r in self._records(trainer)] if len(trainer) > 1 else None
         try:
             m = await call_trainer(trainer, "train", batch_size, timeout_s)
         except rm.ActorDied as exc:
@@ -166,6 +185,13 @@ class Recovery:
                 # killed again while asked: wait for the next one and ask it
                 held = await self.call_surviving(buffer, "buffer", buffer.holding.call_one)
                 work.lost_with_buffer("the buffer's proc died with it", held)
+            return None
+        except rm.ActorError as exc:
+            if before is None or not peer_lost(exc):
+                raise
+            # a rank's collective failed as its peer died, before the supervisor reaped the dead proc:
+            # every rank restarts (rlmesh.rl.train.recovery); wait for all of them to be replaced
+            await self.wait_replaced(trainer, before, exc)
             return None
         work.requeued(m.requeued)
         work.rejected(m.dropped, m.drop_reasons)  # stale inside the buffer: their credit is free

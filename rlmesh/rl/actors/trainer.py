@@ -48,6 +48,7 @@ from rlmesh.rl import checkpoint
 from rlmesh.rl.config import TrainerConfig
 from rlmesh.rl.results import TrainerState, TrainResult
 from rlmesh.rl.train import layout
+from rlmesh.rl.train.recovery import group_epoch
 from rlmesh.rl.train.sharding import merge_metrics, rank_weight
 from rlmesh.weights import Publisher
 
@@ -117,7 +118,7 @@ class Trainer(rm.Actor):
         from rlmesh.rl.train.distributed import TrainGroup  # deferred: FSDP's import costs ~2 s; one rank skips it
 
         self.group = group = TrainGroup.form(f"{ctx.mesh_name}/{self.weights}", ctx.rank, ranks,
-                                             self.config.group_timeout_s)
+                                             self.config.group_timeout_s, epoch=group_epoch())
         self.publisher = Publisher(self.weights) if group.rank == 0 else None
         if self.publisher is not None:
             self.publisher.reserve(self.model.state_dict())

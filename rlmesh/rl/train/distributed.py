@@ -64,9 +64,10 @@ class GroupError(RlmeshError):
     ranks that failed its MAC (refused, never unpickled)."""
 
 
-def rendezvous_key(name: str) -> str:
-    """The KV key rank 0 of trainer mesh ``name`` publishes its store's address under."""
-    return f"rlmesh.rl/train/{name}/rendezvous"
+def rendezvous_key(name: str, epoch: int = 0) -> str:
+    """The KV key rank 0 of trainer mesh ``name`` publishes its store's address under, at group epoch
+    ``epoch`` (+1 each time the mesh restarts after a rank died: :mod:`rlmesh.rl.train.recovery`)."""
+    return f"rlmesh.rl/train/{name}/rendezvous/{epoch}"
 
 
 def store_host() -> str:
@@ -115,29 +116,36 @@ class TrainGroup:
         self._cpu = dist.new_group(backend="gloo") if backend != "gloo" else None
 
     @classmethod
-    def form(cls, name: str, rank: int, world: int, timeout_s: float, backend: str = "gloo") -> "TrainGroup":
-        """Join the group of trainer mesh ``name`` as ``rank`` of ``world`` (every rank calls this).
+    def form(cls, name: str, rank: int, world: int, timeout_s: float, backend: str = "gloo",
+             epoch: int = 0) -> "TrainGroup":
+        """Join the group of trainer mesh ``name`` as ``rank`` of ``world`` (every rank calls this), at
+        group epoch ``epoch`` (the KV's, :func:`rlmesh.rl.train.recovery.group_epoch`: a restarted mesh
+        meets at a new rendezvous, never at one of a group that is gone).
 
         ``timeout_s`` bounds the rendezvous and every collective afterwards (a rank that died
-        mid-step fails its peers' collectives after this long instead of hanging them)."""
+        mid-step fails its peers' collectives after this long where the controller does not restart
+        the mesh first)."""
         timeout = datetime.timedelta(seconds=timeout_s)
         if rank == 0:
             host = store_host()
             _keep_gloo_on_loopback(host)
             store = dist.TCPStore(host, 0, world, is_master=True, timeout=timeout, wait_for_workers=False)
-            info = {"host": host, "port": int(store.port), "key": secrets.token_hex(32), "epoch": secrets.token_hex(8)}
-            kv.put(rendezvous_key(name), info)
+            info = {"host": host, "port": int(store.port), "key": secrets.token_hex(32),
+                    "epoch": f"{epoch}.{secrets.token_hex(8)}"}
+            kv.put(rendezvous_key(name, epoch), info)
+            if epoch:
+                kv.delete(rendezvous_key(name, epoch - 1))
         else:
             try:
-                info = kv.get(rendezvous_key(name), timeout=timeout_s)
+                info = kv.get(rendezvous_key(name, epoch), timeout=timeout_s)
             except KeyError:
                 raise GroupError(f"trainer mesh {name!r}: rank 0 published no rendezvous within {timeout_s:g} s "
                                  "(trainer.group_timeout_s); did rank 0's proc start?") from None
             _keep_gloo_on_loopback(info["host"])
             store = dist.TCPStore(info["host"], info["port"], world, is_master=False, timeout=timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
-        logger.info("trainer mesh %s: rank %d of %d joined (%s, store %s:%d)", name, rank, world, backend,
-                    info["host"], info["port"])
+        logger.info("trainer mesh %s: rank %d of %d joined (%s, store %s:%d, epoch %d)", name, rank, world, backend,
+                    info["host"], info["port"], epoch)
         return cls(rank, world, backend, bytes.fromhex(info["key"]), info["epoch"])
 
     def close(self) -> None:

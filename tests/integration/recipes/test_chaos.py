@@ -265,3 +265,34 @@ def test_buffer_killed_its_rollouts_are_dropped_with_a_reason_and_replaced(tmp_p
     assert reasons <= {"stale", "the buffer's proc died with it",
                        "ActorDied: buffer[0].add: the proc hosting this actor died (killed by signal 9)"}, reasons
     assert json.loads((db / "result.json").read_text())["env_steps"] >= 60000 and acc["consumed"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_trainer_mesh_rank_killed_restarts_every_rank_from_the_sharded_checkpoint(tmp_path):
+    # faults.seed=4 picks rank 0 (rl.1), then rank 1 (rl.2): each death leaves its peer inside a
+    # collective, which only the controller's restart of the whole mesh ends (trainer.group_timeout_s
+    # is far above the test's timeout: waiting it out would fail the test)
+    out = run(RLMESH + GRPO + ["trainer.ranks=2", "trainer.group_timeout_s=900", "faults.kill=trainer",
+                               "faults.seed=4", "faults.start_after_s=5", "faults.every_s=3", "faults.max_faults=2"],
+              tmp_path, timeout=280)
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = only_run(tmp_path)
+    acc = assert_invariants(db)                                  # nothing lost, no rollout trained twice
+    assert acc["consumed"] == 150 * 2                             # every step trained its two work items once
+    assert q(db, "SELECT max(step) FROM train_steps")[0][0] == 150
+    kills = [p for (p,) in q(db, "SELECT proc FROM actors WHERE event = 'fault_injected' ORDER BY ts")]
+    assert kills == ["rl.1", "rl.2"], kills
+    # each incident: the victim died, its peer was restarted on purpose, and both ranks came back
+    asked = q(db, "SELECT proc, reason FROM actors WHERE event = 'restart_requested' ORDER BY ts")
+    assert [p for p, _ in asked] == ["rl.2", "rl.1"], asked
+    assert all("trainer mesh: rank" in r and "every rank restarts" in r for _, r in asked), asked
+    back = q(db, "SELECT proc, incarnation, recovery_s FROM actors WHERE event = 'restarted' ORDER BY ts")
+    assert sorted((p, i) for p, i, _ in back) == [("rl.1", 1), ("rl.1", 2), ("rl.2", 1), ("rl.2", 2)], back
+    assert all(0 < s < 60 for _, _, s in back), back
+    # each incident loads the newest sharded checkpoint once (rank 0 records it) and training goes on
+    # from the step after it
+    loads = q(db, "SELECT epoch(ts), step, path FROM checkpoints WHERE event = 'load' ORDER BY ts")
+    assert len(loads) == 2 and all(p.endswith(".dcp") for _, _, p in loads), loads
+    for at, step, _ in loads:
+        (first,), = q(db, f"SELECT min_by(step, ts) FROM train_steps WHERE epoch(ts) > {at}")
+        assert first == step + 1, (at, step, first)

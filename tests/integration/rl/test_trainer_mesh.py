@@ -12,6 +12,7 @@ trainers of one rank (no group) share proc 0 with the buffers.
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ class FixedBuffer(rm.Actor):
 
 def config(tmp: Path, ranks: int, **kw) -> GRPOConfig:
     return GRPOConfig(lr=1e-2, max_groups=8, ranks=ranks, checkpoint_dir=str(tmp), checkpoint_every=1,
-                      group_timeout_s=120, **kw)
+                      **{"group_timeout_s": 120, **kw})
 
 
 def weights_of(path: Path) -> dict[str, torch.Tensor]:
@@ -142,3 +143,77 @@ def test_a_one_rank_trainer_can_write_sharded_checkpoints_that_two_ranks_resume(
         assert (state.step, state.samples_seen) == (1, res[0].samples_seen)
         # a version never repeats: the resumed mesh publishes past the newest version of its name
         assert state.policy_version == 1
+
+
+class GatedBuffer(FixedBuffer):
+    """:class:`FixedBuffer` whose ``sample`` marks that it was asked (``asked<n>`` in ``marks``) and
+    answers only while the file ``open`` exists there; it keeps the cursors it was given."""
+
+    def __init__(self, batches: list[list[dict]], marks: str) -> None:
+        super().__init__(batches)
+        self.marks, self.cursors = Path(marks), []
+
+    @rm.endpoint
+    def sample(self, batch_size: int, version: int, timeout: float, cursor: int = 0, durable: int = 0) -> SampleResult:
+        self.cursors.append(cursor)
+        (self.marks / f"asked{len(self.cursors)}").touch()
+        while not (self.marks / "open").exists():  # a condition, polled: the test opens it
+            time.sleep(0.01)
+        return super().sample(batch_size, version, timeout, cursor, durable)
+
+    @rm.endpoint
+    def seen(self) -> list[int]:
+        return list(self.cursors)
+
+
+def wait_for(cond, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_rank_restarts_the_whole_mesh_at_a_new_epoch_from_its_checkpoint(tmp_path):
+    from rlmesh.actor import hooks, kv
+    from rlmesh.actor.controller import Controller
+    from rlmesh.rl.train.recovery import epoch_key
+
+    events: list[tuple[str, str, int]] = []
+    sink = lambda ev: events.append((ev.kind, ev.proc_id, ev.incarnation))  # noqa: E731
+    hooks.add_event_sink(sink)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (marks / "open").touch()
+    try:
+        with rm.this_host().spawn_procs(per_host={"procs": 3}, restart=rm.Restart(max_restarts=-1)) as procs:
+            buffer = procs.slice(procs=0).spawn("gated", GatedBuffer, [scored_items(4)], str(marks))
+            # a group timeout far past the test's: the peer must be freed by the restart, not by gloo
+            trainer = trainer_procs(procs, 1, 2).spawn("killed", GRPOTrainer, config(tmp_path / "ck", 2,
+                                                                                     group_timeout_s=900),
+                                                       buffer, MODEL, weights="killed", seed=0)
+            assert call_trainer(trainer, "train", 4, 10.0).get(timeout=120).step == 1  # checkpointed
+            (marks / "open").unlink()
+            step = call_trainer(trainer, "train", 4, 10.0)
+            wait_for((marks / "asked2").exists, "rank 0 samples step 2")
+            # rank 0 waits on the buffer, rank 1 on rank 0's hand-off (a collective): kill rank 0
+            rank0, rank1 = trainer_procs(procs, 1, 2)._proc_ids[1:3]
+            killed_at = time.monotonic()
+            assert Controller.current().inject_fault(rank0, "kill")
+            with pytest.raises(rm.ActorDied):
+                step.get(timeout=120)
+            (marks / "open").touch()
+            wait_for(lambda: procs.slice(procs=slice(1, 3)).incarnations() == [1, 1]
+                     and procs.slice(procs=slice(1, 3)).states() == ["alive", "alive"], "both ranks back")
+            back_s = time.monotonic() - killed_at
+            assert ("restart_requested", rank1, 0) in events and ("restarted", rank1, 1) in events
+            assert kv.get(epoch_key(rank0), timeout=0) == kv.get(epoch_key(rank1), timeout=0) == 1
+            state = call_trainer(trainer, "state").get(timeout=60)
+            assert (state.step, state.policy_version) == (1, 2)  # step 1's checkpoint; a version past 1
+            after = call_trainer(trainer, "train", 4, 10.0).get(timeout=120)
+            assert after.trained and after.step == 2
+            # the dead step's lease was after the checkpoint's cursor (1): the buffer hears cursor 1 again
+            assert buffer.seen.call_one().get(timeout=30) == [0, 1, 1]
+            print(f"mesh back {back_s:.2f} s after rank 0 was killed")
+    finally:
+        hooks.remove_event_sink(sink)

@@ -141,3 +141,63 @@ def test_a_sharded_checkpoint_with_a_changed_or_planted_file_is_refused(tmp_path
     (path / ".metadata").write_bytes(b"planted pickle")
     with pytest.raises(CheckpointError, match="missing or not in its manifest"):
         layout.verify(path)
+
+
+class FakeController:
+    """What :class:`RestartTogether` uses of the controller: procs, the KV, ``restart_proc``."""
+
+    def __init__(self, n: int) -> None:
+        from types import SimpleNamespace
+
+        from rlmesh.actor.kv import LocalKV
+
+        self.procs = {f"rl.{i}": SimpleNamespace(state="alive", incarnation=0) for i in range(1, n + 1)}
+        self.kv, self.closed, self.killed = LocalKV(), False, []
+
+    def restart_proc(self, proc_id: str, reason: str, starting: bool = False) -> bool:
+        assert starting
+        self.killed.append(proc_id)
+        return True
+
+    def dies(self, link, proc_id: str) -> None:
+        from rlmesh.actor.hooks import ProcEvent
+
+        rec = self.procs[proc_id]
+        link(ProcEvent("died", "rl", 0, proc_id, None, "", rec.incarnation, signal=9))
+        rec.state = "restarting"
+
+    def relaunch(self, proc_id: str) -> None:
+        rec = self.procs[proc_id]
+        rec.incarnation += 1
+        rec.state = "alive"
+
+
+def test_a_dead_rank_restarts_its_peers_once_per_incident_at_a_new_epoch():
+    from rlmesh.rl.train.recovery import RestartTogether, epoch_key
+
+    c = FakeController(3)
+    link = RestartTogether(c, list(c.procs))
+    assert [c.kv.get(epoch_key(p)) for p in c.procs] == [0, 0, 0]
+    c.dies(link, "rl.2")
+    assert c.killed == ["rl.1", "rl.3"] and [c.kv.get(epoch_key(p)) for p in c.procs] == [1, 1, 1]
+    for p in ("rl.1", "rl.3"):  # the peers killed for it die: no new incident
+        c.dies(link, p)
+    assert link.incidents == 1 and c.killed == ["rl.1", "rl.3"]
+    for p in c.procs:
+        c.relaunch(p)
+    c.procs["rl.3"].state = "rejoining"  # still forming its group: killed too
+    c.dies(link, "rl.1")  # a replacement dies: a new incident
+    assert link.incidents == 2 and c.killed[2:] == ["rl.2", "rl.3"] and c.kv.get(epoch_key("rl.3")) == 2
+    c.dies(link, "rl.2")  # killed for incident 2
+    assert link.incidents == 2 and len(c.killed) == 4
+
+
+def test_a_collective_failing_on_a_lost_peer_is_told_from_other_errors():
+    from rlmesh.errors import ActorError
+    from rlmesh.rl.train.recovery import peer_lost
+
+    gloo = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:35742")
+    assert peer_lost(ActorError(gloo, remote_type="RuntimeError"))
+    assert not peer_lost(ActorError("shape mismatch", remote_type="RuntimeError"))
+    assert not peer_lost(ActorError(gloo, remote_type="ValueError"))
