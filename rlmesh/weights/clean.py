@@ -13,13 +13,14 @@ import argparse
 import sys
 
 from rlmesh.telemetry import run as runs
-from rlmesh.weights.slots import SHM_DIR, reclaim_dead_segments
+from rlmesh.weights.slots import default_shm_dir, reclaim_dead_segments
 
 
 def clean_main(argv: list[str]) -> int:
     """``rlmesh clean [--shm-dir DIR]``: unlink dead runs' shm segments, settle dead runs' records."""
     p = argparse.ArgumentParser(prog="rlmesh clean", description=__doc__.split("\n\n")[1].replace("\n", " "))
-    p.add_argument("--shm-dir", default=SHM_DIR, help=f"where weight segments live (default {SHM_DIR})")
+    shm = default_shm_dir()
+    p.add_argument("--shm-dir", default=shm, help=f"where weight segments live (default {shm})")
     a = p.parse_args(argv)
     removed = reclaim_dead_segments(a.shm_dir)
     settled = runs.settle_dead_runs()

@@ -20,10 +20,11 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlmesh import settings
 from rlmesh.actor import kv
 from rlmesh.actor.context import current_context, current_proc, job_id
 
-DIRECTORY_ENV = "RLMESH_WEIGHTS_DIRECTORY"
+DIRECTORY_ENV = settings.WEIGHTS_DIRECTORY.name
 KEY_PREFIX = "rlmesh/weights/"
 
 
@@ -94,7 +95,7 @@ class FileDirectory:
 
 
 def default_directory() -> Directory:
-    root = os.environ.get(DIRECTORY_ENV)
+    root = settings.WEIGHTS_DIRECTORY.get()
     return FileDirectory(root) if root else KVDirectory()
 
 

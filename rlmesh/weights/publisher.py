@@ -22,8 +22,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlmesh import settings
 from rlmesh.actor.hooks import add_shutdown_hook
-from rlmesh.transport.auth import SECRET_ENV, Authenticator
+from rlmesh.transport.auth import Authenticator
 from rlmesh.weights import checksum
 from rlmesh.weights import rdma
 from rlmesh.weights import cuda_ipc
@@ -32,7 +33,7 @@ from rlmesh.weights.layout import Manifest, plan_layout, with_checksums
 from rlmesh.weights.pool import SlotPool
 from rlmesh.weights.selection import Transport
 from rlmesh.weights.server import SyncServer
-from rlmesh.weights.slots import SHM_DIR, SlotFile, base_name
+from rlmesh.weights.slots import SlotFile, base_name, default_shm_dir
 from rlmesh.weights.stats import PublishStats, record_publish
 
 logger = logging.getLogger(__name__)
@@ -42,9 +43,8 @@ CHUNK = 2 << 20  # copy+checksum granularity: the bytes are still in cache for t
 
 
 def _ensure_secret() -> None:
-    if not os.environ.get(SECRET_ENV):
-        # A plain process (no controller): make one so subprocesses started from here share it.
-        os.environ[SECRET_ENV] = Authenticator.new_secret().hex()
+    # A plain process (no controller): make one so subprocesses started from here share it.
+    settings.SECRET.setdefault(Authenticator.new_secret().hex())
 
 
 def _write_value(dst: Any, value: Any) -> int:
@@ -95,7 +95,8 @@ class Publisher:
         self.job, self.proc, self.host = this_job(), this_proc_id(), this_host()
         # A token per instance: a Publisher re-created in the same process must never reuse a path
         # that readers still have mapped (they would keep reading the unlinked file).
-        base = os.path.join(SHM_DIR, f"{base_name(self.job, self.proc, os.getpid(), name)}-{secrets.token_hex(4)}")
+        base = os.path.join(default_shm_dir(),
+                            f"{base_name(self.job, self.proc, os.getpid(), name)}-{secrets.token_hex(4)}")
         self.ctl_path = base + ".ctl"
         self.pool = SlotPool(base, self.ctl_path, keep, lease_s)
         self._latest = -1

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from rlmesh import settings
 from rlmesh.weights.directory import safe
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,11 @@ def quiet_readonly() -> Iterator[None]:
         yield
 
 
-SHM_DIR = os.environ.get("RLMESH_SHM_DIR", "/dev/shm")
+
+
+def default_shm_dir() -> str:
+    """Where weight segments are made: ``RLMESH_SHM_DIR`` (``/dev/shm``), read at each call."""
+    return settings.SHM_DIR.get()
 PREFIX = "rlmesh-w-"
 MAGIC = b"RLMWv001"
 HEADER = struct.Struct("<8sQQQQQQQ")
@@ -222,7 +227,7 @@ def cleanup_segments(job: str, proc: str | None = None, pid: int | None = None, 
     ``RLMESH_JOB_ID``), and its exit must not unlink the first one's live weight slots and
     heartbeat board. This process's own segments, and dead owners', go.
     """
-    shm_dir = shm_dir or SHM_DIR
+    shm_dir = shm_dir or default_shm_dir()
     pat = f"{PREFIX}{safe(job)}-"
     if proc is not None:
         pat += f"{safe(proc)}-{pid if pid is not None else '*'}-"
@@ -304,7 +309,7 @@ def reclaim_dead_segments(shm_dir: str | None = None) -> list[str]:
     Limit: the owner is judged by pid on this host's pid namespace; a container sharing this
     ``/dev/shm`` from another pid namespace must not run it.
     """
-    shm_dir = shm_dir or SHM_DIR
+    shm_dir = shm_dir or default_shm_dir()
     removed = []
     for path in glob.glob(os.path.join(glob.escape(shm_dir), PREFIX + "*")):
         pid = owner_pid(os.path.basename(path))

@@ -41,7 +41,7 @@ def _touch(d, name):
 
 
 def test_sink_unlinks_only_the_dead_procs_segments(tmp_path, monkeypatch):
-    monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path))
+    monkeypatch.setenv("RLMESH_SHM_DIR", str(tmp_path))
     dead = _touch(tmp_path, f"{slots.base_name('job1', 'trainer_0', 4242, 'policy')}-s0")
     dead_ctl = _touch(tmp_path, f"{slots.base_name('job1', 'trainer_0', 4242, 'policy')}.ctl")
     other_proc = _touch(tmp_path, f"{slots.base_name('job1', 'gen_0', 4343, 'policy')}-s0")
@@ -58,7 +58,7 @@ def test_sink_unlinks_only_the_dead_procs_segments(tmp_path, monkeypatch):
 
 
 def test_unknown_pid_spares_live_incarnations(tmp_path, monkeypatch):
-    monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path))
+    monkeypatch.setenv("RLMESH_SHM_DIR", str(tmp_path))
     live = _touch(tmp_path, f"{slots.base_name('j', 'p', os.getpid(), 'w')}-s0")
     gone = _touch(tmp_path, f"{slots.base_name('j', 'p', 2**22 + 12345, 'w')}-s0")
     removed = slots.cleanup_segments("j", "p", None)
@@ -72,7 +72,7 @@ def test_job_sweep_removes_the_jobs_dead_and_own_segments_and_spares_another_liv
     import subprocess
     import sys
 
-    monkeypatch.setattr(slots, "SHM_DIR", str(tmp_path))
+    monkeypatch.setenv("RLMESH_SHM_DIR", str(tmp_path))
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         a = _touch(tmp_path, f"{slots.base_name('j', 'p', 2**22 + 12345, 'w')}-s0")
