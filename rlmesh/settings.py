@@ -439,7 +439,7 @@ PROGRESS: Setting[str] = Setting(
     parse=_choice("auto", "bar", "plain", "json", "off", aliases={"0": "off", "false": "off", "no": "off"}),
     warns=True)
 PROGRESS_EVERY_S: Setting[float] = _seconds(
-    "PROGRESS_EVERY_S", 10.0, "Seconds between plain or JSON progress lines.", "rl")
+    "PROGRESS_EVERY_S", 10.0, "Seconds between plain or JSON progress lines.", "rl", warns=True)
 ALGORITHMS: Setting[str] = Setting(
     "ALGORITHMS", "", "Modules whose `register()` adds algorithms to `rlmesh run`, comma-separated "
     "(besides the `rlmesh.algorithms` entry points of installed packages).", "rl",

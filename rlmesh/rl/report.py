@@ -5,7 +5,6 @@ so the summary shows what was recorded, not what the controller believes)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -14,15 +13,17 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from rlmesh import settings
 
-PROGRESS_FORMAT_ENV = "RLMESH_PROGRESS"  # auto (default) | bar | plain | json | off
-PROGRESS_EVERY_ENV = "RLMESH_PROGRESS_EVERY_S"  # seconds between plain/json lines (default 10)
+
+PROGRESS_FORMAT_ENV = settings.PROGRESS.name  # auto (default) | bar | plain | json | off
+PROGRESS_EVERY_ENV = settings.PROGRESS_EVERY_S.name  # seconds between plain/json lines (default 10)
 
 
 def progress_format(enabled: bool = True, stream: Any = None) -> str:
     """``bar`` on a terminal, ``plain`` lines when piped (``tee``, an agent), ``json`` lines or ``off`` on request."""
-    want = os.environ.get(PROGRESS_FORMAT_ENV, "auto").strip().lower()
-    if not enabled or want in ("off", "0", "false", "no"):
+    want = settings.PROGRESS.get()
+    if not enabled or want == "off":
         return "off"
     if want in ("bar", "plain", "json"):
         return want
@@ -62,10 +63,7 @@ class RunProgress:
         self.start = time.perf_counter()
         self.completed = 0
         self._last_line = float("-inf")  # the first update prints a line at once
-        try:
-            self.every = float(os.environ.get(PROGRESS_EVERY_ENV, "10"))
-        except ValueError:
-            self.every = 10.0
+        self.every = settings.PROGRESS_EVERY_S.get()
         self.fields: dict[str, Any] = {"reward": float("nan"), "sps": 0.0, "lag": 0, "step": 0}
         self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn(
             "{task.completed:>8.0f}/{task.total:.0f} " + unit + "  step {task.fields[step]}  reward "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 import sys
 import threading
 import time
@@ -24,7 +23,8 @@ from typing import Any, Callable
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 import rlmesh as rm
-from rlmesh.rl.report import PROGRESS_EVERY_ENV, _hms, progress_format
+from rlmesh import settings
+from rlmesh.rl.report import _hms, progress_format
 
 TABLE = "phases"
 
@@ -131,10 +131,7 @@ class WarmupDisplay:
                  poll_s: float = 0.5) -> None:
         self.query, self.stream, self.poll_s = query, stream, poll_s
         self.format = progress_format(enabled, stream)
-        try:
-            self.every = float(os.environ.get(PROGRESS_EVERY_ENV, "10"))
-        except ValueError:
-            self.every = 10.0
+        self.every = settings.PROGRESS_EVERY_S.get()
         self._progress = Progress(
             SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(),
             TextColumn("{task.fields[count]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),

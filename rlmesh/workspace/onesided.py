@@ -14,13 +14,13 @@ is what can be checked without a device.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from enum import StrEnum
 
+from rlmesh import settings
 from rlmesh.transport.rdma_plan import READ_BYTES, ReadWR, append_reads
 
-TRANSPORT_ENV = "RLMESH_WORKSPACE_TRANSPORT"
+TRANSPORT_ENV = settings.WORKSPACE_TRANSPORT.name
 RING_BYTES = 32 << 20
 """A window per downstream peer: ~32 batches of ~1 MiB awaiting their ``ack``."""
 
@@ -42,13 +42,9 @@ class ChunkTransport(StrEnum):
 
 def transport_from_env(default: ChunkTransport = ChunkTransport.AUTO) -> ChunkTransport:
     """``RLMESH_WORKSPACE_TRANSPORT``, checked: a bad value names the key and the choices."""
-    raw = os.environ.get(TRANSPORT_ENV, "").strip().lower()
-    if not raw:
+    if not settings.WORKSPACE_TRANSPORT.is_set():
         return default
-    try:
-        return ChunkTransport(raw)
-    except ValueError:
-        raise ValueError(f"{TRANSPORT_ENV}={raw!r} is not one of {[t.value for t in ChunkTransport]}") from None
+    return ChunkTransport(settings.WORKSPACE_TRANSPORT.get())
 
 
 class FifoRing:

@@ -47,10 +47,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+from rlmesh import settings
 from rlmesh.actor import kv
 from rlmesh.errors import RlmeshError
 from rlmesh.transport.auth import is_loopback_address
-from rlmesh.transport.sockets import ADVERTISE_HOST_ENV, default_bind_host
+from rlmesh.transport.sockets import default_bind_host
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def store_host() -> str:
     or, bound to a wildcard, ``RLMESH_ADVERTISE_HOST`` or this host's address (pods)."""
     host = default_bind_host()
     if host in _WILDCARDS:
-        return os.environ.get(ADVERTISE_HOST_ENV) or socket.gethostbyname(socket.gethostname())
+        return settings.ADVERTISE_HOST.get() or socket.gethostbyname(socket.gethostname())
     return host
 
 

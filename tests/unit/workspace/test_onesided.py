@@ -65,5 +65,5 @@ def test_transport_setting_names_the_key_and_choices(monkeypatch):
     monkeypatch.setenv(TRANSPORT_ENV, "RDMA")
     assert transport_from_env() is ChunkTransport.RDMA
     monkeypatch.setenv(TRANSPORT_ENV, "infiniband")
-    with pytest.raises(ValueError, match=f"{TRANSPORT_ENV}='infiniband' is not one of"):
+    with pytest.raises(ValueError, match=f"{TRANSPORT_ENV}='infiniband': use one of 'auto', 'tcp', 'rdma', 'cma'"):
         transport_from_env()
