@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rlmesh import settings
 from rlmesh.telemetry import introspect, reader
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.cli import FORMAT_VERSION, _jsonable, type_name
@@ -202,7 +203,7 @@ def mcp_main(argv: list[str]) -> int:
     ap.add_argument("--runs-dir", help="where runs are (default: $RLMESH_RUNS_DIR or ./runs)")
     a = ap.parse_args(argv)
     if a.runs_dir:
-        os.environ[runs.RUNS_DIR_ENV] = a.runs_dir
+        settings.RUNS_DIR.set(a.runs_dir)
     try:
         server = build_server(a.allow_control)
     except ImportError as exc:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs
 
+from rlmesh import settings
+
 TOKEN_PARAM = "token"
-TOKEN_ENV = "RLMESH_DASHBOARD_TOKEN"
+TOKEN_ENV = settings.DASHBOARD_TOKEN.name
 """Where ``rlmesh dashboard`` takes its token from when ``--token`` is not given."""
 DASHBOARD_JSON = "dashboard.json"
 """``runs/<run>/dashboard.json`` (mode 0600): the URL of the dashboard serving that run, while it serves."""

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from rlmesh import settings
 from rlmesh.dashboard.auth import DASHBOARD_JSON, TOKEN_ENV, DashboardSecurityError, ServeSecurity, new_token
 from rlmesh.dashboard.data import RunDirectory
 from rlmesh.telemetry.errors import RunNotFoundError
@@ -73,7 +74,7 @@ def dashboard_main(argv: list[str]) -> int:
     except ImportError as exc:
         print(f"rlmesh dashboard needs the dashboard extra: pip install 'rlmesh[dashboard]' ({exc})", file=sys.stderr)
         return 2
-    sec = ServeSecurity(a.host, a.token or os.environ.get(TOKEN_ENV) or new_token(), a.certfile, a.keyfile)
+    sec = ServeSecurity(a.host, a.token or settings.DASHBOARD_TOKEN.get() or new_token(), a.certfile, a.keyfile)
     try:
         sec.check()
         if a.refresh_s <= 0:

@@ -17,9 +17,9 @@ the fix, exit status 2.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
+from rlmesh import settings
 from rlmesh.errors import ConfigError
 from rlmesh.launch.local import prewarm
 from rlmesh.recipes.compose import RecipeConfigError, compose
@@ -46,7 +46,7 @@ def run_main(argv: list[str]) -> int:
     no logging set-up: the fastest start)."""
     if any(a.split("=", 1)[0] in HYDRA_FLAGS for a in argv):
         return hydra_app(argv)
-    logging.basicConfig(level=os.environ.get("RLMESH_LOG_LEVEL", "WARNING"),
+    logging.basicConfig(level=settings.LOG_LEVEL.get(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     resume = next((a.split("=", 1)[1] for a in argv if a.startswith("resume=")), None)
     try:
@@ -81,4 +81,4 @@ def _runs_dir_override(overrides: list[str]) -> None:
     """``telemetry.runs_dir=...`` next to ``resume=``: look for the run there."""
     for o in overrides:
         if o.startswith("telemetry.runs_dir="):
-            os.environ["RLMESH_RUNS_DIR"] = o.split("=", 1)[1]
+            settings.RUNS_DIR.set(o.split("=", 1)[1])

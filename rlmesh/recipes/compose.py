@@ -18,7 +18,6 @@ import difflib
 import importlib.util
 import json
 import logging
-import os
 import re
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue, ValidationError
 
+from rlmesh import settings
 from rlmesh.dashboard.attach import watching
 from rlmesh.errors import ConfigError
 from rlmesh.launch.local import prewarm
@@ -59,13 +59,14 @@ def config_dir() -> Path:
 
 def recipes_dir() -> Path:
     """The controller programs: ``$RLMESH_RECIPES_DIR``, else the shipped ``recipes/``."""
-    env = os.environ.get("RLMESH_RECIPES_DIR")
+    env = settings.RECIPES_DIR.get()
     if env:
         return Path(env)
     for d in _shipped("recipes"):
         if (d / "ppo.py").exists():
             return d
-    raise FileNotFoundError("rlmesh's recipe programs are missing; set RLMESH_RECIPES_DIR to a folder with ppo.py")
+    raise FileNotFoundError(f"rlmesh's recipe programs are missing; set {settings.RECIPES_DIR.name} to a folder "
+                            "with ppo.py")
 
 
 def load_program(name: str) -> ModuleType:

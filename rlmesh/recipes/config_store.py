@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-import os
 import typing
 from importlib.metadata import entry_points
 from typing import Any, Callable
@@ -32,6 +31,7 @@ from typing import Any, Callable
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from rlmesh import settings
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.agentic_config import AgenticRecipeConfig
 from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
@@ -56,7 +56,7 @@ ROLE_CONFIGS: dict[str, dict[str, type]] = {
 
 ENTRY_POINT_GROUP = "rlmesh.algorithms"
 """Entry point group of algorithm plugins: each names ``register(cs: ConfigStore) -> None``."""
-MODULES_ENV = "RLMESH_ALGORITHMS"
+MODULES_ENV = settings.ALGORITHMS.name
 """Comma-separated modules (importable, e.g. through ``PYTHONPATH``) whose ``register(cs)`` is called
 like an entry point's: algorithms from a folder that is not an installed package."""
 
@@ -112,7 +112,7 @@ def load_plugins(cs: ConfigStore) -> list[str]:
         (ep.name, f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} (from {getattr(ep.dist, 'name', '?')})",
          ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)]
     found += [(m, f"{MODULES_ENV} module {m}", lambda m=m: importlib.import_module(m).register)
-              for m in filter(None, (x.strip() for x in os.environ.get(MODULES_ENV, "").split(",")))]
+              for m in filter(None, (x.strip() for x in settings.ALGORITHMS.get().split(",")))]
     for name, what, load in found:
         try:
             load()(cs)

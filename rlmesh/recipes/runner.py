@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
-import os
 import signal
 import sys
 from typing import Any
 
+from rlmesh import settings
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.compose import run_config
 from rlmesh.recipes.run_state import end_interrupted, stop_on_sigterm
-from rlmesh.recipes.sweep_links import JOB_DIR_ENV, link_job
+from rlmesh.recipes.sweep_links import link_job
 from rlmesh.rl.resilience import RunFailed
 from rlmesh.telemetry.api import finish_run
 
@@ -37,8 +37,8 @@ def run_composed(cfg: Any, launcher: str) -> int:
     except KeyboardInterrupt as exc:
         status, rc = "interrupted", end_interrupted(exc)
     finally:
-        if os.environ.get(JOB_DIR_ENV):
-            link_job(os.environ[JOB_DIR_ENV], status, getattr(result, "objective", None))
+        if settings.HYDRA_JOB_DIR.is_set():
+            link_job(settings.HYDRA_JOB_DIR.get(), status, getattr(result, "objective", None))
     return rc
 
 

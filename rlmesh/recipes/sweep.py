@@ -33,6 +33,7 @@ from hydra.types import RunMode
 from rich.console import Console
 from rich.table import Table
 
+from rlmesh import settings
 from rlmesh.errors import ConfigError
 from rlmesh.recipes.compose import RecipeConfigError, config_dir, validate
 from rlmesh.recipes.config_store import register
@@ -40,7 +41,7 @@ from rlmesh.recipes.runner import run_composed
 from rlmesh.recipes.sweep_links import JOB_DIR_ENV, read_run_link
 from rlmesh.telemetry.run import DB_NAME
 
-STATUS_DIR_ENV = "RLMESH_SWEEP_STATUS_DIR"
+STATUS_DIR_ENV = settings.SWEEP_STATUS_DIR.name
 """Where sweep jobs leave ``<job num>.json`` for the parent (set by :func:`hydra_app`)."""
 
 
@@ -52,7 +53,7 @@ def hydra_app(argv: list[str]) -> int:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
     status_dir = tempfile.mkdtemp(prefix="rlmesh-sweep-")
-    os.environ[STATUS_DIR_ENV] = status_dir  # before the launcher starts workers: they inherit it
+    settings.SWEEP_STATUS_DIR.set(status_dir)  # before the launcher starts workers: they inherit it
     _completion_line_without_run()
     app = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)
     saved, sys.argv = sys.argv, ["rlmesh", *argv]
@@ -84,7 +85,7 @@ def task(cfg: Any) -> float:
         except RecipeConfigError as exc:
             print(f"config error: {exc}", file=sys.stderr)
             raise SystemExit(2) from exc
-        os.environ[JOB_DIR_ENV] = job_dir
+        settings.HYDRA_JOB_DIR.set(job_dir)
         rc = run_composed(obj, launcher)
         if rc:
             raise SystemExit(rc)
@@ -111,7 +112,7 @@ def _objective(link: dict[str, Any]) -> float:
 
 
 def _write_job(record: dict[str, Any]) -> None:
-    path = Path(os.environ[STATUS_DIR_ENV]) / f"{record['job']:06d}.json"
+    path = Path(settings.SWEEP_STATUS_DIR.get()) / f"{record['job']:06d}.json"
     path.write_text(json.dumps(record))
 
 

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import rlmesh as rm
+from rlmesh import settings
 from rlmesh.telemetry.api import current_run_dir
 
-JOB_DIR_ENV = "RLMESH_HYDRA_JOB_DIR"
+JOB_DIR_ENV = settings.HYDRA_JOB_DIR.name
 """Set by a sweep job for the ``rlmesh run`` process it starts: that job's Hydra output folder."""
 RUN_LINK = "rlmesh_run.json"
 """In a job folder: which run it made."""
