@@ -88,9 +88,9 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local") -> RunResult:
     def summary(result: RunResult) -> list[tuple[str, str]]:
         curve = "  ".join(f"{e.policy_version}:{e.value:.2f}" for _, e in result.evals)
         return [("task", task.name), ("held-out mean_reward by version", curve),
-                ("gen tokens/s (per generator)", f"{result.extras['gen_tokens_per_s']:.0f}"),
+                ("gen tokens/s (per generator)", f"{result.extras['gen_tokens_per_s']:.3g}"),
                 *([("trained model (transformers folder)", result.extras["model_dir"])] if result.extras["model_dir"] else []),
-                ("train samples/s", f"{result.extras['train_samples_per_s']:.0f}")]
+                ("train samples/s", f"{result.extras['train_samples_per_s']:.3g}")]
 
     def finish(roles: Roles, result: RunResult) -> None:
         """A model folder's run ends with the trained model as a folder transformers loads."""

@@ -73,15 +73,16 @@ import importlib.util  # noqa: E402
 
 _register_plugins()
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rlmesh.actor.actor import Actor, endpoint
-    from rlmesh.actor.context import context
-    from rlmesh.actor.controller import Restart
-    from rlmesh.actor.future import Future
-    from rlmesh.actor.mesh import ActorMesh
-    from rlmesh.actor.proc_mesh import ProcMesh
-    from rlmesh.actor.shape import ValueMesh
-    from rlmesh.errors import (ActorDied, ActorError, CallTimeout, ConfigError, RlmeshError, SerializationError,
-                               WeightSyncError)
-    from rlmesh.launch import this_host
+if TYPE_CHECKING:  # pragma: no cover - what a checker sees; `X as X` marks each name as re-exported (PEP 484)
+    from rlmesh.actor.actor import Actor as Actor, endpoint as endpoint
+    from rlmesh.actor.context import context as context
+    from rlmesh.actor.controller import Restart as Restart
+    from rlmesh.actor.future import Future as Future
+    from rlmesh.actor.mesh import ActorMesh as ActorMesh
+    from rlmesh.actor.proc_mesh import ProcMesh as ProcMesh
+    from rlmesh.actor.shape import ValueMesh as ValueMesh
+    from rlmesh.errors import (ActorDied as ActorDied, ActorError as ActorError, CallTimeout as CallTimeout,
+                               ConfigError as ConfigError, RlmeshError as RlmeshError,
+                               SerializationError as SerializationError, WeightSyncError as WeightSyncError)
+    from rlmesh.launch import this_host as this_host
 

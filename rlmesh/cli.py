@@ -71,7 +71,7 @@ def exit_now(code: int) -> NoReturn:
     temporary directories', rlmesh's own stops), then stdout and stderr are flushed.
     When: only at the end of the console script, never inside :func:`main`, which tests and notebooks call.
     """
-    threading._shutdown()  # what the interpreter runs first: threading's own exit hooks, then the joins
+    threading._shutdown()  # type: ignore[attr-defined]  # private, on purpose  # what the interpreter runs first: threading's own exit hooks, then the joins
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

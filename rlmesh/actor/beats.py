@@ -126,7 +126,7 @@ class HeartbeatBoard:
 
     def read(self) -> list[float]:
         """Every allocated slot's last beat (0.0: none yet), in one copy."""
-        return self._view[:self._next].tolist()
+        return self._view[:self._next].tolist()  # type: ignore[return-value]  # a cast('d') view: its items are floats
 
     def close(self) -> None:
         try:

@@ -198,7 +198,7 @@ class Client:
         self._max_message = max_message_bytes()
         self._inbox = limit_messages(tune(zmq_context().socket(zmq.ROUTER)))  # before any frame is buffered
         self.inbox_addr, self._inbox_in = bind_channel(self._inbox, auth, f"{identity} replies", local=True)
-        self._inbox_fd = self._inbox.getsockopt(zmq.FD)
+        self._inbox_fd: int = self._inbox.getsockopt(zmq.FD)  # type: ignore[assignment]  # zmq.FD is an int option
         self._inbox_lock = threading.RLock()  # held by whoever reads the inbox (recursion: callbacks that wait)
         # Threads blocked in drive_until (a thread once per wait it is in); while any, the IO thread leaves the
         # inbox to them. A list, not a count under the lock: append and remove are each one atomic step.
@@ -275,7 +275,7 @@ class Client:
                 fut._set_exception(exc)
                 return fut
             call_id = next(self._ids)
-            fut = None
+            fut = None  # type: ignore[assignment]  # no future for a broadcast
             if want_reply:
                 fut = Future(driver=self)
                 deadline = None if timeout is None else time.monotonic() + timeout
@@ -403,7 +403,7 @@ class Client:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise TimeoutError
-                    ready = poll(min(poll_ms(left), _DRIVE_POLL_MS))
+                    ready = poll(min(poll_ms(left), _DRIVE_POLL_MS))  # type: ignore[type-var]  # left > 0: never None
                 woken = False
                 for fd, _ in ready:
                     if fd == wake:

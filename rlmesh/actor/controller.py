@@ -171,7 +171,7 @@ class Controller(RecoveryMixin):
         base_env = {**self.plugin_env(), **(env or {})}
         recs = [ProcRecord(f"{proc_mesh}.{i}", proc_mesh, i, launcher, policy, base_env, detect=detect,
                            start_timeout=start_timeout) for i in range(n)]
-        self.submit(lambda: [self._launch(r) for r in recs]).result()
+        self.submit(lambda: [self._launch(r) for r in recs]).result()  # type: ignore[func-returns-value]  # run for effect, on the supervisor thread
         try:
             for r in recs:  # every path ends the future: join, give-up, the start timeout (on the tick)
                 while True:
@@ -444,7 +444,7 @@ class Controller(RecoveryMixin):
             if self._outbox:
                 self._flush_outbox()
 
-    def _drain(self) -> bool:
+    def _drain(self) -> bool:  # type: ignore[return]  # the loop (itertools.count) only ends by return
         """Handle the queued control messages, for at most TICK_S: when more arrive than this thread
         can read (thousands of procs on a saturated host), the tick still runs, so exits are still seen
         at once; what is left is read on the next loop turn. True when messages were left unread
@@ -457,7 +457,7 @@ class Controller(RecoveryMixin):
                 frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return False
-            ident = bytes(frames[0])
+            ident = bytes(frames[0])  # type: ignore[call-overload]  # a zmq Frame is a buffer
             try:
                 kind, msg, sid = P.read_control_session(self.chan, frames[1:])
             except AuthError:
@@ -517,7 +517,7 @@ class Controller(RecoveryMixin):
             if msg["ok"]:
                 fut.set_result(True)
             else:
-                err, spec = msg["error"], fut._rlmesh_specs[0]
+                err, spec = msg["error"], fut._rlmesh_specs[0]  # type: ignore[attr-defined]  # set by spawn_actors, for messages
                 fut.set_exception(ActorError(
                     f"{err['type'].rsplit('.', 1)[-1]} in __init__: {err['message']}", mesh=spec["mesh"],
                     rank=spec["rank"], endpoint="__init__", remote_type=err["type"],
@@ -590,7 +590,7 @@ class Controller(RecoveryMixin):
                 status = rec.handle.poll()
                 if status is not None:
                     code, sig, why = (tuple(status) + ("",))[:3]
-                    self._on_exit(rec, code, sig, reason="stopped" if st == ProcState.STOPPING else why)
+                    self._on_exit(rec, code, sig, reason="stopped" if st == ProcState.STOPPING else why)  # type: ignore[arg-type]  # poll(): (exit code, signal[, reason])
                 elif st == ProcState.STOPPING and now > rec.stop_deadline:
                     rec.handle.kill()
                 elif st == ProcState.STARTING and now - rec.started_at > rec.start_timeout and not stalled:
@@ -611,7 +611,7 @@ class Controller(RecoveryMixin):
                     kill_hung = getattr(rec.handle, "kill_hung", None)  # a capturing launcher takes its stacks first
                     if kill_hung is not None:  # it dumps the stacks, then kills (within ~1 s); we reap
                         kill_hung()
-                        self._reaping.append(rec.handle)
+                        self._reaping.append(rec.handle)  # type: ignore[arg-type]  # not None: silent holds procs with a handle
                     else:
                         self._kill(rec)
                     self._on_exit(rec, None, None, reason=why)

@@ -67,7 +67,7 @@ class _Channel:
             except Exception as exc:  # noqa: BLE001 - a bad MAC or a replay: ignore it, never unpickle it
                 logger.warning("debugger: refused a message: %s", exc)
                 continue
-            return bytes(ident), kind, msg, sid
+            return bytes(ident), kind, msg, sid  # type: ignore[call-overload]  # a zmq Frame is a buffer
 
     def _attached(self, ident: bytes, sid: bytes) -> None:
         self.peer, self.out = ident, self.inbound.reply_outbound(sid)

@@ -31,7 +31,7 @@ class CallIdWindow:
         self._callers: dict[str, tuple[int, set[int]]] = {}
 
     def admit(self, caller: str, call_id: int) -> Verdict:
-        hi, seen = self._callers.get(caller, (0, None))  # type: ignore[arg-type]
+        hi, seen = self._callers.get(caller, (0, None))
         if seen is None:
             seen = set()
         if call_id > hi:

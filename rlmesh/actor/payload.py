@@ -37,7 +37,7 @@ def modules_in_payload(payload: Any, max_ops: int = 50_000) -> list[str]:
                 memo[len(memo)] = recent[-1] if recent else None
                 continue
             elif name in ("BINGET", "LONG_BINGET", "GET"):
-                recent.append(memo.get(int(arg)))
+                recent.append(memo.get(int(arg)))  # type: ignore[arg-type]  # a GET's argument is the memo index
             elif name == "STACK_GLOBAL":
                 if len(recent) >= 2 and isinstance(recent[-2], str):
                     found.append(recent[-2])

@@ -59,7 +59,7 @@ class RecoveryMixin:
                 if getattr(fut, "_rlmesh_first", False):
                     rec.awaiting.append(fut)  # the replacement re-creates it (or fail_waiters below says why not)
                     continue
-                spec = fut._rlmesh_specs[0]
+                spec = fut._rlmesh_specs[0]  # type: ignore[attr-defined]  # set by Controller.spawn_actors, for messages
                 fut.set_exception(Client._died(spec["mesh"], spec["rank"], "__init__", exit_code, sig, why))
         rec.spawns_pending = 0
         rec.awaiting.extend(fut for _, _, fut in rec.deferred)  # they are in rec.actors: the rejoin makes them
@@ -106,7 +106,7 @@ class RecoveryMixin:
             return
         for spec, cls_payload in rec.actors:
             fut: concurrent.futures.Future = concurrent.futures.Future()
-            fut.add_done_callback(lambda f, rec=rec, inc=rec.incarnation: self.submit(
+            fut.add_done_callback(lambda f, rec=rec, inc=rec.incarnation: self.submit(  # type: ignore[misc]  # a lambda with a default argument (binds the loop's value): mypy cannot infer it
                 lambda: self._rejoined_one(rec, inc, f)))
             self._send_spawn(rec, [spec], cls_payload, True, fut)
 

@@ -64,7 +64,7 @@ class ActorServer:
         self._reply_registry: list = []
         self._serving: set[asyncio.Task] = set()  # async endpoint calls in flight (cancelled at stop)
         self._stopping = False
-        loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)
+        loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)  # type: ignore[arg-type]  # zmq.FD is an int option
 
     # ------------------------------------------------------------------ actors
     def _run_in_actor(self, actor: HostedActor, fn: Any, *args: Any) -> asyncio.Future:
@@ -129,7 +129,7 @@ class ActorServer:
         if pending:
             _, still = await asyncio.wait(pending, timeout=timeout)
             for t in still:
-                t._log_destroy_pending = False  # abandoned on purpose: the proc exits with it
+                t._log_destroy_pending = False  # type: ignore[attr-defined]  # asyncio's own flag  # abandoned on purpose: the proc exits with it
                 logger.warning("a call still ran %.0f s after the proc's stop cancelled it; abandoned", timeout)
         return len(pending)
 
@@ -173,7 +173,7 @@ class ActorServer:
             return
         hosted = self.actors.get(actor_id)
         fn = None if hosted is None else hosted.endpoints.get(endpoint)
-        if fn is None:
+        if fn is None or hosted is None:  # hosted: for the checker (fn is None whenever it is)
             what = f"no actor {actor_id!r} in this proc" if hosted is None else f"no endpoint {endpoint!r}"
             self._finish(call, hosted, exc=LookupError(what))
             return
@@ -276,7 +276,7 @@ class ActorServer:
 
     def close(self) -> None:
         try:
-            self.loop.remove_reader(self.sock.getsockopt(zmq.FD))
+            self.loop.remove_reader(self.sock.getsockopt(zmq.FD))  # type: ignore[arg-type]  # zmq.FD is an int option
         except Exception:
             pass
         self.sock.close(0)

@@ -116,7 +116,7 @@ def attach(proc: ProcInfo, level: str) -> bool:
         return False
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(line_buffering=True)  # a printed line is in the pipe, even if SIGKILL follows
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # sys.stdout/stderr are TextIOWrappers  # a printed line is in the pipe, even if SIGKILL follows
         except (AttributeError, ValueError):
             pass
     root = logging.getLogger()

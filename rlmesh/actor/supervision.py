@@ -101,7 +101,7 @@ class FailureDetection:
     @classmethod
     def from_env(cls) -> "FailureDetection":
         """Defaults, overridden by the ``RLMESH_*`` variables (the library's knobs outside a recipe)."""
-        kw: dict[str, float | None] = {}
+        kw: dict[str, Any] = {}
         for f in fields(cls):
             s = _SETTINGS.get(f.name)
             if s is not None and s.is_set():

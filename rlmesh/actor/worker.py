@@ -36,7 +36,7 @@ import zmq
 try:
     import uvloop
 except ImportError:  # a dependency everywhere but Windows (pyproject.toml); asyncio's own loop serves there
-    uvloop = None
+    uvloop = None  # type: ignore[assignment]  # absent: asyncio's own loop
 
 from rlmesh import settings
 from rlmesh.actor import debugger, hooks, kv, stdio
@@ -230,7 +230,7 @@ class ControlLink(threading.Thread):
             return
         if kind == P.SPAWN:
             fut = asyncio.run_coroutine_threadsafe(w.spawn(msg), w.loop)
-            fut.add_done_callback(lambda f, req=msg["req"]: self._spawned(req, f))
+            fut.add_done_callback(lambda f, req=msg["req"]: self._spawned(req, f))  # type: ignore[misc]  # a lambda with a default argument (binds the loop's value): mypy cannot infer it
         elif kind == P.PROC_UP:
             w.directory_update(msg, up=True)
         elif kind == P.DIRECTORY:
@@ -241,7 +241,7 @@ class ControlLink(threading.Thread):
                 w.directory_update({"proc_id": proc_id, "incarnation": incarnation, "exit_code": exit_code,
                                     "signal": sig, "reason": reason}, up=False)
         elif kind == P.KV_REP:
-            fut = self.reqs.pop(msg["req"], None)
+            fut = self.reqs.pop(msg["req"], None)  # type: ignore[arg-type]  # None: an answer nobody waits for
             self.waits.discard(msg["req"])
             if fut is not None:
                 _resolve(fut, msg)

@@ -45,7 +45,7 @@ def is_loopback_host(host: str) -> bool:
         addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
-    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)  # type: ignore[union-attr]  # an address is a str
 
 
 @dataclass(frozen=True)

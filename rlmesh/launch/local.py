@@ -250,7 +250,7 @@ class HostMesh:
         n = next(self._names)
         if hasattr(self.launcher, "prestart"):  # overlap the template's imports with the controller's start
             Controller.get().submit(lambda: self.launcher.prestart(env))
-        return ProcMesh.launch(name or ("procs" if n == 0 else f"procs{n}"), dims, self.launcher, restart, env,
+        return ProcMesh.launch(name or ("procs" if n == 0 else f"procs{n}"), dims, self.launcher, restart, env,  # type: ignore[arg-type]  # LocalLauncher has Launcher's methods; it does not subclass it
                                timeout)
 
 

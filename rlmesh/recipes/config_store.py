@@ -111,7 +111,7 @@ def load_plugins(cs: ConfigStore) -> list[str]:
     found: list[tuple[str, str, Callable[[], Any]]] = [
         (ep.name, f"{ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} (from {getattr(ep.dist, 'name', '?')})",
          ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)]
-    found += [(m, f"{MODULES_ENV} module {m}", lambda m=m: importlib.import_module(m).register)
+    found += [(m, f"{MODULES_ENV} module {m}", lambda m=m: importlib.import_module(m).register)  # type: ignore[misc]  # a lambda with a default argument (binds the loop's value): mypy cannot infer it
               for m in filter(None, (x.strip() for x in settings.ALGORITHMS.get().split(",")))]
     for name, what, load in found:
         try:

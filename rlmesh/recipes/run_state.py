@@ -61,14 +61,14 @@ def begin(cfg: Any, launcher: str) -> RunStart:
     if run_dir is None:
         return RunStart(run_id, None, 0)
     if resume:
-        reap_leftover_procs(rm.telemetry.query, run_id)
+        reap_leftover_procs(rm.telemetry.query, run_id)  # type: ignore[arg-type]  # a run directory means a run id
     if cfg.trainer.checkpoint_dir is None:
         cfg.trainer.checkpoint_dir = str(run_dir / "checkpoints")
     path = run_dir / RECIPE_JSON
     saved = json.loads(path.read_text()) if path.exists() else None
     generation = saved["generation"] + 1 if resume and saved else 0
     if saved is None or not resume:
-        plain = OmegaConf.to_container(OmegaConf.structured(cfg))
+        plain: Any = OmegaConf.to_container(OmegaConf.structured(cfg))  # a dict: cfg is a structured config
         plain["run"]["resume"] = None
         saved = {"program": cfg.program, "launcher": launcher, "config": OmegaConf.to_yaml(plain),
                  "role_types": role_types(cfg)}

@@ -82,7 +82,7 @@ def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
     if len(steps) != 1:
         raise ValueError(f"concat_rollouts: rollouts have different num_steps {sorted(steps)}; use one generator.num_steps")
     cat = lambda name: torch.cat([getattr(r, name) for r in rollouts], dim=1)  # noqa: E731
-    return Rollout(
+    return Rollout(  # type: ignore[misc]  # the eight tensors fill the eight leading fields
         *(cat(k) for k in ("obs", "actions", "logprobs", "values", "rewards", "terminated", "dones", "valid")),
         last_value=torch.cat([r.last_value for r in rollouts]),
         policy_version=min(r.policy_version for r in rollouts),

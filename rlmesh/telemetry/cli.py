@@ -199,7 +199,7 @@ def sql_main(argv: list[str]) -> int:
             if a.format == "json":
                 return _write_schema_json(tbl, label, a.out)
         else:
-            tbl = reader.query(sql, [db, *a.also] if a.also else db)
+            tbl = reader.query(sql, [db, *a.also] if a.also else db)  # type: ignore[arg-type]  # sql is set on this branch
     except (TelemetryError, PermissionError, FileNotFoundError) as exc:
         print(f"rlmesh sql: {exc}", file=sys.stderr)
         return 1

@@ -170,7 +170,7 @@ class RemoteSink:
     def _await_confirmation(self, deadline: float, hard_deadline: float) -> None:
         while self.unconfirmed and time.monotonic() < min(deadline, hard_deadline):
             try:
-                answer, _ = ask(self.query_addr, self.auth, "acked", self._id,
+                answer, _ = ask(self.query_addr, self.auth, "acked", self._id,  # type: ignore[arg-type]  # query_addr is set while rows are unconfirmed
                                 timeout=max(0.1, deadline - time.monotonic()))
             except TelemetryError:  # gone, or too busy to answer in time: nothing more to learn
                 break

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-try:  # the project-wide hierarchy, once rlmesh/errors.py exists
-    from rlmesh.errors import RlmeshError as _Base  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - depends on the lead's tree
-    _Base = Exception
+from rlmesh.errors import RlmeshError
 
 
-class TelemetryError(_Base):  # type: ignore[misc,valid-type]
+class TelemetryError(RlmeshError):
     """Base class for telemetry errors."""
 
 

@@ -48,7 +48,7 @@ def handlers_deferred() -> Iterator[None]:
         try:
             yield
         finally:
-            atexit.register = real  # type: ignore[assignment]
+            atexit.register = real
 
 
 def run_deferred() -> None:

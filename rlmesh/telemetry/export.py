@@ -83,7 +83,7 @@ class WandbSink:
                               "WANDB_MODE=online and you are logged in)") from exc
         self._wandb = wandb
         self._run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rlmesh"), name=run_id, id=run_id,
-                               dir=str(run_dir), mode=os.environ.get("WANDB_MODE", "offline"), config=config,
+                               dir=str(run_dir), mode=os.environ.get("WANDB_MODE", "offline"), config=config,  # type: ignore[arg-type]  # wandb checks mode
                                resume="allow")
         self._run.define_metric("global_step")
         self._run.define_metric("*", step_metric="global_step")

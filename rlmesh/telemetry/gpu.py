@@ -48,7 +48,7 @@ class GpuSampler:
             self.why_unavailable = "NVML sees no GPUs"
             return
         self._static = [
-            (i, _read(lambda h=h: pynvml.nvmlDeviceGetUUID(h)), _read(lambda h=h: pynvml.nvmlDeviceGetName(h)))
+            (i, _read(lambda h=h: pynvml.nvmlDeviceGetUUID(h)), _read(lambda h=h: pynvml.nvmlDeviceGetName(h)))  # type: ignore[misc]  # a lambda with a default argument (binds the loop's value): mypy cannot infer it
             for i, h in enumerate(self.handles)
         ]
         self._open_xid_events()
@@ -82,7 +82,7 @@ class GpuSampler:
             except nv.NVMLError:  # NVML_ERROR_TIMEOUT: nothing pending
                 break
             if data.eventType & nv.nvmlEventTypeXidCriticalError:
-                idx = _read(lambda d=data: nv.nvmlDeviceGetIndex(d.device))
+                idx = _read(lambda d=data: nv.nvmlDeviceGetIndex(d.device))  # type: ignore[misc]  # a lambda with a default argument (binds the loop's value): mypy cannot infer it
                 out.setdefault(-1 if idx is None else idx, []).append(int(data.eventData))
         return out
 

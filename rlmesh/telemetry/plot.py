@@ -49,7 +49,7 @@ def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
         import matplotlib.pyplot as plt  # deferred: optional extra rlmesh[plot], loaded only by rlmesh plot
     except ImportError as exc:
         raise ImportError("rlmesh plot needs matplotlib: pip install 'rlmesh[plot]'") from exc
-    run_dirs = [run_paths.resolve_run(r) for r in (runs or [run])]
+    run_dirs = [run_paths.resolve_run(r) for r in (runs or [run])]  # type: ignore[list-item]  # run is set when runs is empty (the CLI checks)
     panels = charts.plot_panels()
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3 * len(panels)), sharex=True, squeeze=False)
     axes = axes[:, 0]
@@ -58,7 +58,7 @@ def plot_run(run: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
     drawn = [0] * len(panels)
     deaths_total = 0
     for k, run_dir in enumerate(run_dirs):
-        q = charts.memoized(lambda sql, _d=run_dir: query_run_dir(_d, sql))
+        q = charts.memoized(lambda sql, _d=run_dir: query_run_dir(_d, sql))  # type: ignore[misc]  # a lambda with a default argument (binds the loop's value): mypy cannot infer it
 
         color = colors[k % len(colors)] if overlay else None
         prefix = f"{run_dir.name} " if overlay else ""

@@ -87,7 +87,7 @@ def settle_dead_runs(root: Path | None = None) -> list[str]:
     got that far) wins; else both say ``crashed``. Called by ``rlmesh run``/``resume``/``runs``.
     A database another process holds (a resume starting) is left alone. Returns the ids settled."""
     root = root or runs_dir()
-    settled = []
+    settled: list[str] = []
     if not root.is_dir():
         return settled
     for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
@@ -183,7 +183,7 @@ def run_status(info: dict[str, Any]) -> str:
 def list_runs(root: Path | None = None) -> list[dict[str, Any]]:
     """Every run under the runs directory, oldest first, with its derived status."""
     root = root or runs_dir()
-    out = []
+    out: list[dict[str, Any]] = []
     if not root.is_dir():
         return out
     for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):

@@ -27,7 +27,7 @@ class SchemaError(TelemetryError, TypeError):
         super().__init__(f"{msg}; {hint}")
 
 
-from rlmesh.telemetry.catalog import AUTO, AUTO_NAMES, BUILTIN, DOCUMENTED, REJECTED_TABLE, VIEW_SQL, Column, Table
+from rlmesh.telemetry.catalog import AUTO, AUTO_NAMES, BUILTIN, DOCUMENTED, REJECTED_TABLE, VIEW_SQL, Column, Table  # noqa: E402 - re-exports, after this module's own names
 
 __all__ = ["AUTO", "AUTO_NAMES", "BUILTIN", "DOCUMENTED", "REJECTED_TABLE", "VIEW_SQL", "Column", "SchemaError", "Table",
            "builtin_ddl", "check_table_name", "describe_column", "fits", "kind_of", "qident", "sql_type_of_kind"]

@@ -117,7 +117,7 @@ class TelemetryService:
             store = Store(self.db_path, self.run_id)
             with self._open_lock:
                 self.resumed = self._resume and bool(store.con.execute(
-                    "SELECT count(*) FROM runs WHERE id = ?", [self.run_id]).fetchone()[0])
+                    "SELECT count(*) FROM runs WHERE id = ?", [self.run_id]).fetchone()[0])  # type: ignore[index]  # count(*) returns one row
                 if self.resumed:  # a resumed run: the same row goes back to running
                     store.execute_write("UPDATE runs SET status = 'running', end_ts = NULL, error = NULL, pid = ?, "
                                         "argv = ? WHERE id = ?", [os.getpid(), " ".join(sys.argv), self.run_id])

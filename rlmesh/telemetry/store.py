@@ -205,7 +205,7 @@ class Store:
                 # a small append); a table's columns only grow, so a schema that passed once passes again.
                 if self._accepted.get(table) != batch.schema:
                     rel = self.con.table("__rlmesh_batch")
-                    types = dict(zip(rel.columns, (canon(t) for t in rel.types)))
+                    types = dict(zip(rel.columns, (canon(t) for t in rel.types)))  # type: ignore[arg-type]  # a DuckDBPyType prints as its SQL name
                     try:
                         self._ensure_schema(table, types)
                     except schema.SchemaError as exc:

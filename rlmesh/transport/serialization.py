@@ -208,7 +208,7 @@ def loads(frames: list[Any]) -> Any:
     if len(frames) == 1:  # most messages: no list of buffers to build
         head, bufs = getattr(frames[0], "buffer", frames[0]), ()
     else:
-        head, *bufs = [getattr(fr, "buffer", fr) for fr in frames]
+        head, *bufs = [getattr(fr, "buffer", fr) for fr in frames]  # type: ignore[assignment]  # a list, where one frame had ()
     try:
         return pickle.loads(head, buffers=bufs)
     except Exception as exc:

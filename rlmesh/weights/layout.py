@@ -164,7 +164,8 @@ def plan_chunks(m: Manifest, chunk_bytes: int) -> tuple[list[tuple[int, int]], l
         raise ValueError(f"chunk_bytes must be a positive multiple of {ALIGN}, got {chunk_bytes}")
     chunks: list[tuple[int, int]] = []
     pieces: list[list[Piece]] = [[] for _ in m.entries]
-    cur_start = cur_end = None
+    cur_start: int | None = None
+    cur_end = 0
     for i, e in enumerate(m.entries):
         pos, end = e.offset, e.offset + e.nbytes
         if e.nbytes == 0:

@@ -109,7 +109,7 @@ class Subscriber:
             return TcpReader(rec)
         if kind is Transport.RDMA:
             return RdmaReader(rec)
-        return CudaIpcReader(rec)
+        return CudaIpcReader(rec)  # type: ignore[return-value]  # it has ReaderTransport's methods
 
     # ---- API ----
     def prepare(self, timeout: float = 0.0) -> bool:

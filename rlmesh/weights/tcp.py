@@ -180,7 +180,7 @@ class TcpReader(Control):
             while self._sock.getsockopt(zmq.RCVMORE):
                 if rid in pending and len(parts) == 1:
                     off, n = chunks[pending[rid]]
-                    dst = memoryview(staging[off : off + n])
+                    dst = memoryview(staging[off : off + n])  # type: ignore[arg-type]  # a numpy array is a buffer
                     got = self._sock.recv_into(dst)
                     if got != n:
                         raise WeightSyncError(f"chunk {off}+{n} of {self.pub_name!r} arrived with {got} bytes")

@@ -44,7 +44,7 @@ def is_editable(dist: Distribution) -> bool:
     """PEP 610: ``direct_url.json`` with ``dir_info.editable`` true."""
     try:
         raw = dist.read_text("direct_url.json")
-        return bool(raw) and bool(json.loads(raw).get("dir_info", {}).get("editable", False))
+        return bool(raw) and bool(json.loads(raw or "{}").get("dir_info", {}).get("editable", False))
     except (ValueError, OSError, AttributeError):
         return False
 

@@ -174,7 +174,7 @@ class Puller:
         """A new staging mapping exists (RDMA registers it)."""
 
     def _drop_staging(self) -> None:
-        self.staging.close()
+        self.staging.close()  # type: ignore[union-attr]  # open while the window is
         self.staging = None
 
     def read(self, at: list[tuple[int, int]]) -> list[memoryview]:
@@ -182,7 +182,7 @@ class Puller:
         raise NotImplementedError
 
     def _views(self, at: list[tuple[int, int]]) -> list[memoryview]:
-        whole = memoryview(self.staging.map)
+        whole = memoryview(self.staging.map)  # type: ignore[union-attr]  # open while the window is
         out, pos = [], 0
         for _, n in at:
             out.append(whole[pos:pos + n])
@@ -250,7 +250,7 @@ class RdmaPuller(Puller):
         self.region = region_of(int(r["addr"]), int(r["length"]), int(r["rkey"]))
 
     def _staged(self) -> None:
-        self.mr = self.ep.register(self.staging.addr, self.staging.size, remote=False)
+        self.mr = self.ep.register(self.staging.addr, self.staging.size, remote=False)  # type: ignore[union-attr]  # open while the window is
 
     def _drop_staging(self) -> None:
         if self.mr is not None:

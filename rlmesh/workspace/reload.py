@@ -87,7 +87,7 @@ def reload_changed(roots: list[str], changed_files: list[str], dry: bool = False
         if path.endswith(".py"):
             _drop_bytecode(path)
     for mod in ours:
-        path = _module_file(mod)
+        path = _module_file(mod)  # type: ignore[assignment]  # modules in `ours` have a file
         if path not in changed:
             continue
         if mod.__name__.split(".")[0] == "rlmesh" or is_unsafe(mod):  # rlmesh's own code: never in place

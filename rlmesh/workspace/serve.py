@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import zmq
 
@@ -56,7 +56,7 @@ class ChunkServer:
         with self._wake_lock:
             self._wake_push.send("\n".join(hashes).encode())
 
-    def _send_available(self, ident: bytes, out: object, rid: object, hashes: list[str]) -> None:
+    def _send_available(self, ident: bytes, out: Any, rid: object, hashes: list[str]) -> None:
         """Answer a ``get``: the chunks held now go several to a message (one MAC, one send per
         ~``BATCH_BYTES``: a tree of small files is not a message per file), the rest are parked."""
         batch: list[str] = []
@@ -76,7 +76,7 @@ class ChunkServer:
         if batch:
             self._send_batch(ident, out, rid, batch, datas)
 
-    def _send_batch(self, ident: bytes, out: object, rid: object, batch: list[str], datas: list[bytes]) -> None:
+    def _send_batch(self, ident: bytes, out: Any, rid: object, batch: list[str], datas: list[bytes]) -> None:
         win = self._windows.get(ident)
         if win is not None and sum(len(d) for d in datas) <= win.ring.capacity:
             if self._held.get(ident):  # batches before it still wait for room: keep their order
@@ -89,7 +89,7 @@ class ChunkServer:
         self._sock.send_multipart([ident, *out.sign([head, *datas])], copy=False)
         self.bytes_sent += sum(len(d) for d in datas)
 
-    def _open_window(self, ident: bytes, out: object, req: dict) -> None:
+    def _open_window(self, ident: bytes, out: Any, req: dict) -> None:
         """A downstream peer asks to READ its chunks: open a window, or say why not (it stays on TCP)."""
         self._close_window(ident)
         try:
@@ -115,10 +115,10 @@ class ChunkServer:
                 self._held[ident] = held[i:]
                 return
 
-    def _send_placed(self, win: Window, ident: bytes, out: object, rid: object, batch: list[str],
+    def _send_placed(self, win: Window, ident: bytes, out: Any, rid: object, batch: list[str],
                      datas: list[bytes]) -> bool:
         """Copy a batch into the peer's window and tell it where; False while the window has no room."""
-        placed = win.place(datas)
+        placed = win.place(datas)  # type: ignore[arg-type]  # bytes are what place() takes
         if placed is None:
             return False
         seq, at = placed
@@ -187,7 +187,7 @@ class ChunkServer:
                     self._parked[""] = waiting
                     continue
                 for ident, out, _ in waiting:
-                    self._sock.send_multipart([ident, *out.sign([self.manifest_json])])
+                    self._sock.send_multipart([ident, *out.sign([self.manifest_json])])  # type: ignore[attr-defined]  # an Outbound
                 continue
             for ident, out, rid in waiting:  # grouped per waiting request: answered in batches, as a get is
                 wanted.setdefault((ident, id(out), rid), (ident, out, rid, []))[3].append(h)

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import zmq
 
@@ -147,7 +147,7 @@ class Receiver:
                     puller = self._attach(puller, head, st, link)
                     continue
                 hashes = head["hs"]  # every reply is a batch, parked chunks' too
-                datas = reply[1:]
+                datas: list[Any] = reply[1:]
                 if "at" in head:  # the batch lies in our window upstream: READ it, then let the room go
                     if puller is None:  # placed before our refusal of the window reached upstream: ask again
                         link.ask({"op": "get", "rid": -1, "hashes": [h for h in hashes if h in pending]})
@@ -235,7 +235,7 @@ class Receiver:
                 raise WorkspaceSyncError(f"upstream sent nothing for {timeout:.0f}s; chunks stored so far are kept")
             reply = link.recv(min(left, 0.1))
             if reply is not None:
-                return reply
+                return reply  # type: ignore[return-value]  # list[bytes] is a list[bytes | None]
 
     def close(self) -> None:
         self.server.close()
@@ -271,13 +271,13 @@ class _Link:
         self.replies = self.out.reply_inbound("workspace replies")
 
     def ask(self, req: dict) -> None:
-        self.sock.send_multipart(self.out.sign([json.dumps(req).encode()]))
+        self.sock.send_multipart(self.out.sign([json.dumps(req).encode()]))  # type: ignore[union-attr]  # connected in __init__ until close
 
     def recv(self, wait_s: float) -> list[bytes] | None:
         """One authenticated reply's frames, or None when none came within ``wait_s``."""
-        if not self.sock.poll(int(wait_s * 1000)):
+        if not self.sock.poll(int(wait_s * 1000)):  # type: ignore[union-attr]  # connected in __init__ until close
             return None
-        frames = self.sock.recv_multipart(copy=False)
+        frames = self.sock.recv_multipart(copy=False)  # type: ignore[union-attr]  # connected in __init__ until close
         try:
             _, body = self.replies.verify(frames)
         except AuthError:

@@ -130,7 +130,7 @@ class KubernetesLauncher:
             self.ensure_secret({**self.secret_data, **stale})
         manifest = self.manifest(req)
         handle = PodHandle(self, manifest["metadata"]["name"], req.proc_id)
-        handle.log_meta = ProcMeta(req.proc_id, req.proc_mesh, req.rank, req.incarnation, handle.name)  # pod_logs
+        handle.log_meta = ProcMeta(req.proc_id, req.proc_mesh, req.rank, req.incarnation, handle.name)  # type: ignore[attr-defined]  # read by pod_logs  # pod_logs
         with self._lock:
             self.handles[handle.name] = handle
         self.submit(self._create, handle, manifest)
@@ -152,7 +152,7 @@ class KubernetesLauncher:
                 if not self.closed:
                     self._followers = [t for t in self._followers if t.is_alive()]  # restarts add more
                     self._followers.append(pod_logs.follow(self.core, self.config.namespace, handle.name,
-                                                           handle.log_meta, lambda: handle.poll() is not None))
+                                                           handle.log_meta, lambda: handle.poll() is not None))  # type: ignore[attr-defined]  # set in launch above
         if handle.killed:  # kill() raced the create
             self.delete_pod(handle.name)
 

@@ -90,7 +90,7 @@ def deep_merge(base: Any, over: Any) -> Any:
     """``over`` merged into a copy of ``base``: mappings recursively, lists of named items by
     ``name`` (containers, env, volumes), anything else replaced. ``None`` in ``over`` deletes."""
     if isinstance(base, dict) and isinstance(over, dict):
-        out = copy.deepcopy(base)
+        out: Any = copy.deepcopy(base)  # a dict here, a list in the branch below
         for k, v in over.items():
             if v is None:
                 out.pop(k, None)

@@ -24,7 +24,7 @@ _ALIASES = {"PPOTrainer": "rlmesh.rl.algorithms.ppo", "GRPOTrainer": "rlmesh.rl.
 """Trainers that live with their algorithm's maths (rlmesh/rl/algorithms/), still importable from
 here by their old name; resolved lazily, so this package does not depend on the algorithms."""
 
-__all__ = sorted([*_NAMES, *_ALIASES])
+__all__ = sorted([*_NAMES, *_ALIASES])  # noqa: PLE0605 - a list, built from the two tables
 
 
 def __getattr__(name: str) -> Any:

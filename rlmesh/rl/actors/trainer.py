@@ -119,7 +119,7 @@ class Trainer(rm.Actor):
 
         self.group = group = TrainGroup.form(f"{ctx.mesh_name}/{self.weights}", ctx.rank, ranks,
                                              self.config.group_timeout_s, epoch=group_epoch())
-        self.publisher = Publisher(self.weights) if group.rank == 0 else None
+        self.publisher = Publisher(self.weights) if group.rank == 0 else None  # type: ignore[assignment]  # None on ranks that do not publish
         if self.publisher is not None:
             self.publisher.reserve(self.model.state_dict())
         self.optimizer = self.build_optimizer()
@@ -375,7 +375,7 @@ class Trainer(rm.Actor):
         if path.is_dir():
             size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
         else:
-            size = path.stat().st_size if path.exists() else None
+            size = path.stat().st_size if path.exists() else None  # type: ignore[assignment]  # None: no file
         rm.telemetry.record("checkpoints", event=event, step=self.step, policy_version=self.version, path=str(path),
                             bytes=size, buffer_cursor=self.cursor, duration_s=took)
 

@@ -31,7 +31,7 @@ def env_factory(env: type[TextEnv] | str, kwargs: dict[str, Any] | None = None) 
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"env.cls={env!r} cannot be imported ({exc}); use 'package.module:ClassName'") from exc
     cls, kw = env, dict(kwargs or {})
-    return lambda: cls(**kw)  # type: ignore[misc, operator]
+    return lambda: cls(**kw)  # type: ignore[operator]
 
 
 class EpisodeLost(rm.ActorError):

@@ -94,7 +94,7 @@ class AgenticGenerator(LLMGenerator):
                 "gen_tokens_per_s": self.tokens_generated / max(self.generate_seconds, 1e-9),
                 "turns": sum(len(t.turns) for t in trajs)}
 
-    def _record(self, ids: list[str], trajs: list[Trajectory], took: float) -> None:
+    def _record(self, ids: list[str], trajs: list[Trajectory], took: float) -> None:  # type: ignore[override]  # its own record of episodes; LLMGenerator's callers never reach it
         env = getattr(self.task, "name", type(self.task).__name__)
         rm.telemetry.record_batch("rollouts", {
             "rollout_id": ids, "policy_version": [t.oldest_version for t in trajs], "reward": [t.reward for t in trajs],

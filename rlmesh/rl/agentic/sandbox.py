@@ -16,6 +16,7 @@ import json
 import resource
 import socket
 import sys
+from typing import Any
 
 CLONE_NEWNET = 0x40000000
 
@@ -35,7 +36,7 @@ def _no_network() -> None:
     allowed = {socket.AF_UNIX}
 
     class _Socket(socket.socket):
-        def __init__(self, family: int = socket.AF_INET, *a: object, **k: object) -> None:
+        def __init__(self, family: int = socket.AF_INET, *a: Any, **k: Any) -> None:
             if family not in allowed:
                 refuse()
             super().__init__(family, *a, **k)

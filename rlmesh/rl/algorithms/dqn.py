@@ -52,7 +52,7 @@ class QNetwork(nn.Module):
         config = config or ActorCriticConfig(hidden_sizes=(256, 256), activation="relu")
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space}; use trainer=ppo or a2c")
-        sizes = [int(np.prod(observation_space.shape)), *config.hidden_sizes, int(action_space.n)]
+        sizes = [int(np.prod(observation_space.shape)), *config.hidden_sizes, int(action_space.n)]  # type: ignore[arg-type]  # a Box space has a shape, checked by env_spaces
         layers: list[nn.Module] = []
         for i in range(len(sizes) - 1):
             layers.append(nn.Linear(sizes[i], sizes[i + 1]))
@@ -164,7 +164,7 @@ class DQNTrainer(Trainer):
         self.target = copy.deepcopy(self.model)
         self.model.epsilon.fill_(self.config.exploration_initial_eps)
 
-    def samples_in(self, batch: ReplaySample) -> int:
+    def samples_in(self, batch: ReplaySample) -> int:  # type: ignore[override]  # a replay trainer's batch is a ReplaySample
         return batch.new_samples
 
     def checkpoint_extra(self) -> dict[str, Any]:
@@ -176,7 +176,7 @@ class DQNTrainer(Trainer):
             self.target.load_state_dict(extra["target"])
         self.gradient_steps_done = int(extra.get("gradient_steps_done", 0))
 
-    def train_step(self, batch: ReplaySample) -> dict[str, float]:
+    def train_step(self, batch: ReplaySample) -> dict[str, float]:  # type: ignore[override]  # a replay trainer's batch is a ReplaySample
         c = self.config
         metrics: dict[str, float] = {"buffer/size": float(batch.size)}
         if batch.transitions is not None:  # before learning_starts: collect only

@@ -33,7 +33,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -243,7 +242,7 @@ def grpo_update(
             logprobs = sequence_logprobs(model, gen.input_ids[c], gen.attention_mask[c], gen.prompt_len, temperature)
             out = loss_fn(logprobs, gen.completion_logprobs[c], advantages[c], mask[c], ref_logprobs=ref,
                           clip_coef=config.clip_coef, clip_coef_high=config.clip_coef_high, kl_coef=config.kl_coef,
-                          aggregation=config.aggregation, norm_length=config.norm_length)
+                          aggregation=config.aggregation, norm_length=config.norm_length)  # type: ignore[arg-type]  # checked by the config
             (out.loss * w).backward()
             parts.append(out.metrics())
         metrics["train/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))

@@ -210,7 +210,7 @@ class VLLMBackend:
 
     def close(self) -> None:
         """Shut the engine down (its engine-core process, if any, and its KV cache). Idempotent."""
-        llm, self.llm = getattr(self, "llm", None), None  # type: ignore[assignment]
+        llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
         if self._publisher is not None:

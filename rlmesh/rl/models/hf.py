@@ -99,7 +99,7 @@ class HFTokenizer:
         return {"path": self.path}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"])
+        self.__init__(state["path"])  # type: ignore[misc]  # unpickling re-runs this class's own __init__
 
     @property
     def hf(self) -> Any:

@@ -85,7 +85,7 @@ class ActorCritic(nn.Module):
         hidden = list(config.hidden_sizes)
         self.discrete = isinstance(action_space, spaces.Discrete)
         if self.discrete:
-            out_dim = int(action_space.n)
+            out_dim = int(action_space.n)  # type: ignore[attr-defined]  # a Discrete space
         elif isinstance(action_space, spaces.Box):
             out_dim = int(np.prod(action_space.shape))
             self.log_std = nn.Parameter(torch.full((out_dim,), float(config.init_log_std)))
@@ -96,7 +96,7 @@ class ActorCritic(nn.Module):
             a buffer, so a generator's policy squashes exactly when the trainer's weights say so."""
         else:
             raise TypeError(f"ActorCritic supports Discrete and Box action spaces, got {action_space}")
-        self.action_shape = () if self.discrete else tuple(action_space.shape)
+        self.action_shape = () if self.discrete else tuple(action_space.shape)  # type: ignore[arg-type]  # a Box space has a shape
         self.actor = _mlp([obs_dim, *hidden, out_dim], act, out_gain=0.01)
         self.critic = _mlp([obs_dim, *hidden, 1], act, out_gain=1.0)
         self.obs_rms = RunningMeanStd(tuple(observation_space.shape))

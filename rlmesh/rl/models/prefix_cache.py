@@ -278,7 +278,7 @@ def continue_in_place(prompts: list[list[int]], prefixes: list[PrefixKV | None],
         if p is None or p.row != r or p.keys is not first.keys or p.filled != first.filled:
             return None
     start = first.filled
-    suffix = [len(pr) - len(p.tokens) for pr, p in zip(prompts, prefixes)]
+    suffix = [len(pr) - len(p.tokens) for pr, p in zip(prompts, prefixes)]  # type: ignore[union-attr]  # none is None: checked above
     width = start + max(suffix)
     if width + max_new_tokens > min(first.keys[0].shape[2], max_seq_len):
         return None
@@ -286,9 +286,9 @@ def continue_in_place(prompts: list[list[int]], prefixes: list[PrefixKV | None],
     ids_rows, mask_rows = [], []  # built as lists, one tensor each: per-row tensor ops cost ~4 ms at B = 64
     for pr, p, k in zip(prompts, prefixes, suffix):
         ids, mask = [pad_id] * total, [0] * total
-        for c, tok in zip(p.cols, p.tokens):
+        for c, tok in zip(p.cols, p.tokens):  # type: ignore[union-attr]  # none is None: checked above
             ids[c], mask[c] = tok, 1
-        ids[width - k:width] = pr[len(p.tokens):]
+        ids[width - k:width] = pr[len(p.tokens):]  # type: ignore[union-attr]  # none is None: checked above
         mask[width - k:width] = [1] * k
         ids_rows.append(ids)
         mask_rows.append(mask)

@@ -139,9 +139,10 @@ class DatasetTask(TextTask):
         return out
 
     def _order(self, epoch: int, seed: int) -> list[int]:
-        cached = getattr(self, "_orders", None)
+        cached: dict[tuple[int, int], list[int]] | None = getattr(self, "_orders", None)
         if cached is None:
-            cached = self._orders = {}
+            cached = {}
+            self._orders = cached
         key = (epoch, seed)
         if key not in cached:
             order = list(range(len(self.train)))

@@ -147,7 +147,7 @@ class TrainGroup:
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         logger.info("trainer mesh %s: rank %d of %d joined (%s, store %s:%d, epoch %d)", name, rank, world, backend,
                     info["host"], info["port"], epoch)
-        return cls(rank, world, backend, bytes.fromhex(info["key"]), info["epoch"])
+        return cls(rank, world, backend, bytes.fromhex(info["key"]), info["epoch"])  # type: ignore[arg-type]  # the rendezvous record's strings
 
     def close(self) -> None:
         """Leave the group (the proc is stopping)."""

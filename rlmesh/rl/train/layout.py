@@ -46,7 +46,7 @@ def verify(path: Path) -> dict[str, Any]:
         doc = json.loads((path / MANIFEST).read_text())
         listed = doc["files"]
     except FileNotFoundError:
-        raise CheckpointError(f"sharded checkpoint {path} has no {MANIFEST} (not written by rlmesh); refusing it")
+        raise CheckpointError(f"sharded checkpoint {path} has no {MANIFEST} (not written by rlmesh); refusing it") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path / MANIFEST} is unreadable ({exc}); refusing {path}") from exc
     present = {p.name for p in path.iterdir() if p.is_file()} - {MANIFEST}
