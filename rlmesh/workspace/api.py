@@ -54,10 +54,10 @@ class WorkspaceAgent(Actor):
 
         def run() -> None:
             try:
-                self._stats = self._rx.pull(upstream, timeout)
+                self._stats = self._rx.pull(upstream, timeout)  # type: ignore[union-attr]  # set just above
             except Exception as exc:  # reported by wait(), with the error in the stats row
                 self._error = f"{type(exc).__name__}: {exc}"
-                self._stats = self._rx.last
+                self._stats = self._rx.last  # type: ignore[union-attr]  # set just above
             self._done.set()
 
         threading.Thread(target=run, name="rlmesh-workspace-pull", daemon=True).start()
