@@ -22,7 +22,7 @@ import sys
 from rlmesh import settings
 from rlmesh.errors import ConfigError
 from rlmesh.launch.local import prewarm
-from rlmesh.recipes.compose import RecipeConfigError, compose
+from rlmesh.recipes.compose import RecipeConfigError, compose, quote_string_lists
 from rlmesh.recipes.run_state import resume_config
 from rlmesh.recipes.runner import run_composed
 from rlmesh.recipes.sweep import hydra_app
@@ -44,6 +44,8 @@ def run_main(argv: list[str]) -> int:
     ``rlmesh run`` as the Hydra application it is (:func:`rlmesh.recipes.sweep.hydra_app`); plain
     overrides compose with Hydra's compose API and run in this process (no Hydra output folder,
     no logging set-up: the fastest start)."""
+    if not {"-m", "--multirun"} & set(argv):  # `telemetry.export=tensorboard,wandb`: one string, not a sweep
+        argv = quote_string_lists(argv)
     if any(a.split("=", 1)[0] in HYDRA_FLAGS for a in argv):
         return hydra_app(argv)
     logging.basicConfig(level=settings.LOG_LEVEL.get(),

@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import sys
+import typing
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -57,6 +58,18 @@ def config_dir() -> Path:
     raise FileNotFoundError(f"rlmesh's configs are missing (looked in {', '.join(map(str, _shipped('configs')))})")
 
 
+def docs_dir() -> Path:
+    """The guides (``docs/`` of the source tree, or ``rlmesh/_shipped/docs`` of a wheel install): what
+    ``rlmesh run --help`` points to, as ``${rlmesh_docs:}`` in configs/config.yaml."""
+    for d in _shipped("docs"):
+        if (d / "recipes.md").exists():
+            return d
+    return _shipped("docs")[0]
+
+
+OmegaConf.register_new_resolver("rlmesh_docs", lambda: str(docs_dir()), replace=True)  # `rlmesh run --help`'s footer
+
+
 def recipes_dir() -> Path:
     """The controller programs: ``$RLMESH_RECIPES_DIR``, else the shipped ``recipes/``."""
     env = settings.RECIPES_DIR.get()
@@ -85,6 +98,10 @@ def load_program(name: str) -> ModuleType:
     return mod
 
 
+PRESET_EXTRAS = {"hydra/sweeper=optuna": "sweep", "hydra/launcher=joblib": "sweep"}
+"""Hydra options that a plugin brings, and rlmesh's extra that installs it (pyproject.toml)."""
+
+
 class RecipeConfigError(Exception):
     """A config that cannot run; ``str()`` names the key and the fix."""
 
@@ -108,8 +125,16 @@ def explain(exc: BaseException, overrides: list[str] | None = None) -> str:
     if isinstance(cause, ValidationError):
         first = text.splitlines()[0]
         return f"{key}: {first}; give {key} a value of the type its schema declares (rlmesh run ... --cfg job shows them)"
+    m = re.search(r"Ambiguous value for argument '([^'=]+)=([^']*)'", text)
+    if m:
+        return f"{m.group(1)}={m.group(2)} gives {m.group(1)} several values: add -m (--multirun) to sweep over " \
+               f"them, or quote the value to give one string (\"{m.group(1)}='{m.group(2)}'\")"
     m = re.search(r"Could not find '([^']+)'.*?Available options in '([^']+)':\n((?:\t[^\n]*\n?)*)", text, flags=re.S)
     if m:
+        group, name = m.group(2), m.group(1).split("/")[-1]
+        extra = PRESET_EXTRAS.get(f"{group}={name}")
+        if extra:
+            return f"{group}={name} needs a Hydra plugin that is not installed: pip install 'rlmesh[{extra}]'"
         options = ", ".join(o.strip() for o in m.group(3).splitlines() if o.strip())
         return f"{m.group(2)}={m.group(1).split('/')[-1]} is not a preset: use one of {options} (or add {m.group(1)}.yaml " \
                "to a config dir on hydra.searchpath)"
@@ -151,6 +176,37 @@ def _keys_of(parent: str, overrides: list[str]) -> set[str] | None:
         return None
     node = OmegaConf.select(cfg, parent) if parent else cfg
     return set(node.keys()) if node is not None and hasattr(node, "keys") else None
+
+
+def quote_string_lists(overrides: list[str]) -> list[str]:
+    """``telemetry.export=tensorboard,wandb`` (what the shell leaves of ``telemetry.export='tensorboard,wandb'``)
+    as the one string it means: ``telemetry.export='tensorboard,wandb'``.
+
+    Why: outside ``-m``, Hydra refuses a comma-separated value ("Ambiguous value") because it reads it as a
+    sweep, and the shell has already eaten the quotes a user typed around it. Only a key whose schema field is a
+    ``str`` is quoted: a number or a bool given two values is still refused, as the sweep it looks like."""
+    out = []
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        if eq and "," in value and not key.startswith(("~", "-")) and value[:1] not in "'\"[{" \
+                and "(" not in value and _is_str_field(key.lstrip("+")):
+            o = f"{key}='{value}'" if "'" not in value else o
+        out.append(o)
+    return out
+
+
+def _is_str_field(key: str) -> bool:
+    """``key`` (dotted) is a ``str`` (or ``str | None``) field of some recipe schema."""
+    for schema in SCHEMAS.values():
+        cls: Any = schema
+        for part in key.split("."):
+            if not dataclasses.is_dataclass(cls):
+                cls = None
+                break
+            cls = typing.get_type_hints(cls).get(part)
+        if cls is str or cls == str | None:
+            return True
+    return False
 
 
 def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any, str]:

@@ -29,13 +29,15 @@ from typing import Any
 import duckdb
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.types import RunMode
+from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.table import Table
 
 from rlmesh import settings
 from rlmesh.errors import ConfigError
-from rlmesh.recipes.compose import RecipeConfigError, config_dir, validate
+from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir, explain, validate
 from rlmesh.recipes.config_store import register
 from rlmesh.recipes.runner import run_composed
 from rlmesh.recipes.sweep_links import JOB_DIR_ENV, read_run_link
@@ -55,15 +57,33 @@ def hydra_app(argv: list[str]) -> int:
     status_dir = tempfile.mkdtemp(prefix="rlmesh-sweep-")
     settings.SWEEP_STATUS_DIR.set(status_dir)  # before the launcher starts workers: they inherit it
     _completion_line_without_run()
+    overrides = hydra_overrides(argv)
+    if overrides is not None:  # --cfg/--resolve/--run: a config that cannot run is refused as without the flags
+        try:
+            compose(overrides)
+        except RecipeConfigError as exc:
+            print(f"config error: {exc}", file=sys.stderr)
+            return 2
     app = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)
     saved, sys.argv = sys.argv, ["rlmesh", *argv]
+    own_errors = "HYDRA_FULL_ERROR" not in os.environ  # else the user asked for Hydra's traceback
+    if own_errors:  # Hydra then raises its errors (instead of printing them and exiting 1): one line, exit 2
+        os.environ["HYDRA_FULL_ERROR"] = "1"
     rc = 0
     try:
         app()
     except SystemExit as exc:
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except (HydraException, OmegaConfBaseException) as exc:  # a sweep's composition: unknown key, preset, value
+        if not own_errors:
+            raise
+        print(f"config error: {explain(exc, [a for a in argv if '=' in a and not a.startswith('-')])}",
+              file=sys.stderr)
+        rc = 2
     finally:
         sys.argv = saved
+        if own_errors:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
     jobs = _read_jobs(Path(status_dir))
     if jobs:
         summarise(jobs)
@@ -72,6 +92,28 @@ def hydra_app(argv: list[str]) -> int:
             rc = rc or (2 if all(j["status"] == "config error" for j in failed) else 1)
             print(f"{len(failed)} of {len(jobs)} sweep jobs failed", file=sys.stderr)
     return rc
+
+
+_VALUE_FLAGS = frozenset({"-c", "--cfg", "-p", "--package"})
+_CHECKED_FLAGS = _VALUE_FLAGS | {"--resolve", "-r", "--run"}
+
+
+def hydra_overrides(argv: list[str]) -> list[str] | None:
+    """The overrides of a command line whose Hydra flags only print or run one config (``-c job``,
+    ``--resolve``, ``-p trainer``, ``--run``): those :func:`hydra_app` composes and validates first, as
+    ``rlmesh run`` without the flags does. ``None`` for any other flag (``-m``, ``--help``, ``--info``, ...)."""
+    overrides, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in _VALUE_FLAGS:
+            skip = True
+        elif a.startswith("-"):
+            if a.split("=", 1)[0] not in _CHECKED_FLAGS:
+                return None
+        else:
+            overrides.append(a)
+    return overrides
 
 
 def task(cfg: Any) -> float:

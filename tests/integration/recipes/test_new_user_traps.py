@@ -1,0 +1,57 @@
+"""The commands the README and docs show, typed into a shell as a new user types them (issue 38, item 7):
+each once failed or misled, and each test here fails again if its fix is taken out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent  # the venv's `rlmesh` console script sits beside its python
+
+
+def typed(line: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 170) -> subprocess.CompletedProcess:
+    """``line`` run by bash, as typed (the shell's quoting included), with the venv's ``rlmesh`` on PATH."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("RLMESH_", "HYDRA_"))}
+    full.update(PATH=f"{BIN}{os.pathsep}{full.get('PATH', '')}", PYTHONPATH=str(ROOT),
+                RLMESH_RUNS_DIR=str(cwd / "runs"), **(env or {}))
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(180)
+def test_cfg_hydra_resolve_prints_the_hydra_node(tmp_path):
+    out = typed("rlmesh run recipe=ppo_cartpole -c hydra --resolve", tmp_path)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert f"dir: {tmp_path / 'runs'}/hydra/" in out.stdout, out.stdout[:2000]
+
+
+@pytest.mark.timeout(180)
+def test_export_to_both_as_documented(tmp_path):
+    """docs/dashboard.md: ``telemetry.export='tensorboard,wandb'`` (the shell removes the quotes)."""
+    out = typed("rlmesh run recipe=ppo_cartpole telemetry.export='tensorboard,wandb' --cfg job", tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "export: tensorboard,wandb" in out.stdout
+    out = typed("rlmesh run recipe=ppo_cartpole trainer.lr=1e-3,2e-3 --cfg job", tmp_path)   # a number: a sweep
+    assert out.returncode == 2 and "--multirun" in out.stderr, out.stderr
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("bad, says", [
+    ("recipe=ppo_cartpole trainer.lrr=1", "config error: trainer.lrr is not a config key: did you mean trainer.lr?"),
+    ("recipe=ppo_cartpol", "config error: recipe=ppo_cartpol is not a preset: use one of"),
+    ("recipe=ppo_cartpole trainer.lr=-1", "config error: trainer.lr=-1.0 is invalid"),
+])
+def test_an_error_keeps_its_form_with_hydra_flags(tmp_path, bad, says):
+    """The same line and exit status 2 with or without Hydra's flags (they once gave Hydra's multi-line
+    report, or a printed config, and exit status 1 or 0)."""
+    for flags in ("", "--cfg job", "-c hydra --resolve", "-m"):
+        out = typed(f"rlmesh run {bad} {flags}", tmp_path)
+        err = out.stderr.strip()
+        assert out.returncode == 2, (flags, out.returncode, err[-2000:])
+        assert any(ln.startswith(says) for ln in err.splitlines()), (flags, err[-2000:])
+        assert "Traceback" not in err and "HYDRA_FULL_ERROR" not in err, (flags, err[-2000:])
+    assert not list(tmp_path.glob("runs/*/telemetry.duckdb"))
