@@ -18,7 +18,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-SHIPPED = ("configs", "recipes")  # top-level trees copied whole into rlmesh/_shipped/
+SHIPPED = ("configs", "recipes", "docs")  # top-level trees copied whole into rlmesh/_shipped/ (docs: `--help` names them)
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 
 

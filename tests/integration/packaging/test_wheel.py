@@ -4,7 +4,7 @@ Builds the wheel from a copy of its inputs (so the checkout gains no ``build/``)
 it with ``torch==2.13.0`` into a venv of its own (no system site-packages, no PYTHONPATH:
 nothing of the checkout is importable) and runs ``rlmesh run recipe=ppo_cartpole`` at a tiny
 size from a directory outside the repo. Also checks that every file of ``configs/`` and
-``recipes/`` is in the wheel, and that the optional parts, absent from a plain install, fail
+``recipes/`` is in the wheel, and that the optional parts (a Hydra sweeper plugin too), absent from a plain install, fail
 with one line naming their extra.
 
 The venv's dependencies take minutes to install, so the venv is cached under
@@ -31,7 +31,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 TORCH = "torch==2.13.0"
-WHEEL_INPUTS = ("rlmesh", "configs", "recipes", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
+WHEEL_INPUTS = ("rlmesh", "configs", "recipes", "docs", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
 CACHE = Path(os.environ.get("RLMESH_WHEEL_VENV_CACHE", Path.home() / ".cache" / "rlmesh" / "wheel-venv"))
 TINY = ["recipe=ppo_cartpole", "generator.replicas=1", "generator.num_envs=2", "generator.num_steps=16",
         "trainer.total_steps=128", "trainer.num_minibatches=2", "trainer.update_epochs=1", "buffer=on_policy",
@@ -95,7 +95,7 @@ def venv(wheel) -> Path:
 
 def test_the_wheel_carries_every_config_and_recipe(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for tree in ("configs", "recipes"):
+    for tree in ("configs", "recipes", "docs"):
         files = [p.relative_to(ROOT).as_posix() for p in (ROOT / tree).rglob("*")
                  if p.is_file() and "__pycache__" not in p.parts]
         assert files
@@ -122,6 +122,7 @@ def test_installed_wheel_runs_a_recipe_from_an_empty_directory(venv, tmp_path):
 @pytest.mark.parametrize("argv, extra", [
     (["plot", "latest"], "rlmesh[plot]"),
     (["k8s", "cleanup", "some-run"], "rlmesh[kubernetes]"),
+    (["run", "-m", "recipe=ppo_cartpole", "hydra/sweeper=optuna"], "rlmesh[sweep]"),   # docs/recipes.md's sweep
 ])
 def test_an_absent_extra_fails_in_one_line_naming_it(venv, tmp_path, argv, extra):
     out = subprocess.run([str(venv / "bin" / "rlmesh"), *argv], cwd=tmp_path, env=clean_env(),
@@ -129,3 +130,11 @@ def test_an_absent_extra_fails_in_one_line_naming_it(venv, tmp_path, argv, extra
     assert out.returncode != 0
     err = out.stderr.strip()
     assert extra in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.timeout(2400)
+def test_help_points_to_docs_the_wheel_ships(venv, tmp_path):
+    out = sh([venv / "bin" / "rlmesh", "run", "--help"], 120, cwd=tmp_path)
+    docs = [Path(w.rstrip(",.")) for w in out.stdout.split() if w.endswith((".md", ".md,"))]
+    assert docs, out.stdout[-2000:]
+    assert all(p.is_file() and p.is_relative_to(venv) for p in docs), docs
