@@ -20,6 +20,7 @@ if "RLMESH_RUNS_DIR" not in os.environ:
 # which put these few-but-long files last). Files not listed keep their place after these.
 _HEAVY_FILES = {
     "tests/integration/recipes/test_chaos.py": 117,
+    "tests/integration/vllm/test_vllm_real_model.py": 150,
     "tests/integration/llm/test_real_model.py": 110,
     "tests/integration/recipes/test_algorithms.py": 80,
     "tests/integration/vllm/test_vllm_backend.py": 77,
