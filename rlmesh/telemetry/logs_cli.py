@@ -64,6 +64,10 @@ def logs_main(argv: list[str]) -> int:
         print(to_json(tbl, run_dir.name))
         return 0
     rows = tbl.to_pylist()
+    if not rows:  # an empty screen reads as a hang or a bug: say what was asked and that nothing matched
+        asked = " ".join(f"--{'grep' if k == 'contains' else k} {v}" for k, v in filters.items() if v is not None)
+        print(f"rlmesh logs: no log lines in run {run_dir.name}{' matching ' + asked if asked else ''}"
+              f"{'; waiting for new ones' if a.follow else ''}", file=sys.stderr, flush=True)
     try:
         for r in rows:
             print(_line(r))

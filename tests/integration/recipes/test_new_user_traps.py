@@ -55,3 +55,14 @@ def test_an_error_keeps_its_form_with_hydra_flags(tmp_path, bad, says):
         assert any(ln.startswith(says) for ln in err.splitlines()), (flags, err[-2000:])
         assert "Traceback" not in err and "HYDRA_FULL_ERROR" not in err, (flags, err[-2000:])
     assert not list(tmp_path.glob("runs/*/telemetry.duckdb"))
+
+
+@pytest.mark.timeout(180)
+def test_logs_says_when_there_is_nothing(tmp_path):
+    made = typed(f"{sys.executable} -c 'import rlmesh as rm; rm.telemetry.record(\"x\", a=1.0)'", tmp_path)
+    assert made.returncode == 0, made.stderr[-2000:]
+    out = typed("rlmesh logs", tmp_path)
+    assert out.returncode == 0 and out.stdout == "", out
+    assert out.stderr.startswith("rlmesh logs: no log lines in run ") and len(out.stderr.splitlines()) == 1, out.stderr
+    out = typed("rlmesh logs --level ERROR", tmp_path)
+    assert out.stderr.strip().endswith("matching --level ERROR"), out.stderr
