@@ -413,6 +413,14 @@ SPANS_MAX_PER_S: Setting[float] = Setting(
     "SPANS_MAX_PER_S", 1000.0, "Span rows per second per (actor, endpoint) in each proc; calls beyond it "
     "are counted in the next row's `weight` (errors are always recorded).", "telemetry",
     form="a number > 0", parse=_number(float, 0, lo_open=True), warns=True)
+QUERY_TIMEOUT_S: Setting[float] = _seconds(
+    "QUERY_TIMEOUT_S", 60.0, "The time limit of a telemetry query (`rlmesh sql`, `rm.telemetry.query`, the "
+    "dashboard, MCP) when the call sets none (`timeout=`, `--timeout`): past it DuckDB stops the query.",
+    "telemetry", lo_open=True)
+TELEMETRY_CHECKPOINT_S: Setting[float] = _seconds(
+    "TELEMETRY_CHECKPOINT_S", 10.0, "Seconds between the service's checkpoints of a live run's database "
+    "(the write-ahead log folded into the main file): what a torn log can cost at most.", "telemetry",
+    lo_open=True)
 TELEMETRY_ADDR: Setting[str] = Setting(
     "TELEMETRY_ADDR", "", "Where a worker ships its telemetry rows (the run's ingest channel).",
     "telemetry", form="a channel address", internal=True)

@@ -92,11 +92,12 @@ def schema(run: str = "latest") -> dict[str, Any]:
     return {"format_version": FORMAT_VERSION, "run": run_dir.name, "tables": tables}
 
 
-def query(sql: str, run: str = "latest", limit: int = DEFAULT_ROWS) -> dict[str, Any]:
-    """Read-only DuckDB SQL (SELECT/WITH/DESCRIBE/SHOW/EXPLAIN) over one run; at most `limit` rows come back."""
+def query(sql: str, run: str = "latest", limit: int = DEFAULT_ROWS, timeout_s: float | None = None) -> dict[str, Any]:
+    """Read-only DuckDB SQL (SELECT/WITH/DESCRIBE/SHOW/EXPLAIN) over one run; at most `limit` rows come back.
+    timeout_s: stop the query after this many seconds (default RLMESH_QUERY_TIMEOUT_S, 60)."""
     run_dir = _run_dir(run)
     n = _limit(limit)
-    return _table_json(reader.query_run_dir(run_dir, _bounded(sql, n)), run_dir.name, n)
+    return _table_json(reader.query_run_dir(run_dir, _bounded(sql, n), timeout_s), run_dir.name, n)
 
 
 def run_status(run: str = "latest") -> dict[str, Any]:

@@ -13,8 +13,9 @@ import json
 import logging
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import anyio
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 from starlette.applications import Starlette
@@ -25,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from rlmesh.dashboard import data
 from rlmesh.dashboard.auth import TokenMiddleware
-from rlmesh.telemetry import charts
+from rlmesh.telemetry import charts, limits
 from rlmesh.telemetry.cli import _flatten_nested, to_json
 from rlmesh.telemetry.errors import ReadOnlyQueryError, RunNotFoundError
 
@@ -50,6 +51,8 @@ def plotly_js() -> Path:
 def _error(exc: Exception) -> JSONResponse:
     if isinstance(exc, RunNotFoundError):
         return JSONResponse({"error": str(exc)}, status_code=404)
+    if isinstance(exc, (limits.QueryTimeoutError, limits.QueryCancelledError)):  # said in words, not a crash
+        return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=503)
     if isinstance(exc, (ReadOnlyQueryError, ValueError)):
         return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=400)
     name = type(exc).__name__
@@ -57,6 +60,43 @@ def _error(exc: Exception) -> JSONResponse:
         return JSONResponse({"error": f"{name}: {exc}"}, status_code=400)  # DuckDB's own words for bad SQL
     logger.exception("dashboard: request failed")
     return JSONResponse({"error": f"{name}: {exc}"}, status_code=500)
+
+
+async def _until_disconnected(request: Request, fn: Callable[[], Any]) -> Any:
+    """``fn()`` on a worker thread; if the browser goes away first, its query is interrupted (DuckDB's own
+    interrupt, or the live service told to), so an abandoned query holds no core and no thread."""
+    scope = limits.Scope()
+    done = anyio.Event()
+
+    def run() -> Any:
+        with scope.active():
+            return fn()
+
+    async def watch() -> None:
+        while not done.is_set():
+            if await request.is_disconnected():
+                scope.cancel("the dashboard's client went away")
+                return
+            with anyio.move_on_after(0.25):
+                await done.wait()
+
+    result: list[Any] = []
+
+    async def work() -> None:
+        try:
+            result.append((await anyio.to_thread.run_sync(run), None))
+        except Exception as exc:  # noqa: BLE001 - raised below, outside the task group (no ExceptionGroup)
+            result.append((None, exc))
+        finally:
+            done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        tg.start_soon(work)
+    value, exc = result[0]
+    if exc is not None:
+        raise exc
+    return value
 
 
 def create_app(rd: data.RunDirectory, token: str, *, refresh_s: float = 2.0, cookie_name: str = "rlmesh-dashboard",
@@ -97,14 +137,15 @@ def create_app(rd: data.RunDirectory, token: str, *, refresh_s: float = 2.0, coo
         except Exception as exc:  # noqa: BLE001
             return _error(exc)
 
-    def api_sql(request: Request) -> Response:
+    async def api_sql(request: Request) -> Response:
         run = request.path_params["run"]
         sql = request.query_params.get("q", "").strip()
         fmt = request.query_params.get("format", "json")
         if not sql:
             return JSONResponse({"error": "empty query; try: SELECT * FROM runs"}, status_code=400)
         try:
-            tbl = rd.query(run, sql)
+            timeout = float(request.query_params["timeout_s"]) if request.query_params.get("timeout_s") else None
+            tbl = await _until_disconnected(request, lambda: rd.query(run, sql, timeout))
         except Exception as exc:  # noqa: BLE001
             return _error(exc)
         if fmt == "csv":

@@ -52,9 +52,10 @@ class RunDirectory:
             return self.root / run
         raise RunNotFoundError(f"no run {run!r} under {self.root}")
 
-    def query(self, run: str, sql: str) -> pa.Table:
-        """Read-only SQL on one run (its live service, or its file read-only)."""
-        return query_run_dir(self.resolve(run), sql)
+    def query(self, run: str, sql: str, timeout: float | None = None) -> pa.Table:
+        """Read-only SQL on one run (its live service, or its file read-only), stopped after ``timeout`` s
+        (default ``RLMESH_QUERY_TIMEOUT_S``)."""
+        return query_run_dir(self.resolve(run), sql, timeout)
 
     @contextlib.contextmanager
     def session(self, run: str) -> Iterator[Callable[[str], pa.Table]]:

@@ -20,10 +20,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from rlmesh import settings
 from rlmesh.dashboard.auth import DASHBOARD_JSON, TOKEN_ENV, DashboardSecurityError, ServeSecurity, new_token
 from rlmesh.dashboard.data import RunDirectory
+from rlmesh.telemetry import limits
 from rlmesh.telemetry.errors import RunNotFoundError
 from rlmesh.telemetry.run import pid_alive, write_json
 
@@ -52,6 +54,7 @@ def _watch_parent(pid: int, server: object) -> None:
     while pid_alive(pid):
         time.sleep(0.5)
     server.should_exit = True  # type: ignore[attr-defined]
+    limits.cancel_all("the dashboard is stopping (its run ended)")
 
 
 def dashboard_main(argv: list[str]) -> int:
@@ -105,8 +108,14 @@ def dashboard_main(argv: list[str]) -> int:
         write_json(run_dir / DASHBOARD_JSON, {"url": url, "pid": os.getpid(), "port": port}, private=True)
     print(f"rlmesh dashboard: {url}", flush=True)
     config = uvicorn.Config(app, log_level="warning", ssl_certfile=a.certfile, ssl_keyfile=a.keyfile,
-                            access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
+                            access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:  # SIGTERM, Ctrl-C: queries in flight stop now
+            limits.cancel_all("the dashboard is stopping")
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
     if a.exit_with_pid:
         threading.Thread(target=_watch_parent, args=(a.exit_with_pid, server), daemon=True).start()
     def _exit_on_term(signum: int, frame: object) -> None:

@@ -171,6 +171,8 @@ def _parser(prog: str, schema: bool) -> argparse.ArgumentParser:
         p.add_argument("--schema", action="store_true", help="list tables and columns with their meaning")
         p.add_argument("--with", dest="also", action="append", default=[], metavar="RUN",
                        help="query finished runs side by side: each is attached read-only under its run id")
+        p.add_argument("--timeout", type=float, default=None, metavar="S",
+                       help="stop the query after S seconds (default $RLMESH_QUERY_TIMEOUT_S, else 60)")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help="table (people; plain text when piped), json (one stable object, no ANSI), csv, parquet")
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
@@ -199,7 +201,7 @@ def sql_main(argv: list[str]) -> int:
             if a.format == "json":
                 return _write_schema_json(tbl, label, a.out)
         else:
-            tbl = reader.query(sql, [db, *a.also] if a.also else db)  # type: ignore[arg-type]  # sql is set on this branch
+            tbl = reader.query(sql, [db, *a.also] if a.also else db, timeout=a.timeout)  # type: ignore[arg-type]  # sql is set on this branch
     except (TelemetryError, PermissionError, FileNotFoundError) as exc:
         print(f"rlmesh sql: {exc}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ when it is back.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from rlmesh.telemetry import wire
+from rlmesh.telemetry import limits, wire
 from rlmesh.telemetry.errors import ReadOnlyQueryError, ServiceUnavailableError, TelemetryError
 from rlmesh.transport import Authenticator, connect_channel
 
@@ -201,33 +202,59 @@ def close_context() -> None:
     _ctx = None
 
 
-def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float = 60.0) -> pa.Table:
-    """Ask a live service; raises the service's error (read-only refusal, SQL error) here."""
-    return ask(addr, auth, "query", sql, timeout)[1][0]
+ANSWER_GRACE_S = 10.0
+"""How long past a query's limit its client waits for the service's answer (the "stopped at its limit" error)."""
 
 
-def ask(addr: str, auth: Authenticator, kind: str, payload: Any, timeout: float = 60.0) -> tuple[Any, list[pa.Table]]:
+def remote_query(addr: str, auth: Authenticator, sql: str, timeout: float | None = None) -> pa.Table:
+    """Ask a live service; raises the service's error (read-only refusal, SQL error, time limit) here.
+
+    ``timeout``: the query's time limit (default ``RLMESH_QUERY_TIMEOUT_S``), which the service
+    enforces with DuckDB's interrupt; a client that stops waiting (its limit, Ctrl-C, a cancelled
+    :class:`~rlmesh.telemetry.limits.Scope`) tells the service, which interrupts the query then."""
+    limit = limits.limit_for(timeout)
+    qid = secrets.token_hex(8)
+    with limits.guarded(limit + ANSWER_GRACE_S) as guard:
+        return ask(addr, auth, "query", (sql, limit, qid), limit + ANSWER_GRACE_S, guard=guard, qid=qid)[1][0]
+
+
+def ask(addr: str, auth: Authenticator, kind: str, payload: Any, timeout: float = 60.0,
+        guard: limits.Guard | None = None, qid: str | None = None) -> tuple[Any, list[pa.Table]]:
     """One request to a live service: ``(reply payload, reply tables)``, or the service's error raised here.
-    An ``acked`` reply is a plain number in the payload: a closing proc that asks it loads no pyarrow."""
+    An ``acked`` reply is a plain number in the payload: a closing proc that asks it loads no pyarrow.
+    ``guard``: the wait also ends when it fires (cancelled); ``qid``: the query the service is told to stop
+    when the wait ends without an answer."""
     sock = telemetry_context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    answered = False
     try:
         out = connect_channel(sock, auth, addr)
         replies = out.reply_inbound("telemetry query replies")
         sock.send_multipart(wire.encode(out, kind, payload), copy=False)
-        if not sock.poll(int(timeout * 1000)):
-            raise ServiceUnavailableError(
-                f"telemetry service {addr} did not answer within {timeout:.0f}s; if the run has ended, "
-                "query its file instead (rlmesh sql RUN ...)"
-            )
+        deadline = time.monotonic() + timeout
+        while not sock.poll(int(min(0.1, max(0.0, deadline - time.monotonic())) * 1000)):
+            if guard is not None and guard.fired is not None and guard.fired != limits.TIMEOUT:
+                raise guard.error()
+            if time.monotonic() >= deadline:
+                raise ServiceUnavailableError(
+                    f"telemetry service {addr} did not answer within {timeout:.0f}s; if the run has ended, "
+                    "query its file instead (rlmesh sql RUN ...)"
+                )
         (status, answer), tables = wire.decode(replies, sock.recv_multipart(copy=False))
+        answered = True
     finally:
+        if not answered and qid is not None:  # gone without an answer (limit, Ctrl-C, cancel): stop the query
+            with contextlib.suppress(Exception):
+                sock.send_multipart(wire.encode(out, "cancel", qid), flags=zmq.NOBLOCK, copy=False)
+                sock.setsockopt(zmq.LINGER, 500)
         sock.close()
     if status == "ok":
         return answer, tables
     exc_type, msg = answer
     if exc_type == "ReadOnlyQueryError":
         raise ReadOnlyQueryError(msg)
+    if exc_type in ("QueryTimeoutError", "QueryCancelledError", "ServiceUnavailableError"):
+        raise getattr(limits, exc_type, ServiceUnavailableError)(msg)
     if exc_type.endswith("Exception") or exc_type.endswith("Error"):
         import duckdb  # deferred: DuckDB is heavy; only the reading process needs it
 

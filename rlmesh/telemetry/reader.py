@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from rlmesh import settings
-from rlmesh.telemetry import api
+from rlmesh.telemetry import api, limits
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.client import remote_query
 from rlmesh.telemetry.errors import ServiceUnavailableError, TelemetryError
@@ -32,7 +32,7 @@ from rlmesh.transport import Authenticator
 RunSpec = str | os.PathLike[str]
 
 
-def query(sql: str, run: RunSpec | Sequence[RunSpec] | None = None, timeout: float = 60.0) -> pa.Table:
+def query(sql: str, run: RunSpec | Sequence[RunSpec] | None = None, timeout: float | None = None) -> pa.Table:
     """Run read-only SQL on a run's tables and return a pyarrow Table (``.to_pandas()`` for pandas).
 
     ``run``: ``None`` means this controller's current run, or in a worker its run, else
@@ -41,27 +41,30 @@ def query(sql: str, run: RunSpec | Sequence[RunSpec] | None = None, timeout: flo
     first is the default), e.g. ``SELECT * FROM "<id1>".evals UNION ALL SELECT * FROM "<id2>".evals``.
     In the controller, this process's own buffered rows are flushed first, so a query sees
     its own writes; rows from worker procs arrive within about 0.2 s of being recorded.
+    ``timeout``: the query's time limit in seconds (default ``RLMESH_QUERY_TIMEOUT_S``, 60 s); past it
+    DuckDB stops the query and :class:`~rlmesh.telemetry.limits.QueryTimeoutError` says so.
     """
     statements(sql)  # a parse error or an empty query: the same message live or not
+    limits.limit_for(timeout)  # a bad timeout: said here, live or not
     if run is not None and not isinstance(run, (str, os.PathLike)):
-        return query_many([runs.resolve_db(r) for r in run], sql)
+        return query_many([runs.resolve_db(r) for r in run], sql, timeout)
     svc = api.service()
     if svc is not None and (run is None or os.fspath(run) == svc.run_id):
-        return _local(svc, sql)
+        return _local(svc, sql, timeout)
     if run is None and settings.TELEMETRY_QUERY_ADDR.is_set() and settings.RUN_ID.is_set():
         return remote_query(settings.TELEMETRY_QUERY_ADDR.get(), api._auth(), sql, timeout)
     db = runs.resolve_db(run)
     if svc is not None and db == svc.store.path.resolve():
-        return _local(svc, sql)
+        return _local(svc, sql, timeout)
     return query_db(db, sql, timeout)
 
 
-def _local(svc: object, sql: str) -> pa.Table:
+def _local(svc: object, sql: str, timeout: float | None = None) -> pa.Table:
     api.flush()
-    return svc.query(sql)  # type: ignore[attr-defined]
+    return svc.query(sql, timeout)  # type: ignore[attr-defined]
 
 
-def query_db(db: Path, sql: str, timeout: float = 60.0) -> pa.Table:
+def query_db(db: Path, sql: str, timeout: float | None = None) -> pa.Table:
     """One DuckDB file: its run's live service if the controller is still up, else the file read-only."""
     info = runs.live_service(db.parent) if db.name == runs.DB_NAME else None
     if info:
@@ -71,15 +74,15 @@ def query_db(db: Path, sql: str, timeout: float = 60.0) -> pa.Table:
         except ServiceUnavailableError:
             if runs.live_service(db.parent):
                 raise
-    return query_many([db], sql)
+    return query_many([db], sql, timeout)
 
 
-def query_run_dir(run_dir: Path, sql: str, timeout: float = 60.0) -> pa.Table:
+def query_run_dir(run_dir: Path, sql: str, timeout: float | None = None) -> pa.Table:
     """One run directory (the dashboard's and the exporter's unit): :func:`query_db` on its database."""
     return query_db(Path(run_dir) / runs.DB_NAME, sql, timeout)
 
 
-def query_many(dbs: list[Path], sql: str) -> pa.Table:
+def query_many(dbs: list[Path], sql: str, timeout: float | None = None) -> pa.Table:
     """Finished runs' files, attached read-only side by side (one file: the plain case)."""
     names = [runs.db_label(p) for p in dbs] if len(dbs) > 1 else [Path(dbs[0]).stem]
     if len(set(names)) != len(names):
@@ -89,7 +92,7 @@ def query_many(dbs: list[Path], sql: str) -> pa.Table:
     except duckdb.Error as exc:  # a lock held by a live writer, not a DuckDB file, ...
         raise TelemetryError(_open_error(dbs, exc)) from exc
     try:
-        return execute_read_only(con, sql, catalog=names[0])
+        return execute_read_only(con, sql, catalog=names[0], timeout=timeout)
     finally:
         con.close()
 

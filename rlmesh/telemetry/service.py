@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 import zmq
 
 from rlmesh import settings
+from rlmesh.telemetry import limits, wire
 from rlmesh.telemetry import run as runs
-from rlmesh.telemetry import wire
 from rlmesh.telemetry.client import telemetry_context
 from rlmesh.telemetry.errors import TelemetryError
 from rlmesh.telemetry.schema import SchemaError
@@ -55,6 +55,7 @@ OPEN_TIMEOUT_S = 60.0
 COALESCE_S = 0.1
 COALESCE_ROWS = 1_000_000
 RUN_JSON_EVERY_S = 5.0
+MAX_QUERIES = 8  # live queries running at once; each on its own thread and DuckDB cursor, each with a time limit
 
 
 def _rows(item: Any) -> int:
@@ -96,6 +97,11 @@ class TelemetryService:
         self._batch_seq: dict[str, int] = {}  # sender id -> last batch stored (ingest is idempotent)
         self.duplicate_batches = 0
         self._run_json_at = time.monotonic()
+        self._queries: dict[str, limits.Scope] = {}  # query id -> its scope (cancel() interrupts it)
+        self._replies: queue.SimpleQueue[Any] = queue.SimpleQueue()  # from query threads to the query loop
+        self._wake_r, self._wake_w = os.pipe()  # a query thread's reply wakes the query loop's poll
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
 
     @property
     def store(self) -> Store:
@@ -188,6 +194,7 @@ class TelemetryService:
         while time.monotonic() - self._last_recv < 0.15 and time.monotonic() < give_up:
             time.sleep(0.02)  # procs that just exited may still have their last batches in flight
         self.sync(timeout=10)
+        self._cancel_queries("the run is ending")  # a query still running must not hold the file at close
         self._stop.set()
         self._q.put(None)
         for t in self._threads:
@@ -207,6 +214,9 @@ class TelemetryService:
     def _close_sockets(self) -> None:
         for s in (self._pull, self._router):
             s.close(0)
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _insert_run_row(self, store: Store, config: Any) -> None:
         store.execute_write(
@@ -358,36 +368,99 @@ class TelemetryService:
         return True
 
     # ---- queries ---------------------------------------------------------------------
-    def query(self, sql: str) -> pa.Table:
-        return self.store.query(sql)
+    def query(self, sql: str, timeout: float | None = None) -> pa.Table:
+        """Read-only SQL on its own cursor (never the writer's lock), stopped at its time limit."""
+        return self.store.query(sql, timeout)
 
     def _query_loop(self) -> None:
+        """Receives requests and sends replies; each query runs on a thread of its own (at most
+        MAX_QUERIES at once), so one slow query never delays the next, nor a closing proc's ``acked``."""
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
-        while not self._stop.is_set():
-            if not poller.poll(100):
+        poller.register(self._wake_r, zmq.POLLIN)
+        stopping_until = None
+        while True:
+            if self._stop.is_set():  # answer the queries still in flight (cancelled: the run is ending), then go
+                stopping_until = stopping_until or time.monotonic() + 3.0
+                if not self._queries or time.monotonic() > stopping_until:
+                    break
+                self._cancel_queries("the run is ending", wait=0)
+            ready = dict(poller.poll(100))
+            if self._wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 4096)
+            self._send_replies()
+            if self._router not in ready:
                 continue
             ident, *frames = self._router.recv_multipart(copy=False)
             try:
-                sid, (kind, sql), _ = wire.decode_session(self._query_in, frames)
+                sid, (kind, payload), _ = wire.decode_session(self._query_in, frames)
             except AuthError:
                 continue  # counted, and logged at most once per peer per interval, by the channel
             except Exception:
                 logger.warning("telemetry: refused a malformed query")
                 continue
             out = self._query_in.reply_outbound(sid)
-            try:
-                if kind == "acked":  # a closing sink asks which of its batches arrived (``sql`` is its id)
-                    reply = wire.encode(out, "ok", self._batch_seq.get(str(sql), 0))  # a number: no pyarrow there
-                elif kind == "sync":
+            if kind == "acked":  # a closing sink asks which of its batches arrived (``payload`` is its id)
+                self._reply(ident, out, "ok", self._batch_seq.get(str(payload), 0))  # a number: no pyarrow there
+            elif kind == "cancel":  # a query's client stopped waiting (its limit, Ctrl-C): stop the query
+                scope = self._queries.get(str(payload))
+                if scope is not None:
+                    scope.cancel("its client went away")
+            elif stopping_until is not None:
+                self._reply(ident, out, "error", ("QueryCancelledError", "telemetry query refused: the run is ending"))
+            elif len(self._queries) >= MAX_QUERIES:
+                self._reply(ident, out, "error", ("ServiceUnavailableError", (
+                    f"the telemetry service is running {MAX_QUERIES} queries already; each stops at its time limit "
+                    f"({settings.QUERY_TIMEOUT_S.name}); try again shortly")))
+            else:
+                sql, limit, qid = payload if isinstance(payload, tuple) else (payload, None, None)
+                qid = str(qid) if qid else f"anon-{time.monotonic_ns()}"
+                scope = self._queries[qid] = limits.Scope()
+                threading.Thread(target=self._answer, args=(ident, out, kind, sql, limit, qid, scope),
+                                 name="rlmesh-telemetry-query", daemon=True).start()
+        self._send_replies()
+
+    def _answer(self, ident: Any, out: Any, kind: str, sql: str, limit: float | None, qid: str,
+                scope: limits.Scope) -> None:
+        try:
+            with scope.active():
+                if kind == "sync":
                     self.sync()
                     import pyarrow as pa  # deferred: loaded with the store by the opener (DuckDB needs it)
 
                     from rlmesh.telemetry import arrays  # deferred: as pyarrow above
 
-                    reply = wire.encode(out, "ok", None, [pa.table({"ok": arrays.array([True], pa.bool_())})])
+                    self._reply(ident, out, "ok", None, [pa.table({"ok": arrays.array([True], pa.bool_())})])
                 else:
-                    reply = wire.encode(out, "ok", None, [self.query(sql)])
-            except Exception as exc:
+                    self._reply(ident, out, "ok", None, [self.query(sql, limit)])
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the client, in words
+            self._reply(ident, out, "error", (type(exc).__name__, str(exc)))
+        finally:
+            self._queries.pop(qid, None)
+
+    def _reply(self, ident: Any, out: Any, status: str, payload: Any, tables: list[Any] = ()) -> None:  # type: ignore[assignment]
+        """Queue a reply for the query thread (the one thread that may use the ROUTER socket) and wake it."""
+        self._replies.put((ident, out, status, payload, tables))
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
+
+    def _send_replies(self) -> None:
+        while True:
+            try:
+                ident, out, status, payload, tables = self._replies.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                reply = wire.encode(out, status, payload, tables)
+            except Exception as exc:  # noqa: BLE001 - e.g. a result Arrow IPC cannot carry
                 reply = wire.encode(out, "error", (type(exc).__name__, str(exc)))
             self._router.send_multipart([ident, *reply], copy=False)
+
+    def _cancel_queries(self, reason: str, wait: float = 5.0) -> None:
+        """Stop every query in flight (DuckDB's interrupt) and wait until their threads let go of the file."""
+        for scope in list(self._queries.values()):
+            scope.cancel(reason)
+        give_up = time.monotonic() + wait
+        while self._queries and time.monotonic() < give_up:
+            time.sleep(0.01)

@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from rlmesh.telemetry import schema
+from rlmesh.telemetry import limits, schema
 from rlmesh.telemetry.schema import qident
 from rlmesh.telemetry.columnar import REJECTED, rejected_batch
 from rlmesh.telemetry.errors import ReadOnlyQueryError
@@ -74,7 +74,7 @@ def statements(sql: str) -> list[Any]:
     return stmts
 
 
-def execute_read_only(con: Any, sql: str, catalog: str | None = None) -> pa.Table:
+def execute_read_only(con: Any, sql: str, catalog: str | None = None, timeout: float | None = None) -> pa.Table:
     """THE read path of every telemetry query (live or finished, CLI, API, agents): the result of
     the last statement of ``sql``, as a pyarrow Table.
 
@@ -83,17 +83,29 @@ def execute_read_only(con: Any, sql: str, catalog: str | None = None) -> pa.Tabl
     ``BEGIN TRANSACTION READ ONLY`` on a fresh cursor, rolled back after, so a ``COMMIT``
     inside ``sql`` cannot leave the next statement outside a read-only transaction.
     ``catalog``: the attached database that unqualified names mean (see :func:`open_read_only`).
+    ``timeout``: the time limit in seconds (default ``RLMESH_QUERY_TIMEOUT_S``); past it, or when the
+    query's scope is cancelled (:mod:`rlmesh.telemetry.limits`), DuckDB's own interrupt stops it and
+    :class:`~rlmesh.telemetry.limits.QueryTimeoutError` (or ``QueryCancelledError``) is raised.
     """
     stmts = statements(sql)
+    limit = limits.limit_for(timeout)
     cur = con.cursor()
     try:
-        lock_down(cur)  # global settings: a no-op on a database that is already locked down
-        if catalog is not None:
-            cur.execute(f"USE {qident(catalog)}")  # per connection: a cursor does not inherit it
-        out = None
-        for st in stmts:
-            out = _run_read_only(cur, st)
-        return out if out is not None else pa.table({})
+        with limits.guarded(limit, cur.interrupt) as guard:
+            try:
+                lock_down(cur)  # global settings: a no-op on a database that is already locked down
+                if catalog is not None:
+                    cur.execute(f"USE {qident(catalog)}")  # per connection: a cursor does not inherit it
+                out = None
+                for st in stmts:
+                    if guard.fired is not None:  # fired between two statements: nothing running to interrupt
+                        raise guard.error()
+                    out = _run_read_only(cur, st)
+                return out if out is not None else pa.table({})
+            except duckdb.Error as exc:
+                if guard.fired is not None:  # DuckDB's "Interrupted!": say why, and what to change
+                    raise guard.error() from exc
+                raise
     finally:
         cur.close()
 
@@ -120,8 +132,8 @@ def _run_read_only(cur: Any, st: Any) -> pa.Table | None:
     finally:
         try:
             cur.rollback()
-        except duckdb.TransactionException:
-            pass  # the statement was itself a COMMIT or ROLLBACK: nothing left open
+        except duckdb.Error:
+            pass  # the statement was itself a COMMIT or ROLLBACK (nothing left open), or it was interrupted
 
 
 def open_read_only(dbs: dict[str, Path]) -> Any:
@@ -268,8 +280,9 @@ class Store:
         with self._lock:
             return WriteMarks(self._other_writes, dict(self._appends))
 
-    def query(self, sql: str) -> pa.Table:
-        return execute_read_only(self.con, sql)
+    def query(self, sql: str, timeout: float | None = None) -> pa.Table:
+        """Read-only SQL on its own cursor: it never holds the writer's lock, and stops at its time limit."""
+        return execute_read_only(self.con, sql, timeout=timeout)
 
     def checkpoint(self) -> None:
         with self._lock:

@@ -5,9 +5,12 @@
                                    line on stdin before exiting cleanly.
     python scenario.py no_with     3 procs record 1000 rows each; the program just ends.
     python scenario.py durability  records rows forever (seq, t); the test SIGKILLs it.
+    python scenario.py busy        2 procs and the controller record rows in rounds until a line
+                                   on stdin; prints READY <run_id>, then ROUNDS <n> at the end.
 """
 
 import os
+import select
 import signal
 import sys
 import time
@@ -72,5 +75,20 @@ def durability() -> None:
         time.sleep(0.001)
 
 
+def busy() -> None:
+    """Rows from two worker procs and the controller, round after round, while the test queries the run."""
+    rounds = 0
+    with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
+        actors = procs.spawn("recorder", Recorder)
+        actors.burst.call(1).get()  # the procs are up and recording
+        print("READY", rm.telemetry.current_run(), flush=True)
+        while not select.select([sys.stdin], [], [], 0)[0]:
+            actors.burst.call(100).get()
+            rounds += 1
+            rm.telemetry.record("ticks", seq=rounds)
+            time.sleep(0.02)
+    print("ROUNDS", rounds, flush=True)
+
+
 if __name__ == "__main__":
-    {"full": full, "durability": durability, "no_with": no_with}[sys.argv[1]]()
+    {"full": full, "durability": durability, "no_with": no_with, "busy": busy}[sys.argv[1]]()
