@@ -36,6 +36,7 @@ from rlmesh.dashboard.attach import watching
 from rlmesh.errors import ConfigError
 from rlmesh.launch.local import prewarm
 from rlmesh.recipes.config_store import SCHEMAS, register
+from rlmesh.recipes.presets import reset_note
 from rlmesh.recipes.workspace_option import activate_on_controller
 from rlmesh.telemetry.api import current_run_dir
 
@@ -214,6 +215,9 @@ def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any,
     try:
         cfg = _compose_raw(overrides, config_path)
         launcher = str(cfg.hydra.runtime.choices.get("launcher", "local"))
+        note = reset_note(cfg, overrides, lambda o: _compose_raw(o, config_path))
+        if note:  # another trainer than the recipe's preset: which tuned values it drops (docs/extending.md)
+            print(f"rlmesh: {note}", file=sys.stderr, flush=True)
         with open_dict(cfg):
             del cfg["hydra"]
         return validate(cfg, overrides), launcher

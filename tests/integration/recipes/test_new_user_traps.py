@@ -17,8 +17,8 @@ BIN = Path(sys.executable).parent  # the venv's `rlmesh` console script sits bes
 def typed(line: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 170) -> subprocess.CompletedProcess:
     """``line`` run by bash, as typed (the shell's quoting included), with the venv's ``rlmesh`` on PATH."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("RLMESH_", "HYDRA_"))}
-    full.update(PATH=f"{BIN}{os.pathsep}{full.get('PATH', '')}", PYTHONPATH=str(ROOT),
-                RLMESH_RUNS_DIR=str(cwd / "runs"), **(env or {}))
+    full.update({"PATH": f"{BIN}{os.pathsep}{full.get('PATH', '')}", "PYTHONPATH": str(ROOT),
+                 "RLMESH_RUNS_DIR": str(cwd / "runs"), **(env or {})})
     return subprocess.run(["bash", "-c", line], cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
 
 
@@ -66,3 +66,29 @@ def test_logs_says_when_there_is_nothing(tmp_path):
     assert out.stderr.startswith("rlmesh logs: no log lines in run ") and len(out.stderr.splitlines()) == 1, out.stderr
     out = typed("rlmesh logs --level ERROR", tmp_path)
     assert out.stderr.strip().endswith("matching --level ERROR"), out.stderr
+
+
+@pytest.mark.timeout(240)
+def test_replacing_a_presets_trainer_says_what_it_resets(tmp_path):
+    """docs/extending.md: a recipe of one's own that swaps ppo_cartpole's trainer for a new class gets that
+    class's defaults, not the preset's tuned values and budget; rlmesh names them in one line."""
+    conf = tmp_path / "conf" / "recipe"
+    conf.mkdir(parents=True)
+    (conf / "my_ppo.yaml").write_text("# @package _global_\ndefaults:\n  - ppo_cartpole\n"
+                                      "  - override /trainer: mc_ppo\n  - _self_\n\ntrainer:\n  mc_lambda: 0.9\n")
+    env = {"PYTHONPATH": f"{ROOT / 'examples' / 'algorithms'}{os.pathsep}{ROOT}", "RLMESH_ALGORITHMS": "mc_ppo"}
+    out = typed(f"rlmesh run recipe=my_ppo hydra.searchpath=[file://{tmp_path}/conf] trainer.lr=0.002 --cfg job",
+                tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (note,) = [ln for ln in out.stderr.splitlines() if "resets" in ln]
+    assert note.startswith("rlmesh: trainer=mc_ppo replaces recipe ppo_cartpole's trainer=ppo_cartpole and resets")
+    assert "total_steps 100000 -> 1000000" in note and "gamma 0.98 -> 0.99" in note, note
+    assert "lr " not in note.replace("_lr", ""), note                 # set on the command line: kept, not reset
+    # The shipped example sets the preset's values again: a fair comparison, and no note.
+    out = typed("rlmesh run recipe=mc_ppo_cartpole hydra.searchpath=[file://$PWD/examples/algorithms/conf] "
+                "trainer.mc_lambda=0.95 --cfg job", ROOT, env={**env, "RLMESH_RUNS_DIR": str(tmp_path / "runs")})
+    assert out.returncode == 0 and "resets" not in out.stderr, out.stderr[-2000:]
+    # On the command line too (docs/extending.md: `rlmesh run recipe=grpo_addition trainer=rloo ...`).
+    out = typed("rlmesh run recipe=grpo_addition trainer=rloo trainer.scale_by_std=true --cfg job", tmp_path)
+    assert "trainer=rloo replaces recipe grpo_addition's trainer=grpo_addition" in out.stderr, out.stderr[-2000:]
+    assert "lr 0.0005 -> 0.0001" in out.stderr and "sft_steps 500 -> 0" in out.stderr
