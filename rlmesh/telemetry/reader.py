@@ -21,7 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from rlmesh import settings
-from rlmesh.telemetry import api, limits
+from rlmesh.telemetry import api, durability, limits
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.client import remote_query
 from rlmesh.telemetry.errors import ServiceUnavailableError, TelemetryError
@@ -83,15 +83,26 @@ def query_run_dir(run_dir: Path, sql: str, timeout: float | None = None) -> pa.T
 
 
 def query_many(dbs: list[Path], sql: str, timeout: float | None = None) -> pa.Table:
-    """Finished runs' files, attached read-only side by side (one file: the plain case)."""
+    """Finished runs' files, attached read-only side by side (one file: the plain case).
+
+    A file whose write-ahead log did not replay whole (its controller was killed, the log was torn)
+    is read with the rows the log did hold, and one warning line says what was lost
+    (:func:`rlmesh.telemetry.durability.check`)."""
     names = [runs.db_label(p) for p in dbs] if len(dbs) > 1 else [Path(dbs[0]).stem]
     if len(set(names)) != len(names):
         raise TelemetryError(f"two of the runs queried together have the same name: {names}")
     try:
         con = open_read_only(dict(zip(names, dbs)))
-    except duckdb.Error as exc:  # a lock held by a live writer, not a DuckDB file, ...
-        raise TelemetryError(_open_error(dbs, exc)) from exc
+    except duckdb.Error as exc:  # a lock held by a live writer, not a DuckDB file, a damaged log, ...
+        if not any(durability.repair(Path(db), exc) for db in dbs):
+            raise TelemetryError(_open_error(dbs, exc)) from exc
+        try:
+            con = open_read_only(dict(zip(names, dbs)))
+        except duckdb.Error as again:
+            raise TelemetryError(_open_error(dbs, again)) from again
     try:
+        for name, db in zip(names, dbs):
+            durability.report(durability.check(Path(db), con, name))
         return execute_read_only(con, sql, catalog=names[0], timeout=timeout)
     finally:
         con.close()

@@ -105,6 +105,9 @@ def settle_dead_runs(root: Path | None = None) -> list[str]:
 def _settle(d: Path, info: dict[str, Any]) -> bool:
     import duckdb  # deferred: ~0.5 s to import, and every worker imports this module (workers never settle runs)
 
+    from rlmesh.telemetry import durability  # deferred: as duckdb above
+
+    durability.report(durability.check(d / DB_NAME))  # before the read-write open below folds the log in
     try:
         con = duckdb.connect(str(d / DB_NAME))
     except duckdb.Error:

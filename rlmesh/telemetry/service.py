@@ -274,8 +274,22 @@ class TelemetryService:
         return self._open_error is None
 
     def _write_loop(self) -> None:
+        every = settings.TELEMETRY_CHECKPOINT_S.get()
+        next_checkpoint, dirty = time.monotonic() + every, False
         while True:
-            items = [self._q.get()]
+            try:
+                items = [self._q.get(timeout=max(0.05, next_checkpoint - time.monotonic()))]
+            except queue.Empty:
+                items = [[]]
+            if time.monotonic() >= next_checkpoint:
+                next_checkpoint = time.monotonic() + every
+                if dirty:  # the log folded into the file: a torn log can cost at most `every` seconds of rows
+                    dirty = False
+                    try:
+                        self.store.checkpoint()
+                    except Exception:  # noqa: BLE001 - the rows are in the log; the next try may succeed
+                        logger.warning("telemetry: checkpoint of %s failed; retrying in %g s", self.db_path, every,
+                                       exc_info=True)
             # Coalesce for up to COALESCE_S (or COALESCE_ROWS): DuckDB appends one 1 M-row batch
             # ~1.7x faster than ten 100 k-row ones (each append is a commit), and rows still reach
             # the WAL well within the one-second durability promise.
@@ -295,6 +309,9 @@ class TelemetryService:
                 self._write(batches for _, batches in work)
             except Exception:
                 logger.exception("telemetry writer failed on a batch")
+            if work:
+                dirty = True
+                self.store.save_committed()  # after the commit: what durability.check compares at the next open
             with self._cv:
                 if work:
                     self._written = max(self._written, work[-1][0])

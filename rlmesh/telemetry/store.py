@@ -18,7 +18,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from rlmesh.telemetry import limits, schema
+from rlmesh.telemetry import durability, limits, schema
 from rlmesh.telemetry.schema import qident
 from rlmesh.telemetry.columnar import REJECTED, rejected_batch
 from rlmesh.telemetry.errors import ReadOnlyQueryError
@@ -156,6 +156,17 @@ def open_read_only(dbs: dict[str, Path]) -> Any:
     return con
 
 
+def _connect_rw(path: Path) -> Any:
+    """The writer's connection; a log DuckDB refuses (a damaged entry) is copied aside and cut there first."""
+    config = {"storage_compatibility_version": STORAGE_COMPAT}
+    try:
+        return duckdb.connect(str(path), config=config)
+    except duckdb.Error as exc:
+        if not durability.repair(path, exc):
+            raise
+    return duckdb.connect(str(path), config=config)
+
+
 @dataclass(frozen=True)
 class WriteMarks:
     """How many writes the store has made so far: appends per table, and everything else (DDL, the ``runs``
@@ -172,7 +183,11 @@ class Store:
     def __init__(self, path: Path, run_id: str):
         self.path = Path(path)
         self.run_id = run_id
-        self.con = duckdb.connect(str(self.path), config={"storage_compatibility_version": STORAGE_COMPAT})
+        existed = self.path.exists()
+        # Before the read-write open folds the log into the file (and deletes it): did it replay whole?
+        self.lost_rows_note = durability.check(self.path) if existed else None
+        durability.report(self.lost_rows_note)
+        self.con = _connect_rw(self.path)
         self._wal = self.path.with_name(self.path.name + ".wal")
         self._lock = threading.Lock()  # serialises writers on self.con
         self._cols: dict[str, dict[str, str]] = {}
@@ -191,6 +206,10 @@ class Store:
         self._private()
         lock_down(self.con)  # before any query can reach it; the writer needs no files either
         self._load_columns()
+        # Rows per table now in the file: what the sidecar says was committed (durability.check)
+        self._committed = durability.counts(self.con) if existed else {}
+        self._committed_saved: dict[str, int] | None = None
+        self.save_committed()
 
     def _load_columns(self) -> None:
         self._cols.clear()
@@ -229,6 +248,7 @@ class Store:
                 self.con.unregister("__rlmesh_batch")
             self._private()
             self._appends[table] = self._appends.get(table, 0) + 1
+            self._committed[table] = self._committed.get(table, 0) + batch.num_rows
         self.rows_written += batch.num_rows
         return batch.num_rows
 
@@ -268,6 +288,7 @@ class Store:
             self.con.unregister("__rlmesh_rej")
         self._other_writes += 1
         self.rejected_rows += batch.num_rows
+        self._committed[REJECTED] = self._committed.get(REJECTED, 0) + batch.num_rows
 
     def execute_write(self, sql: str, params: list[Any] | None = None) -> None:
         """Framework-internal writes (the ``runs`` row); never reachable from the query API."""
@@ -284,9 +305,23 @@ class Store:
         """Read-only SQL on its own cursor: it never holds the writer's lock, and stops at its time limit."""
         return execute_read_only(self.con, sql, timeout=timeout)
 
+    def save_committed(self, clean: bool = False) -> None:
+        """Rewrite the sidecar of committed row counts (after a commit; a no-op when nothing changed)."""
+        with self._lock:
+            rows = dict(self._committed)
+        if rows == self._committed_saved and not clean:
+            return
+        try:
+            durability.write(self.path, rows, note=self.lost_rows_note, clean=clean)
+            self._committed_saved = rows
+        except OSError as exc:  # a full disk: the writes themselves fail and say so; this is the check's record
+            logger.debug("telemetry: could not write %s: %s", durability.sidecar(self.path), exc)
+
     def checkpoint(self) -> None:
+        """Fold the write-ahead log into the file: what a torn log can cost ends here."""
         with self._lock:
             self.con.execute("CHECKPOINT")
+            self._private()
 
     def close(self) -> None:
         with self._lock:
@@ -294,3 +329,4 @@ class Store:
                 self.con.execute("CHECKPOINT")
             finally:
                 self.con.close()
+        self.save_committed(clean=True)
