@@ -19,13 +19,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlmesh.telemetry import errors
+from rlmesh.telemetry.limits import QueryCancelledError, QueryTimeoutError
 from rlmesh.telemetry.schema import SchemaError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
 __all__ = [
-    "SchemaError", "ReadOnlyQueryError", "RunNotFoundError", "TelemetryError",
+    "SchemaError", "ReadOnlyQueryError", "RunNotFoundError", "TelemetryError", "QueryTimeoutError",
+    "QueryCancelledError",
     "current_run", "end_run", "flush", "query", "record", "record_batch", "set_config",
     "start_run", "tables",
 ]
@@ -69,11 +71,13 @@ def record_batch(table: str, data: Any) -> None:
 
 
 def query(sql: str, run: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
-          timeout: float = 60.0) -> "pa.Table":
+          timeout: float | None = None) -> "pa.Table":
     """Read-only SQL over a run (default: this controller's run, else ``latest``) -> pyarrow Table.
 
     The one read path of telemetry (see :func:`rlmesh.telemetry.reader.query`); a list of
-    finished runs is attached read-only side by side, each under its run id."""
+    finished runs is attached read-only side by side, each under its run id. ``timeout``: the
+    query's time limit in seconds (default ``RLMESH_QUERY_TIMEOUT_S``, 60); past it DuckDB stops
+    the query and :class:`QueryTimeoutError` says so."""
     from rlmesh.telemetry.reader import query as _query  # deferred: the reader loads pyarrow and DuckDB; importing rlmesh.telemetry stays cheap
 
     return _query(sql, run, timeout)
