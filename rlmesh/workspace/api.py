@@ -37,48 +37,74 @@ logger = logging.getLogger(__name__)
 _seq = iter(range(1, 1 << 30))
 
 
+class _Pull:
+    """One sync's pull on this host: its receiver, and how it ended (set once, by its thread)."""
+
+    def __init__(self, rx: Receiver) -> None:
+        self.rx = rx
+        self.done = threading.Event()
+        self.stats: SyncStats | None = None
+        self.error = ""
+        self.closed = False
+
+    def run(self, upstream: str, timeout: float) -> None:
+        try:
+            self.stats = self.rx.pull(upstream, timeout)
+        except BaseException as exc:  # reported by wait(), with the error in the stats row; never as success
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.stats = getattr(self.rx, "last", None)
+        finally:
+            if not self.error and self.stats is None:
+                self.error = "the pull ended without a result"
+            self.done.set()
+
+
 class WorkspaceAgent(Actor):
-    """One per proc: receives (on one proc per host) and activates the tree (on all of them)."""
+    """One per proc: receives (on one proc per host) and activates the tree (on all of them).
+
+    Each :meth:`start` is one sync with a receiver of its own (a new ``dest_root`` included);
+    :meth:`wait` reports that sync, never an earlier one's outcome."""
 
     def __init__(self) -> None:
-        self._rx: Receiver | None = None
-        self._done = threading.Event()
-        self._stats: SyncStats | None = None
-        self._error = ""
+        self._pull: _Pull | None = None
 
     @endpoint
     def start(self, upstream: str, store: str, dest: str, timeout: float, transport: str | None = None) -> str:
         """Begin pulling from ``upstream`` in the background; returns this host's serve address.
         ``transport``: a :class:`~rlmesh.workspace.onesided.ChunkTransport` value (None: this host's env)."""
-        self._rx = Receiver(ChunkStore(store), dest, transport=transport)
-
-        def run() -> None:
-            try:
-                self._stats = self._rx.pull(upstream, timeout)  # type: ignore[union-attr]  # set just above
-            except Exception as exc:  # reported by wait(), with the error in the stats row
-                self._error = f"{type(exc).__name__}: {exc}"
-                self._stats = self._rx.last  # type: ignore[union-attr]  # set just above
-            self._done.set()
-
-        threading.Thread(target=run, name="rlmesh-workspace-pull", daemon=True).start()
-        return self._rx.addr
+        prev = self._pull
+        if prev is not None and not prev.done.wait(timeout):
+            raise RuntimeError(f"this host's previous workspace pull is still running after {timeout:.0f}s; "
+                               "wait for that sync_workspace call to return, then sync again")
+        self._close()
+        pull = self._pull = _Pull(Receiver(ChunkStore(store), dest, transport=transport))
+        threading.Thread(target=pull.run, args=(upstream, timeout), name="rlmesh-workspace-pull", daemon=True).start()
+        return pull.rx.addr
 
     @endpoint
     def relink(self, upstream: str) -> None:
         """The host before this one in the chain died: continue the pull from ``upstream`` (its upstream)."""
-        if self._rx is not None:
-            self._rx.relink(upstream)
+        if self._pull is not None:
+            self._pull.rx.relink(upstream)
 
     @endpoint
     def wait(self) -> dict[str, Any]:
-        self._done.wait()
-        return {**dataclasses.asdict(self._stats or SyncStats()), "error": self._error}
+        pull = self._pull
+        if pull is None:
+            return {**dataclasses.asdict(SyncStats()), "error": "RuntimeError: no pull was started on this host"}
+        pull.done.wait()
+        return {**dataclasses.asdict(pull.stats or SyncStats()), "error": pull.error}
 
     @endpoint
     def finish(self) -> None:
-        if self._rx is not None:
-            self._rx.close()
-            self._rx = None
+        self._close()
+
+    def _close(self) -> None:
+        """The last pull's serving end (once that pull is over: never under a running pull)."""
+        pull = self._pull
+        if pull is not None and pull.done.is_set() and not pull.closed:
+            pull.closed = True
+            pull.rx.close()
 
     @endpoint
     def activate(self, dirs: list[str], cwd: str, chdir: bool) -> str:

@@ -77,6 +77,7 @@ class Manifest:
             if e.kind == Kind.SYMLINK:
                 check_link(e.path, e.target)
             entries.append(e)
+        check_links(entries)
         return cls(entries, int(raw["chunk_bytes"]))
 
 
@@ -96,6 +97,61 @@ def check_link(path: str, target: str) -> None:
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
     if resolved == ".." or resolved.startswith("../"):
         raise UnsafePathError(f"symlink {path!r} -> {target!r} points outside the workspace root; exclude it")
+
+
+MAX_LINK_HOPS = 64
+"""Links followed in resolving one link: more than the kernel's 40 (``ELOOP``), so a link this
+gives up on cannot be resolved on disk either."""
+
+
+class _Unresolvable(Exception):
+    """Too many links (a loop): the kernel refuses to follow it too, so it leads nowhere."""
+
+
+def check_links(entries: list[Entry]) -> None:
+    """Each symlink of ``entries``, resolved through the other links of the same tree as the kernel
+    would (``a/..`` is the parent of where ``a`` *leads*, not of ``a``), must stay inside the root.
+
+    Why: :func:`check_link` looks at one target on paper. ``d/up -> ..`` (the root) and
+    ``esc -> d/up/..`` (``d`` on paper) each pass it, and on disk ``esc`` is the root's parent.
+    A loop (more than :data:`MAX_LINK_HOPS` links) resolves nowhere and is let through."""
+    links = {e.path: e.target for e in entries if e.kind == Kind.SYMLINK}
+    for path, target in links.items():
+        check_link(path, target)
+        via: list[str] = []
+        try:
+            _walk(links, _walk(links, [], posixpath.dirname(path), via), target, via)
+        except _Unresolvable:
+            continue
+        except UnsafePathError:
+            through = f" (through {', '.join(via)})" if via else ""
+            raise UnsafePathError(f"symlink {path!r} -> {target!r} leads outside the workspace root on disk{through}; "
+                                  "exclude it or make it point inside") from None
+
+
+def _walk(links: dict[str, str], where: list[str], rel: str, via: list[str]) -> list[str]:
+    """``where`` (resolved components under the root) joined with ``rel``, following ``links``
+    (each one followed is appended to ``via``); :class:`UnsafePathError` above the root."""
+    where = list(where)
+    for part in rel.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not where:
+                raise UnsafePathError("above the root")
+            where.pop()
+            continue
+        where.append(part)
+        at = "/".join(where)
+        target = links.get(at)
+        if target is not None:
+            via.append(f"{at!r} -> {target!r}")
+            if len(via) > MAX_LINK_HOPS:
+                raise _Unresolvable
+            if target.startswith("/"):
+                raise UnsafePathError("absolute")
+            where = _walk(links, where[:-1], target, via)
+    return where
 
 
 def _gitignore_patterns(root: str) -> list[str]:
@@ -144,6 +200,7 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     Refuses (:class:`UnsafePathError`) a symlink out of the root, a device, FIFO or socket.
     """
     root = os.path.abspath(root)
+    real_root = os.path.realpath(root)
     patterns = [*(DEFAULT_EXCLUDES if defaults else ()), *exclude, *_gitignore_patterns(root)]
     entries: list[Entry] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -170,6 +227,9 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(full)
                 check_link(rel, target)
+                if not _inside(os.path.realpath(full), real_root):
+                    raise UnsafePathError(f"symlink {rel!r} -> {target!r} resolves outside the workspace root on disk "
+                                          f"({os.path.realpath(full)}); exclude it or make it point inside")
                 entries.append(Entry(rel, Kind.SYMLINK, 0o777, target=target))
             elif stat.S_ISREG(st.st_mode):
                 key = (st.st_size, st.st_mtime_ns, st.st_ino, chunk_bytes)
@@ -182,7 +242,12 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
                 raise UnsafePathError(f"{full} is a device, FIFO or socket: it cannot be synced; exclude it")
     for e in entries:
         check_relpath(e.path)
+    check_links(entries)
     return Manifest(entries, chunk_bytes)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def with_extras(main: Manifest, extras: list[tuple[str, Manifest]]) -> Manifest:

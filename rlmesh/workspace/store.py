@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from rlmesh.workspace.manifest import Entry, Kind, Manifest, check_link, check_relpath
+from rlmesh.workspace.manifest import Entry, Kind, Manifest, UnsafePathError, check_link, check_relpath
 
 DEFAULT_STORE = os.path.join(os.path.expanduser("~"), ".cache", "rlmesh", "chunks")
 STATE_FILE = ".rlmesh-manifest.json"
@@ -242,7 +242,7 @@ class _Targets:
         if parent is None:
             parent = self._parents[d] = os.path.realpath(d)
         if parent != self.root and not parent.startswith(self.root + os.sep):
-            raise ValueError(f"{rel!r} would land outside {self.dest} through a symlinked directory")
+            raise UnsafePathError(f"{rel!r} would land outside {self.dest} through a symlinked directory")
         return full
 
     def forget(self) -> None:
@@ -278,6 +278,9 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
             continue
         full = target(e.path)
         if e.kind == Kind.DIR:
+            if os.path.islink(full):  # a link an older tree had here: the folder replaces it (never chmod through it)
+                os.unlink(full)
+                target.forget()
             os.makedirs(full, exist_ok=True)
             os.chmod(full, e.mode | 0o700)
             continue
@@ -325,6 +328,7 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
         if e.kind == Kind.FILE and e.path.endswith(".py") and e.path in old:
             _drop_bytecode(full)  # same size, same second: the old .pyc would otherwise pass as fresh
         res.files_written += 1
+    _links_stay_inside(manifest, dest, target.root)
     keep = {e.path for e in manifest.entries}
     for path in sorted(set(old) - keep, reverse=True):
         full = target(path)
@@ -341,6 +345,22 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
         f.write(manifest.to_json())
     os.replace(tmp_state, state)
     return res
+
+
+def _links_stay_inside(manifest: Manifest, dest: str, root: str) -> None:
+    """Every symlink of the tree, resolved on disk as it now stands (what this materialisation made
+    included), must lead inside ``root``; one that does not is removed and refused. Why here too:
+    the manifest's own check (:func:`~rlmesh.workspace.manifest.check_links`) sees only the tree's
+    links, not what else is on disk."""
+    for e in manifest.entries:
+        if e.kind != Kind.SYMLINK:
+            continue
+        full = os.path.join(dest, *e.path.split("/"))
+        real = os.path.realpath(full)
+        if real != root and not real.startswith(root + os.sep):
+            os.unlink(full)
+            raise UnsafePathError(f"symlink {e.path!r} -> {e.target!r} resolves to {real} on disk, outside "
+                                  f"{dest}: removed and refused")
 
 
 def _drop_bytecode(path: str) -> None:

@@ -105,3 +105,38 @@ def test_a_host_whose_pull_fails_is_cut_out_of_the_chain(tmp_path):
             run_dir = next((tmp_path / "hosts" / f"host-{i}").iterdir())
             assert (run_dir / "blob.bin").read_bytes() == (src / "blob.bin").read_bytes()
             assert (run_dir / "wsuserpkg" / "m19.py").read_text() == "V = 19\n"
+
+
+@pytest.mark.timeout(180)
+def test_syncs_again_with_a_new_dest_root_each_land_the_tree_and_a_failure_names_its_exception(tmp_path):
+    """Each call is its own sync on every host: one to a new ``dest_root`` lands the whole tree there
+    (not the first call's stats, 0 files), a third works as the second did, and a pull that fails in
+    the worker is an error naming the exception, never a success."""
+    import os
+
+    from rlmesh.workspace import UnsafePathError
+
+    src = tmp_path / "src"
+    (src / "wsuserpkg").mkdir(parents=True)
+    for i in range(5):
+        (src / "wsuserpkg" / f"m{i}.py").write_text(f"V = {i}\n")
+    with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
+        for k in range(3):
+            (src / "wsuserpkg" / f"new{k}.py").write_text(f"K = {k}\n")  # each call's tree is one file larger
+            rows = sync_workspace(procs, str(src), store_dir=str(tmp_path / "stores"),
+                                  dest_root=str(tmp_path / f"hosts{k}"), simulate_hosts=True, editable=False)
+            for r in rows:
+                assert r.stats.error == "" and r.stats.files == r.stats.files_written == 6 + k, (k, r)
+                assert r.dest.startswith(str(tmp_path / f"hosts{k}"))
+                assert len(os.listdir(os.path.join(r.dest, "wsuserpkg"))) == 6 + k
+        (tmp_path / "blocked").write_text("a file where the destination's folder would go")
+        with pytest.raises(RuntimeError, match="host proc-0: NotADirectoryError") as err:
+            sync_workspace(procs, str(src), store_dir=str(tmp_path / "stores"), dest_root=str(tmp_path / "blocked"),
+                           simulate_hosts=True, editable=False)
+        assert "host proc-1: NotADirectoryError" in str(err.value)
+        os.symlink("..", src / "wsuserpkg" / "up")  # the root, on paper and on disk
+        os.symlink("wsuserpkg/up/..", src / "esc")  # 'wsuserpkg' on paper, the root's parent on disk
+        with pytest.raises(UnsafePathError, match="'esc' -> 'wsuserpkg/up/..'"):
+            sync_workspace(procs, str(src), store_dir=str(tmp_path / "stores"), dest_root=str(tmp_path / "hosts3"),
+                           simulate_hosts=True, editable=False)
+        assert not (tmp_path / "hosts3").exists()
