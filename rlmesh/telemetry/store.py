@@ -204,6 +204,9 @@ class Store:
         for name, sql in schema.VIEW_SQL.items():
             self.con.execute(f"CREATE OR REPLACE VIEW {qident(name)} AS {sql}")
         self._private()
+        # DuckDB turns its progress bar on for the first connection of a `python -c` program: a checkpoint or
+        # an append slower than 2 s (a loaded host) would print one into the user's stdout
+        self.con.execute("SET enable_progress_bar = false")
         lock_down(self.con)  # before any query can reach it; the writer needs no files either
         self._load_columns()
         # Rows per table now in the file: what the sidecar says was committed (durability.check)
