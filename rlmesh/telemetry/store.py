@@ -156,9 +156,9 @@ def open_read_only(dbs: dict[str, Path]) -> Any:
     return con
 
 
-def _connect_rw(path: Path) -> Any:
+def _connect_rw(path: Path) -> duckdb.DuckDBPyConnection:
     """The writer's connection; a log DuckDB refuses (a damaged entry) is copied aside and cut there first."""
-    config = {"storage_compatibility_version": STORAGE_COMPAT}
+    config: dict[str, str | bool | int | float | list[str]] = {"storage_compatibility_version": STORAGE_COMPAT}
     try:
         return duckdb.connect(str(path), config=config)
     except duckdb.Error as exc:
