@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
+import re
+from dataclasses import dataclass
+
+from rlmesh import settings
 from rlmesh.transport.serialization import SerializationError
 
 
@@ -84,7 +91,85 @@ class WeightSyncError(RlmeshError):
     """A weight transfer was torn, corrupt or did not match the target; the target was left untouched."""
 
 
+_STORAGE = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded",
+            errno.EROFS: "Read-only file system", errno.EACCES: "Permission denied"}
+
+
+@dataclass(frozen=True)
+class StorageProblem:
+    """A write the disk refused: full, over quota, read-only, or not ours to write. ``str()`` is
+    one line naming it, the path (when known) and the fix."""
+
+    errno: int
+    path: str | None = None
+
+    def __str__(self) -> str:
+        what = _STORAGE[self.errno].lower()
+        where = f" writing {self.path}" if self.path else ""
+        full = self.errno in (errno.ENOSPC, errno.EDQUOT)
+        fix = {errno.ENOSPC: "free space on that disk", errno.EDQUOT: "free space within your quota",
+               errno.EROFS: "remount it read-write", errno.EACCES: "get write access to it"}[self.errno]
+        runs = os.path.abspath(settings.RUNS_DIR.get())
+        if self.path is None or os.path.abspath(self.path).startswith(runs + os.sep) or self.path == runs:
+            fix += (", or set RLMESH_RUNS_DIR (telemetry.runs_dir=) to a folder "
+                    + ("on another disk" if full else "you can write"))
+        return f"{what}{where}: {fix}"
+
+
+def storage_problem(exc: BaseException | None) -> StorageProblem | None:
+    """The full, read-only or unwritable disk behind ``exc`` (its causes, a remote error's text and
+    DuckDB's messages included), else None. Why: such an error is the operator's to fix, in one
+    line; its traceback says nothing they can act on."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _STORAGE:
+            return StorageProblem(e.errno, None if e.filename is None else str(e.filename))
+        text = e.message if isinstance(e, ActorError) else str(e)
+        for no, words in _STORAGE.items():
+            if words in text:
+                m = re.search(rf"{words}: '([^']+)'", text) or re.search(rf'"([^"]+)": {words}', text)
+                return StorageProblem(no, m.group(1) if m else None)
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+class QuietStorageErrors(logging.Filter):
+    """On a handler: a record whose exception is a :func:`storage_problem` loses its traceback and
+    says the problem instead, once per process; later ones are dropped (after a disk fills, every
+    writer of the run fails the same way, each with its traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._told: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        problem = storage_problem(exc) if exc is not None else None
+        if problem is None:
+            return True
+        if problem.errno in self._told:
+            return False
+        self._told.add(problem.errno)
+        record.msg, record.args = f"{record.getMessage()}: {problem}", ()
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_storage_tracebacks() -> None:
+    """Put one :class:`QuietStorageErrors` on each of the root logger's handlers (a process's entry point)."""
+    quiet = QuietStorageErrors()
+    for h in logging.getLogger().handlers:
+        if not any(isinstance(f, QuietStorageErrors) for f in h.filters):
+            h.addFilter(quiet)
+
+
 __all__ = [
+    "StorageProblem",
     "ActorDied",
     "ActorError",
     "CallTimeout",
@@ -92,4 +177,6 @@ __all__ = [
     "RlmeshError",
     "SerializationError",
     "WeightSyncError",
+    "quiet_storage_tracebacks",
+    "storage_problem",
 ]

@@ -46,6 +46,7 @@ from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.client import error_payload
 from rlmesh.actor.context import ProcInfo, _mark_stopping, _set_proc, current_context, proc_stopping
 from rlmesh.actor.server import ActorServer
+from rlmesh.errors import quiet_storage_tracebacks
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.serialization import loads
 from rlmesh.transport.sockets import connect_channel, tune, zmq_context
@@ -427,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
             level=level, format="%(asctime)s %(levelname)s [%(rlmesh_where)s pid=%(process)d] %(name)s: %(message)s")
         for h in logging.getLogger().handlers:
             h.addFilter(_WhereFilter(proc))
+    quiet_storage_tracebacks()  # a full disk: one line (an on_stop's final checkpoint), not a traceback
     debugger.install()  # breakpoint() in an endpoint pauses that actor for `rlmesh debug`
     code = Worker(args.controller, proc, args.parent_pid).run()
     logging.shutdown()

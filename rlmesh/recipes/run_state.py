@@ -146,6 +146,12 @@ def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
     if not path.exists():
         raise RecipeConfigError(f"resume={spec}: {run_dir} has no {RECIPE_JSON} (the run was not started by a "
                                 "recipe of this version); start a new run instead")
+    info = runs.read_json(run_dir / runs.RUN_JSON) or {}
+    if runs.run_status(info) == "running":  # before anything starts: two controllers must not share a run
+        pid = info.get("pid")
+        raise RecipeConfigError(f"resume={spec}: run {run_dir.name} is still running (controller pid {pid} on "
+                                f"{info.get('host')}); stop it first (kill {pid}: a clean stop, then it can be "
+                                "resumed), or start a new run")
     saved = json.loads(path.read_text())
     schema = SCHEMAS.get(saved["program"])
     if schema is None:

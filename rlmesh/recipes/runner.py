@@ -10,12 +10,13 @@ import sys
 from typing import Any
 
 from rlmesh import settings
-from rlmesh.errors import ConfigError
+from rlmesh.errors import ActorError, ConfigError, quiet_storage_tracebacks, storage_problem
 from rlmesh.recipes.compose import run_config
 from rlmesh.recipes.run_state import end_interrupted, stop_on_sigterm
 from rlmesh.recipes.sweep_links import link_job
 from rlmesh.rl.resilience import RunFailed
 from rlmesh.telemetry.api import finish_run
+from rlmesh.telemetry.errors import TelemetryError
 
 
 def run_composed(cfg: Any, launcher: str) -> int:
@@ -24,6 +25,7 @@ def run_composed(cfg: Any, launcher: str) -> int:
     each other whatever the outcome (:func:`rlmesh.recipes.sweep.link_job`)."""
     result, status, rc = None, "failed", 1
     dump_stacks_on_sigusr2()
+    quiet_storage_tracebacks()  # a full disk: one line per process, not a traceback from every writer
     stop_on_sigterm()  # SIGTERM stops the run as Ctrl-C does: clean stop, final checkpoint, 'interrupted'
     try:
         result = run_config(cfg, launcher)
@@ -36,10 +38,29 @@ def run_composed(cfg: Any, launcher: str) -> int:
         print(f"run failed: {exc}", file=sys.stderr)
     except KeyboardInterrupt as exc:
         status, rc = "interrupted", end_interrupted(exc)
+    except Exception as exc:
+        line = actionable(exc)
+        if line is None:
+            raise
+        finish_run("failed", line)
+        print(f"rlmesh run: {line}", file=sys.stderr)
     finally:
         if settings.HYDRA_JOB_DIR.is_set():
             link_job(settings.HYDRA_JOB_DIR.get(), status, getattr(result, "objective", None))
     return rc
+
+
+def actionable(exc: BaseException) -> str | None:
+    """One line for an error whose fix is the operator's (a full or read-only disk, a refused
+    checkpoint, a run that cannot be resumed), printed instead of its traceback; None for the rest."""
+    problem = storage_problem(exc)
+    if problem is not None:
+        return str(problem)
+    if isinstance(exc, TelemetryError):
+        return str(exc)
+    if isinstance(exc, ActorError) and exc.remote_type.rsplit(".", 1)[-1] == "CheckpointError":
+        return f"{exc.mesh}[{exc.rank}]: {exc.message}"  # the message says what to do with the file
+    return None
 
 
 def dump_stacks_on_sigusr2() -> None:

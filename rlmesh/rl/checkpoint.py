@@ -79,9 +79,16 @@ def write(path: Path, state: dict[str, Any], step: int, version: int) -> None:
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        torch.save(state, f)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+    except (OSError, RuntimeError) as exc:  # a full disk: torch says "enforce fail", its cause the OSError
+        tmp.unlink(missing_ok=True)  # a torn file must not keep the space
+        os_err = exc if isinstance(exc, OSError) else exc.__context__
+        if isinstance(os_err, OSError) and os_err.errno is not None:
+            raise OSError(os_err.errno, os.strerror(os_err.errno), str(path)) from exc
+        raise
     digest, size = _sha256(tmp)
     meta_path(path).unlink(missing_ok=True)
     os.replace(tmp, path)
@@ -100,20 +107,28 @@ def read(path: Path) -> dict[str, Any]:
         meta = CheckpointMeta(**json.loads(meta_path(path).read_text()))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} has no {meta_path(path).name} beside it (not written by this "
-                              "rlmesh, or its save died midway); refusing to load it. Delete it, or resume from "
-                              "an older checkpoint") from None
+                              f"rlmesh, or its save died midway); refusing to load it. {_set_aside(path, meta=False)}") from None
     except (ValueError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint side file {meta_path(path)} is unreadable ({exc}); refusing {path}") from exc
+        raise CheckpointError(f"checkpoint side file {meta_path(path)} is unreadable ({exc}); refusing {path}. "
+                              f"{_set_aside(path)}") from exc
     digest, size = _sha256(path)
     if digest != meta.sha256 or size != meta.bytes:
         raise CheckpointError(f"checkpoint {path} fails its checksum ({size} bytes, sha256 {digest[:12]}..., expected "
                               f"{meta.bytes} bytes, {meta.sha256[:12]}...): it is corrupt or was replaced; refusing "
-                              "to load it. Delete it (and its .json) to resume from the previous checkpoint")
+                              f"to load it. {_set_aside(path)}")
     try:
         return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # pickle.UnpicklingError for anything but tensors and plain values
         raise CheckpointError(f"checkpoint {path} holds more than tensors and plain values ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''}); refusing to load it") from exc
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}); refusing to load it. "
+                              f"{_set_aside(path)}") from exc
+
+
+def _set_aside(path: Path, meta: bool = True) -> str:
+    """What to do with a refused checkpoint: keep it (it may be evidence) where it is not loaded."""
+    also = f"; mv {meta_path(path)} {meta_path(path)}.refused" if meta else ""
+    return (f"To resume from the previous checkpoint, move it aside (kept for inspection; never load it): "
+            f"mv {path} {path}.refused{also}")
 
 
 def newest(d: Path | None) -> Path | None:

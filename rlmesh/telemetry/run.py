@@ -11,6 +11,7 @@ Layout, under ``RLMESH_RUNS_DIR`` (default ``./runs``)::
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import socket
@@ -22,6 +23,7 @@ from rlmesh import settings
 from rlmesh.telemetry.errors import RunNotFoundError
 from rlmesh.transport import is_loopback_address
 
+logger = logging.getLogger(__name__)
 RUNS_DIR_ENV = settings.RUNS_DIR.name
 DB_NAME = "telemetry.duckdb"
 RUN_JSON = "run.json"
@@ -95,10 +97,14 @@ def settle_dead_runs(root: Path | None = None) -> list[str]:
         svc = read_json(d / SERVICE_JSON)
         dead = [x for x in (info, svc) if x and x.get("host") == socket.gethostname()
                 and not pid_alive(int(x.get("pid", -1)))]
-        if svc and svc in dead:
-            (d / SERVICE_JSON).unlink(missing_ok=True)
-        if info and info in dead and info.get("status") == "running" and _settle(d, info):
-            settled.append(d.name)
+        try:
+            if svc and svc in dead:
+                (d / SERVICE_JSON).unlink(missing_ok=True)
+            if info and info in dead and info.get("status") == "running" and _settle(d, info):
+                settled.append(d.name)
+        except OSError as exc:  # a read-only or full runs folder: the run is listed as it is (crashed)
+            logger.warning("run %s: its dead controller's records cannot be settled (%s); it is listed as "
+                           "crashed: run `rlmesh clean` once that folder is writable", d.name, exc)
     return settled
 
 
