@@ -67,6 +67,8 @@ def type_name(t: Any) -> str:
         return "STRUCT(" + ", ".join(f"{f.name} {type_name(f.type)}" for f in t) + ")"
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_interval(t):
+        return "INTERVAL"
     simple = {pa.string(): "VARCHAR", pa.large_string(): "VARCHAR", pa.int64(): "BIGINT", pa.int32(): "INTEGER",
               pa.int16(): "SMALLINT", pa.int8(): "TINYINT", pa.uint64(): "UBIGINT", pa.uint32(): "UINTEGER",
               pa.float64(): "DOUBLE", pa.float32(): "FLOAT", pa.bool_(): "BOOLEAN", pa.binary(): "BLOB",
@@ -88,6 +90,29 @@ def _flatten_nested(tbl: Any) -> Any:
         if pa.types.is_nested(f.type):
             vals = [None if v is None else json.dumps(_jsonable(v)) for v in tbl.column(i).to_pylist()]
             tbl = tbl.set_column(i, f.name, pa.array(vals, type=pa.string()))
+    return tbl
+
+
+def interval_text(v: Any) -> str | None:
+    """An INTERVAL (pyarrow's ``MonthDayNano``) as DuckDB writes it: ``1 year 2 months 3 days 01:30:00``."""
+    if v is None:
+        return None
+    months, days, ns = v.months, v.days, v.nanoseconds
+    parts = [f"{n} {unit}{'s' if abs(n) != 1 else ''}"
+             for n, unit in ((int(months / 12), "year"), (months - 12 * int(months / 12), "month"), (days, "day")) if n]
+    if ns or not parts:
+        sec, frac = divmod(abs(ns), 10**9)
+        clock = f"{'-' if ns < 0 else ''}{sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        parts.append(clock + (f".{frac:09d}".rstrip("0") if frac else ""))
+    return " ".join(parts)
+
+
+def _plain_columns(tbl: Any) -> Any:
+    """INTERVAL columns as their text: CSV and Parquet writers (and the table) have no interval type."""
+    for i, f in enumerate(tbl.schema):
+        if pa.types.is_interval(f.type):
+            tbl = tbl.set_column(i, f.name, pa.array([interval_text(v) for v in tbl.column(i).to_pylist()],
+                                                     type=pa.string()))
     return tbl
 
 
@@ -123,6 +148,8 @@ def _numeric(t: Any) -> bool:
 
 
 def write_result(tbl: Any, fmt: str, out: str | None, run: str | None, title: str | None = None) -> None:
+    if fmt != "json":
+        tbl = _plain_columns(tbl)
     if fmt == "parquet":
         import pyarrow.parquet as pq  # deferred: pyarrow.parquet / .csv load only when writing an --out file
 
@@ -215,6 +242,10 @@ def sql_main(argv: list[str]) -> int:
             write_result(tbl, a.format, a.out, label, title=f"run {label}")
     except BrokenPipeError:  # `| head`: the reader has seen enough
         sys.stdout = open("/dev/null", "w")
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:  # a type this format has no place for
+        print(f"rlmesh sql: --format {a.format} cannot hold this result ({str(exc).splitlines()[0]}): cast that "
+              "column in the query, e.g. CAST(col AS VARCHAR), or use --format json", file=sys.stderr)
+        return 1
     return 0
 
 
