@@ -50,7 +50,14 @@ def _table_json(tbl: Any, run: str, limit: int | None = None) -> dict[str, Any]:
 
 
 def _run_dir(run: str) -> Path:
-    return runs.resolve_run(run or "latest")
+    """The run ``run`` names, only inside the runs folder this server serves (``--runs-dir``): an
+    agent's ``run`` is a name, never a way to open any DuckDB file on the host (``../``, a path)."""
+    root = runs.runs_dir()
+    d = runs.resolve_run(run or "latest")
+    if not d.resolve().is_relative_to(root):
+        raise TelemetryError(f"run {run!r} is outside the runs folder {root}: give a run id from list_runs "
+                             "(the server reads only runs under --runs-dir)")
+    return d
 
 
 def _limit(limit: int) -> int:
