@@ -18,6 +18,7 @@ import fcntl
 import logging
 import os
 import json
+import re
 import selectors
 import shutil
 import socket
@@ -42,8 +43,36 @@ DUMP_QUIET_S = 0.3  # a stack dump is complete once its writer was silent this l
 HUNG_DUMP_WAIT_S = 1.0  # how long a hung proc's kill waits for its stacks
 GATHER_S = 0.01  # after a wake-up, wait this long before reading: batches lines (1 MB pipes never fill in 10 ms)
 
+DIR_PREFIX = "rlmesh-capture-"
+_DIR_NAME = re.compile(rf"{DIR_PREFIX}(\d+)-\w+")
+
 _echo: TerminalEcho | None = None
 _echo_lock = threading.Lock()
+
+
+def reclaim_dead_capture_dirs(tmp: str | None = None) -> list[str]:
+    """Remove the FIFO folders (``rlmesh-capture-<pid>-*`` in the temporary folder) of this user's
+    controllers that are gone: a SIGKILLed controller runs no cleanup. Returns the folders removed.
+    Called by ``rlmesh clean`` and by each ``rlmesh run`` (a resume included)."""
+    tmp = tmp or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        m = _DIR_NAME.fullmatch(name)
+        path = os.path.join(tmp, name)
+        try:
+            if m is None or os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+                continue
+            os.kill(int(m.group(1)), 0)  # alive (or another user's pid: PermissionError): kept
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except (OSError, OverflowError):
+            continue
+    return removed
 
 
 def capture_enabled() -> bool:
@@ -176,7 +205,8 @@ class OutputCapture:
     """One per launcher: makes each launch's FIFOs and reads them all on one thread."""
 
     def __init__(self) -> None:
-        self.root = tempfile.mkdtemp(prefix="rlmesh-capture-")  # mode 0700: only this user opens the FIFOs
+        # mode 0700: only this user opens the FIFOs; the pid in the name: a killed controller's is reclaimed
+        self.root = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
         self.host = socket.gethostname()
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)

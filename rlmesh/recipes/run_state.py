@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 import rlmesh as rm
 from rlmesh.errors import ConfigError
+from rlmesh.launch.capture import reclaim_dead_capture_dirs
 from rlmesh.recipes.compose import RecipeConfigError, explain, validate
 from rlmesh.recipes.config_store import SCHEMAS, role_types, schema_node
 from rlmesh.telemetry import run as runs
@@ -52,6 +53,7 @@ def begin(cfg: Any, launcher: str) -> RunStart:
     Sets ``cfg.trainer.checkpoint_dir`` to ``<run dir>/checkpoints`` when unset, so every
     run can be resumed and a restarted trainer finds its checkpoints.
     """
+    reclaim_dead_capture_dirs()  # FIFO folders of controllers killed outright (on resume: this run's dead one)
     resume = cfg.run.resume
     if resume and not cfg.telemetry.enabled:
         raise ConfigError(f"run.resume={resume!r} needs telemetry (the run's database and checkpoints live in its "
