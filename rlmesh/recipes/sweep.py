@@ -33,6 +33,7 @@ from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from rlmesh import settings
@@ -178,13 +179,19 @@ def _completion_line_without_run() -> None:
 def summarise(jobs: list[dict[str, Any]], console: Console | None = None) -> Path | None:
     """The sweep's table (overrides -> final eval) and its database; returns the database's path."""
     console = console or Console()
+    split = [j["overrides"].split() for j in jobs]
+    common = [o for o in split[0] if all(o in s for s in split[1:])] if len(jobs) > 1 else []
     table = Table(title="sweep", show_header=True)
-    for col in ("job", "overrides", "status", "run", "final eval"):
-        table.add_column(col)
-    for j in jobs:
+    for col in ("job", "overrides" if not common else "overrides that vary", "status", "run", "final eval"):
+        table.add_column(col, overflow="fold")  # an override is never cut short ("…"): it is what the sweep is about
+    for j, s in zip(jobs, split):
         final = j.get("objective")
-        table.add_row(str(j["job"]), j["overrides"], j["status"], j.get("run_id") or "-",
-                      "-" if final is None else f"{final:.4g}")
+        table.add_row(str(j["job"]), " ".join(o for o in s if o not in common) or "-", j["status"],
+                      j.get("run_id") or "-", "-" if final is None else f"{final:.4g}")
+    if not console.is_terminal:  # piped to a file: as wide as the table needs, so no override wraps
+        console = Console(file=console.file, width=max(80, Measurement.get(console, console.options.update_width(100_000), table).maximum))
+    if common:
+        console.print(f"every job: {' '.join(common)}", soft_wrap=True, markup=False, highlight=False)
     console.print(table)
     sweep_dir = Path(jobs[0]["hydra_dir"]).parent
     db = sweep_database(sweep_dir, jobs)

@@ -92,3 +92,15 @@ def test_replacing_a_presets_trainer_says_what_it_resets(tmp_path):
     out = typed("rlmesh run recipe=grpo_addition trainer=rloo trainer.scale_by_std=true --cfg job", tmp_path)
     assert "trainer=rloo replaces recipe grpo_addition's trainer=grpo_addition" in out.stderr, out.stderr[-2000:]
     assert "lr 0.0005 -> 0.0001" in out.stderr and "sft_steps 500 -> 0" in out.stderr
+
+
+@pytest.mark.timeout(240)
+def test_a_sweep_summary_piped_to_a_file_keeps_every_override_whole(tmp_path):
+    lrs = ("-0.0012345678901234", "-0.0022345678901234")   # invalid: the jobs end at validation, no run
+    out = typed(f"rlmesh run -m recipe=ppo_cartpole generator.replicas=1 trainer.total_steps=4096 "
+                f"'trainer.lr={','.join(lrs)}' > summary.txt", tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    text = (tmp_path / "summary.txt").read_text()
+    rows = [ln for ln in text.splitlines() if "config error" in ln]
+    assert len(rows) == 2 and all(f"trainer.lr={lr}" in row for lr, row in zip(lrs, rows)), text
+    assert "every job: recipe=ppo_cartpole generator.replicas=1 trainer.total_steps=4096" in text, text
