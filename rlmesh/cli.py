@@ -9,6 +9,8 @@ import sys
 import threading
 from typing import NoReturn
 
+from rlmesh import settings
+
 # subcommand -> ("module:function", one-line help). Each function takes argv (list[str]) and returns an exit code.
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("rlmesh.recipes.cli:run_main", "run a recipe: rlmesh run recipe=ppo_cartpole trainer.lr=3e-4"),
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"rlmesh: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    if name == "run":
+        _say_loading(rest)
     spec = COMMANDS[name][0]
     mod, _, fn = spec.partition(":")
     try:
@@ -50,6 +54,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlmesh {name}: not available in this install ({exc})", file=sys.stderr)
         return 2
     return int(func(rest) or 0)
+
+
+def _say_loading(argv: list[str]) -> None:
+    """A plain ``rlmesh run`` says what it does before it imports torch and Hydra (seconds; a minute
+    with its procs' start on a busy host): the first of rlmesh.recipes.startup's ``[start]`` lines."""
+    if any(a.startswith("-") for a in argv) or "run.progress=false" in argv:  # Hydra's flags print their own
+        return
+    fmt = settings.PROGRESS.get()
+    if fmt != "off":
+        phase = "loading rlmesh (torch, Hydra, DuckDB)"
+        print(f'{{"startup": {{"phase": "{phase}", "elapsed_s": null}}}}' if fmt == "json" else f"[start] {phase}",
+              flush=True)
 
 
 def console_main() -> NoReturn:

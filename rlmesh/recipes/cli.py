@@ -25,6 +25,7 @@ from rlmesh.launch.local import prewarm
 from rlmesh.recipes.compose import RecipeConfigError, compose, quote_string_lists
 from rlmesh.recipes.run_state import resume_config
 from rlmesh.recipes.runner import run_composed
+from rlmesh.recipes.startup import say
 from rlmesh.recipes.sweep import hydra_app
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ def run_main(argv: list[str]) -> int:
         else:
             if local_without_workspace(argv):  # the procs' template imports torch while Hydra composes
                 prewarm()
+            recipe = next((a.split("=", 1)[1] for a in argv if a.startswith("recipe=")), "ppo_cartpole")
+            say(f"composing recipe={recipe}", "run.progress=false" not in argv)
             cfg, launcher = compose(argv)
     except (RecipeConfigError, ConfigError) as exc:
         print(f"config error: {exc}", file=sys.stderr)

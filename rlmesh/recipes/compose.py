@@ -37,6 +37,7 @@ from rlmesh.errors import ConfigError
 from rlmesh.launch.local import prewarm
 from rlmesh.recipes.config_store import SCHEMAS, register
 from rlmesh.recipes.presets import reset_note
+from rlmesh.recipes.startup import say
 from rlmesh.recipes.workspace_option import activate_on_controller
 from rlmesh.telemetry.api import current_run_dir
 
@@ -268,6 +269,7 @@ def run_config(cfg: Any, launcher: str = "local") -> Any:
     activate_on_controller(cfg, launcher)  # workspace.sync: the recipe's _target_ classes import from workspace.path
     if launcher == "local":  # the procs' template imports torch while this process does too, not after it
         prewarm()
+    say(f"importing recipes/{cfg.program}.py and its actor classes (torch)", getattr(cfg.run, "progress", True))
     with watching(cfg):  # telemetry.dashboard / telemetry.export: started with the run, stopped with it
         result = load_program(cfg.program).main(cfg, launcher)
     run_dir = current_run_dir()

@@ -34,6 +34,7 @@ from typing import Any, Callable
 import rlmesh as rm
 from rlmesh.actor.faults import FaultInjector
 from rlmesh.recipes.run_state import begin
+from rlmesh.recipes.startup import say
 from rlmesh.recipes.workspace_option import sync_recipe_procs
 from rlmesh.rl.placement import call_trainer, place
 from rlmesh.rl.report import RunProgress, print_summary, proc_memory_line, telemetry_counts
@@ -202,13 +203,17 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
     ledger = WorkLedger(run.generation)
     result = RunResult(run.run_id, run.generation)
     result.abandoned = abandon_previous(rm.telemetry.query, ledger) if run.generation else 0
-    procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": cfg.proc_meshes()["rl"]}, name="rl",
+    n = cfg.proc_meshes()["rl"]
+    say(f"{'run ' + run.run_id + ': ' if run.run_id else ''}starting {n} procs ({launcher})", cfg.run.progress)
+    procs = place(launcher, cfg.launcher).spawn_procs(per_host={"procs": n}, name="rl",
                                                      restart=cfg.run.restart_policy())  # N restarts in T s, run.*_s
     roles: Roles | None = None
     try:
         sync_recipe_procs(cfg, launcher, procs, run.run_id)  # workspace.sync: the project folder, before any actor
+        say(f"creating the actors on the {n} procs (each joins first: imports, weights)", cfg.run.progress)
         with WarmupDisplay(rm.telemetry.query, cfg.run.progress and run.run_id is not None):  # SFT, engine start
             roles = spawn(procs)
+        say("actors ready; training", cfg.run.progress)
         with FaultInjector.from_config(cfg.faults, roles.by_role()) as faults:
             try:
                 asyncio.run(drive(cfg, roles, plan, ledger, result))

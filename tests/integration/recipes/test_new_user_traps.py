@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,28 @@ def test_a_sweep_summary_piped_to_a_file_keeps_every_override_whole(tmp_path):
     rows = [ln for ln in text.splitlines() if "config error" in ln]
     assert len(rows) == 2 and all(f"trainer.lr={lr}" in row for lr, row in zip(lrs, rows)), text
     assert "every job: recipe=ppo_cartpole generator.replicas=1 trainer.total_steps=4096" in text, text
+
+
+@pytest.mark.timeout(300)
+def test_start_up_says_what_it_does_at_once(tmp_path):
+    """A recipe once printed nothing for its first 55-70 s on a busy host (imports, procs, actors)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RLMESH_", "HYDRA_"))}
+    env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(ROOT),
+                "RLMESH_RUNS_DIR": str(tmp_path / "runs")})
+    began = time.monotonic()
+    p = subprocess.Popen(["bash", "-c", "exec rlmesh run recipe=ppo_cartpole"], cwd=tmp_path, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        first = p.stdout.readline()
+        first_s = time.monotonic() - began
+        lines = [first]
+        while "[train]" not in lines[-1] and lines[-1]:
+            lines.append(p.stdout.readline())
+    finally:
+        p.terminate()  # SIGTERM: a clean stop, as Ctrl-C
+        p.communicate(timeout=120)
+    assert first.startswith("[start] loading rlmesh"), lines
+    assert first_s < 5, f"the first line came {first_s:.1f} s after the command"
+    phases = [ln.split("  ", 1)[1].strip() for ln in lines[1:] if ln.startswith("[start]")]
+    assert [ph.split(" ")[0] for ph in phases] == ["composing", "importing", "run", "creating", "actors"], lines
+    assert "procs (local)" in phases[2] and phases[-1] == "actors ready; training", phases
