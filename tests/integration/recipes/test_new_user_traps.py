@@ -4,6 +4,7 @@ each once failed or misled, and each test here fails again if its fix is taken o
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -105,6 +106,19 @@ def test_a_sweep_summary_piped_to_a_file_keeps_every_override_whole(tmp_path):
     rows = [ln for ln in text.splitlines() if "config error" in ln]
     assert len(rows) == 2 and all(f"trainer.lr={lr}" in row for lr, row in zip(lrs, rows)), text
     assert "every job: recipe=ppo_cartpole generator.replicas=1 trainer.total_steps=4096" in text, text
+
+
+@pytest.mark.timeout(600)
+def test_the_documented_fault_example_shows_a_kill_and_a_recovery(tmp_path):
+    """README / docs/faults.md: ppo_cartpole solves CartPole in ~10-15 s; the preset's first kill once came at
+    15 s, so the headline example injected nothing."""
+    out = typed("rlmesh run recipe=ppo_cartpole faults=generator_kill", tmp_path, timeout=580)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "fault injection: kill" in out.stderr, out.stderr[-3000:]
+    (line,) = [ln for ln in out.stdout.splitlines() if "proc failures" in ln]
+    died, restarted = (int(n) for n in re.search(r"(\d+) died, (\d+) restarted", line).groups())
+    assert died >= 1 and restarted == died, line
+    assert re.search(r"re-issued, 0 dropped, 0 lost", out.stdout), out.stdout[-3000:]
 
 
 @pytest.mark.timeout(300)
