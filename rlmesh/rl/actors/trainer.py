@@ -48,6 +48,7 @@ from rlmesh.rl import checkpoint
 from rlmesh.rl.config import TrainerConfig
 from rlmesh.rl.results import TrainerState, TrainResult
 from rlmesh.rl.train import layout
+from rlmesh.rl.train.clock import StepClock
 from rlmesh.rl.train.recovery import group_epoch
 from rlmesh.rl.train.sharding import merge_metrics, rank_weight
 from rlmesh.weights import Publisher
@@ -89,6 +90,8 @@ class Trainer(rm.Actor):
         """This rank's share of the step, times the rank count (``world * units / total units``, see
         :meth:`units_in`): what a mesh rank's loss is scaled by so that the gradient FSDP or DDP averages
         is the whole batch's. 1.0 on one rank."""
+        self.clock = StepClock()
+        """This rank's step split into parts and its memory: a ``train_ranks`` row per step."""
         self.model = self.build_model()
         if getattr(config, "ranks", 1) > 1:
             self._init_mesh()
@@ -96,6 +99,7 @@ class Trainer(rm.Actor):
         self.publisher = Publisher(weights)
         self.publisher.reserve(self.published_state())  # shm slots reserved while the optimiser and setup build
         self.optimizer = self.build_optimizer()
+        self.clock.attach(self.model, self.optimizer)
         newest = self.newest_checkpoint()
         if newest is None:
             self.setup()
@@ -130,6 +134,7 @@ class Trainer(rm.Actor):
         self.on_group(group)
         self.model = group.wrap(self.model, self.config.parallel)
         self.optimizer = self.build_optimizer()  # over the sharded parameters
+        self.clock.attach(self.model, self.optimizer)
         if newest is None:
             self.publish()
         else:
@@ -203,9 +208,12 @@ class Trainer(rm.Actor):
         """
         if self.buffer is None:
             raise RuntimeError(f"{type(self).__name__} was built without a buffer; call train_step() directly")
+        self.clock.reset()
         if self.group is not None:
             return self._train_mesh(batch_size, timeout)
-        res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor, self.durable_cursor).get()
+        with self.clock.section("sample_s"):
+            res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor,
+                                              self.durable_cursor).get()
         if not res.rollouts:
             out = TrainResult(self.step, self.version, self.samples_seen)
         else:
@@ -222,15 +230,17 @@ class Trainer(rm.Actor):
         res, parts, failed = None, None, None
         if group.rank == 0:
             try:
-                res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor,
-                                                  self.durable_cursor).get()
+                with self.clock.section("sample_s"):
+                    res = self.buffer.sample.call_one(batch_size, self.version, timeout, self.cursor,
+                                                      self.durable_cursor).get()
                 batch = [r.data for r in res.rollouts]
                 shards = self.shard_batch(batch, group.world) if batch else [None] * group.world
                 head = (self.samples_in(batch) if batch else 0, res.max_lag or 0, res.lease)
                 parts = [(shard, head) for shard in shards]
             except Exception as exc:  # the buffer died under us: the other ranks must not wait for a batch
                 failed, parts = exc, [(None, (0, 0, None))] * group.world
-        shard, (samples, max_lag, lease) = group.scatter(parts)
+        with self.clock.section("handoff_s"):
+            shard, (samples, max_lag, lease) = group.scatter(parts)
         if failed is not None:
             raise failed
         if shard is None:
@@ -250,22 +260,29 @@ class Trainer(rm.Actor):
         On a trainer mesh ``batch`` is this rank's share and ``samples`` the whole batch's count."""
         t0 = time.perf_counter()
         samples = self.samples_in(batch) if samples is None else samples
+        clock = self.clock
         if self.group is not None:
             units = self.units_in(batch) if batch else 0.0
-            self.rank_weight = rank_weight(units, self.group.all_sum([units])[0], self.group.world)
+            with clock.section("sync_s"):
+                self.rank_weight = rank_weight(units, self.group.all_sum([units])[0], self.group.world)
+        t_step = time.perf_counter()
         metrics = self.train_step(batch) if batch else {}
+        t_step = time.perf_counter() - t_step
         if self.group is not None:  # one set of numbers for the step: rank 0 answers with it
-            metrics = merge_metrics(self.group.gather({k: float(v) for k, v in metrics.items()}) or [metrics],
-                                    self.summed_metrics)
+            with clock.section("sync_s"):
+                metrics = merge_metrics(self.group.gather({k: float(v) for k, v in metrics.items()}) or [metrics],
+                                        self.summed_metrics)
         self.step += 1
         self.samples_seen += samples
         if cursor is not None:
             self.cursor = cursor
         if self.step % self.config.publish_every == 0:
-            self.publish()
+            with clock.section("publish_s"):
+                self.publish()
         every = self.config.checkpoint_every
         if self.config.checkpoint_dir and every and self.step % every == 0:
-            self.save_checkpoint()
+            with clock.section("checkpoint_s"):
+                self.save_checkpoint()
         took = time.perf_counter() - t0
         lr = float(self.optimizer.param_groups[0]["lr"])
         metrics = {k: float(v) for k, v in metrics.items()}
@@ -274,6 +291,10 @@ class Trainer(rm.Actor):
             rm.telemetry.record("train_steps", step=self.step, policy_version=self.version,
                                 loss=metrics.get("losses/loss"), lr=lr, grad_norm=metrics.get("train/grad_norm"),
                                 samples=samples, duration_s=took, metrics=json.dumps(metrics))
+        waited = clock.times["sample_s"] + clock.times["handoff_s"]
+        rm.telemetry.record("train_ranks", step=self.step, ranks=1 if self.group is None else self.group.world,
+                            policy_version=self.version, step_s=took + waited,
+                            **clock.row(t_step if batch else 0.0, self.model, self.optimizer))
         return TrainResult(self.step, self.version, self.samples_seen, trained=True, samples=samples, max_lag=max_lag,
                            duration_s=took, lr=lr, metrics=metrics)
 
@@ -325,13 +346,13 @@ class Trainer(rm.Actor):
                 version = self.step if newest is None or self.step > newest else newest + 1
                 kv.put(self._version_key(), version)
                 assert state is not None
-                self.publisher.publish(state, version=version)
+                self.clock.publish_bytes += self.publisher.publish(state, version=version).bytes
             self.version = self.group.broadcast_int(version)
             return
         newest = self._newest_published()
         self.version = self.step if newest is None or self.step > newest else newest + 1
         kv.put(self._version_key(), self.version)  # first: a kill mid-publish must not let a version number repeat
-        self.publisher.publish(self.published_state(), version=self.version)
+        self.clock.publish_bytes += self.publisher.publish(self.published_state(), version=self.version).bytes
 
     def _version_key(self) -> str:
         return f"rlmesh.rl/weights/{self.weights}/newest_version"

@@ -41,6 +41,11 @@ def _populate() -> float:
     for step in range(10):
         tm.record("train_steps", ts=t0 + step * 5, step=step, policy_version=step, loss=1 / (step + 1),
                   lr=3e-4, grad_norm=0.5, samples=64)
+        for r in range(2):
+            tm.record("train_ranks", ts=t0 + step * 5, mesh="trainer", rank=r, step=step, ranks=2, policy_version=step,
+                      step_s=0.5, sample_s=0.1 * (r == 0), handoff_s=0.01, train_step_s=0.4, forward_s=0.1,
+                      backward_s=0.25, optimizer_s=0.05, sync_s=0.01, publish_s=0.05, publish_bytes=(r == 0) << 20,
+                      checkpoint_s=0.0, param_bytes=1 << 19, optim_bytes=1 << 20, rss_peak_bytes=1 << 28)
         for g in range(3):
             tm.record("weight_syncs", ts=t0 + step * 5 + 0.1, name="policy", version=step, transport="shm",
                       bytes=1 << 20, duration_s=0.002, ok=True, proc=f"gen.{g}")

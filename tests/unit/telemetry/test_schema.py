@@ -15,7 +15,7 @@ def test_every_builtin_table_creates_and_every_column_is_documented():
         assert cols[:2] == ["run_id", "ts"], t.name
         for c in cols:
             assert schema.describe_column(t.name, c), f"{t.name}.{c} has no description"
-    expected = {"runs", "actors", "spans", "refusals", "rollouts", "rewards", "train_steps", "weight_syncs", "evals",
+    expected = {"runs", "actors", "spans", "refusals", "rollouts", "rewards", "train_steps", "train_ranks", "weight_syncs", "evals",
                 "samples", "host_health", "proc_health", "gpu_health", "work_items", "checkpoints", "logs", "stacks", "file_syncs", "phases", "turns",
                 "debug_sessions"}
     assert set(schema.BUILTIN) == expected
