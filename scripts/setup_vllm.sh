@@ -79,6 +79,9 @@ if ! install "${cargs[@]}"; then
        "'$venv/bin/pip freeze --exclude-editable' below the constraints marker" >&2
   install
 fi
+# peft for model.lora (a LoRA trainer runs in this venv beside a vLLM generator): --no-deps, since its
+# requirements (transformers, accelerate, safetensors, ...) are all here and must keep their pins.
+"$vpy" -m pip install --quiet --no-deps "peft==0.21.2"
 "$vpy" -m pip uninstall --quiet -y torchvision torchaudio torchcodec rlmesh 2>/dev/null || true
 link_checkout
 "$vpy" -c 'import torch, transformers, vllm; assert torch.__version__.endswith("+cpu"), torch.__version__'

@@ -170,6 +170,8 @@ def backend_kwargs_for(backend: str, task: Any, model_config: Any = None, model_
         return {"model_config": model_config, "model_path": model_path, "seed": seed, "tokenizer": task.tokenizer,
                 "dtype": dtype, "lora": lora if lora is not None and lora.r > 0 else None}
     out: dict[str, Any] = {"model_path": model_path, "seed": seed, "dtype": dtype}
+    if lora is not None and lora.r > 0:
+        out["lora"] = lora
     if config is not None and config.max_prompt_tokens is not None:
         out["max_model_len"] = config.max_prompt_tokens + config.max_new_tokens
     return out

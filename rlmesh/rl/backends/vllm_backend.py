@@ -30,9 +30,11 @@ agreement to ~1e-5 in float32, before and after a weight swap, at T = 1 and T = 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +48,17 @@ logger = logging.getLogger(__name__)
 
 # HF key prefixes that wrap the bare causal LM: load_hf's HFCausalLM adds "model.".
 _WRAPPER_PREFIX = "model."
+
+
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The adapter ranks vLLM's LoRA kernels take (``max_lora_rank`` must be one of them)."""
+
+
+def _peft_name(key: str) -> str:
+    """A trainer adapter key (``model.base_model.model...q_proj.lora_A.default.weight``: load_hf's
+    wrapper, then peft's live names) as peft saves it (``base_model.model...q_proj.lora_A.weight``)."""
+    key = key[len("model."):] if key.startswith("model.base_model.") else key
+    return key.replace(".default.", ".")
 
 
 def _hf_name(key: str) -> str:
@@ -87,6 +100,9 @@ class VLLMBackend:
         kv_cache_gib: KV-cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``), GiB.
         full_vocab_logprobs_max: the largest vocabulary for which ``T != 1`` log-probs are
             made exact by asking for the whole distribution.
+        lora: LoRA adapters (a :class:`~rlmesh.rl.config.LoRAConfig` with ``r > 0``): the engine serves
+            the base folder with vLLM's LoRA support, and each weight version (the trainer's adapters
+            only) becomes a new adapter that every following request uses.
         engine_kwargs: anything else for ``vllm.LLM`` (``tensor_parallel_size``,
             ``gpu_memory_utilization``, ...).
     """
@@ -95,7 +111,7 @@ class VLLMBackend:
 
     def __init__(self, model_path: str | Path, *, dtype: str = "float32", max_model_len: int = 128,
                  in_process: bool = True, kv_cache_gib: int = 1, seed: int = 0,
-                 full_vocab_logprobs_max: int = 4096, **engine_kwargs: Any) -> None:
+                 full_vocab_logprobs_max: int = 4096, lora: Any = None, **engine_kwargs: Any) -> None:
         # Read by vLLM when the engine is built, so a later backend in this process may differ.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         if not in_process:
@@ -114,6 +130,13 @@ class VLLMBackend:
         self.in_process = in_process
         self._publisher: Any = None  # in_process=False: where load_weights stages tensors for the workers
         self._staged = 0
+        self._lora = lora if lora is not None and lora.r > 0 else None
+        self._adapter: Any = None  # the LoRARequest of the newest adapter version (None: the base model)
+        self._adapters = 0
+        if self._lora is not None:
+            engine_kwargs.update(enable_lora=True, max_loras=1,
+                                 max_lora_rank=next(r for r in _VLLM_LORA_RANKS if r >= self._lora.r))
+            self._adapter_dir = tempfile.TemporaryDirectory(prefix="rlmesh-vllm-lora-")
         t0 = time.perf_counter()
         engine_kwargs.setdefault("enforce_eager", True)
         self.llm = vllm.LLM(model=str(model_path), dtype=dtype, max_model_len=max_model_len, seed=seed,
@@ -148,6 +171,9 @@ class VLLMBackend:
         padding the vocabulary) and re-runs the per-layer weight processing (CPU kernel
         repacking), then the prefix cache, whose KV came from the old weights, is dropped.
         """
+        if self._lora is not None:
+            self._load_adapter(state_dict)
+            return
         if self.in_process:
             items = [(_hf_name(k), v.detach()) for k, v in state_dict.items()]
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items, "is_checkpoint_format": True})
@@ -160,6 +186,27 @@ class VLLMBackend:
             self._publisher.publish({k: v.detach() for k, v in state_dict.items()}, version=self._staged)
             self.llm.collective_rpc(_pull_and_reload, args=(self._publisher.name, self._staged, self._staging_dir.name))
         self.llm.reset_prefix_cache()
+
+    def _load_adapter(self, state_dict: dict[str, Any]) -> None:
+        """A LoRA weight version (the trainer's adapter tensors) as a new vLLM adapter: written in
+        peft's format (what vLLM loads) and used by every request from now on. Only the newest is
+        kept on disk; vLLM evicts the older one from its slot (``max_loras=1``)."""
+        from safetensors.torch import save_file  # deferred: comes with transformers (rlmesh[hf]); LoRA runs only
+        from vllm.lora.request import LoRARequest  # deferred: optional vllm, as above
+
+        self._adapters += 1
+        folder = Path(self._adapter_dir.name) / f"v{self._adapters}"
+        folder.mkdir()
+        tensors = {_peft_name(k): v.detach().contiguous().clone() for k, v in state_dict.items()}
+        save_file(tensors, str(folder / "adapter_model.safetensors"))
+        (folder / "adapter_config.json").write_text(json.dumps({
+            "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": self._lora.r, "lora_alpha": self._lora.alpha,
+            "lora_dropout": self._lora.dropout, "target_modules": list(self._lora.target_modules), "bias": "none",
+            "fan_in_fan_out": False, "base_model_name_or_path": None}))
+        old = self._adapter
+        self._adapter = LoRARequest(f"policy-{self._adapters}", self._adapters, str(folder))
+        if old is not None:
+            shutil.rmtree(old.lora_path, ignore_errors=True)
 
     # -- sampling -----------------------------------------------------------------------
 
@@ -196,7 +243,8 @@ class VLLMBackend:
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("VLLMBackend.generate: every prompt needs at least one token")
         sps = [self._vllm_params(params, None if params.seed is None else params.seed + i) for i in range(len(prompts))]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sps, use_tqdm=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], sps, use_tqdm=False,
+                                 lora_request=self._adapter)
         full = params.temperature != 1.0 and self._full_vocab
         result: list[list[Completion]] = []
         for prompt, req in zip(prompts, outs):
