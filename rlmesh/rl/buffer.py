@@ -21,13 +21,17 @@ unit-tested here is what runs distributed. Invariants it keeps:
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlmesh.rl.config import BufferConfig
 
 logger = logging.getLogger(__name__)
+
+FATES_KEPT = 65_536
+"""Ids whose way out of the buffer (trained under a checkpoint, dropped) :meth:`ReplayBufferCore.fates`
+remembers, newest first: a run's in-flight ids are far fewer."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class ReplayBufferCore:
         self._leases: dict[int, list[BufferedRollout]] = {}
         self._next_lease = 1
         self._requeued = 0
+        self._fates: OrderedDict[str, str] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -140,7 +145,8 @@ class ReplayBufferCore:
             raise ValueError(f"settle: durable lease {durable} is after the trained cursor {cursor}")
         self._next_lease = max(self._next_lease, cursor + 1)  # a resumed trainer's cursor came from another buffer
         for lid in [lid for lid in self._leases if lid <= durable]:
-            del self._leases[lid]
+            for r in self._leases.pop(lid):
+                self._left(r.rollout_id, "trained")
         orphans = [r for lid in sorted(self._leases) if lid > cursor for r in self._leases.pop(lid)]
         self._queue.extendleft(reversed(orphans))
         self._requeued += len(orphans)
@@ -173,6 +179,19 @@ class ReplayBufferCore:
             self._leases[lease_id] = batch
         return SampleResult(batch, dropped, max_lag, lease_id)
 
+    def fates(self, rollout_ids: list[str]) -> dict[str, str]:
+        """Where each id is: ``held`` (queued or on lease), ``trained`` (on a lease a checkpoint covers),
+        ``dropped:<reason>``, or ``unknown``. A controller whose trainer died between sampling and
+        answering asks this: the answer that carried those drops and that step was lost."""
+        held = set(self.holding())
+        return {i: "held" if i in held else self._fates.get(i, "unknown") for i in rollout_ids}
+
+    def _left(self, rollout_id: str, fate: str) -> None:
+        self._fates[rollout_id] = fate
+        self._fates.move_to_end(rollout_id)
+        while len(self._fates) > FATES_KEPT:
+            self._fates.popitem(last=False)
+
     def holding(self) -> list[str]:
         """Ids held now: queued or on lease."""
         return [r.rollout_id for r in self._queue] + [r.rollout_id for b in self._leases.values() for r in b]
@@ -194,5 +213,7 @@ class ReplayBufferCore:
     def _record(self, dropped: list[Dropped]) -> list[Dropped]:
         for d in dropped:
             self._dropped_total[d.reason] += 1
+            if d.reason != "duplicate":  # a duplicate's original holds the id
+                self._left(d.rollout_id, f"dropped:{d.reason}")
             logger.debug("dropped rollout %s (version %d): %s", d.rollout_id, d.policy_version, d.reason)
         return dropped

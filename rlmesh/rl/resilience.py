@@ -96,6 +96,9 @@ class Recovery:
 
     def __init__(self, timeout_s: float = 120.0, poll_s: float = 0.02, meshes: dict[str, Any] | None = None) -> None:
         self.timeout_s, self.poll_s = timeout_s, poll_s
+        self.unsettled = False
+        """A trainer died since the last train call that answered: its answer (the batch it trained, the
+        rollouts the buffer dropped as it sampled) may be lost; the next answer is followed by :meth:`settle`."""
         self.meshes = dict(meshes or {})
         """Actor meshes by name: an ``ActorDied`` names the mesh that died, which may be a peer of
         the callee (the buffer dying under a generator's ``add``)."""
@@ -180,8 +183,11 @@ class Recovery:
             m = await call_trainer(trainer, "train", batch_size, timeout_s)
         except rm.ActorDied as exc:
             dead = self.died(exc, trainer)
+            self.unsettled = self.unsettled or dead is trainer
             await self.wait_back(dead, exc, "trainer" if dead is trainer else "buffer")
-            if dead is not trainer:
+            if dead is trainer:  # free now the credit of what the dead one's sample dropped: fresh work flows
+                await self.settle(buffer, work, work.version)
+            else:
                 # killed again while asked: wait for the next one and ask it
                 held = await self.call_surviving(buffer, "buffer", buffer.holding.call_one)
                 work.lost_with_buffer("the buffer's proc died with it", held)
@@ -191,14 +197,36 @@ class Recovery:
                 raise
             # a rank's collective failed as its peer died, before the supervisor reaped the dead proc:
             # every rank restarts (rlmesh.rl.train.recovery); wait for all of them to be replaced
+            self.unsettled = True
             await self.wait_replaced(trainer, before, exc)
+            await self.settle(buffer, work, work.version)
             return None
         work.requeued(m.requeued)
         work.rejected(m.dropped, m.drop_reasons)  # stale inside the buffer: their credit is free
-        if not m.trained:
-            return None
-        work.consumed(m.rollout_ids, m.policy_version)
-        return m
+        if m.trained:
+            work.consumed(m.rollout_ids, m.policy_version)
+        if self.unsettled:  # the replacement's first sample forgot the leases its checkpoint covers
+            await self.settle(buffer, work, m.policy_version)
+            self.unsettled = False
+        return m if m.trained else None
+
+    async def settle(self, buffer: Any, work: AsyncWorkScheduler, version: int) -> None:
+        """After a trainer died (once it is back, and again after its replacement's first answer): the
+        buffer says where each delivered, unconsumed item went while answers were lost with it: trained
+        under the checkpoint the replacement loaded (consumed: the buffer forgets those leases at the
+        replacement's first sample) or dropped as its sample went stale (their credit is freed, or the
+        generators would wait on it); held ones come back in later batches."""
+        ids = work.landed()
+        fates = await self.call_surviving(buffer, "buffer", lambda: buffer.fates.call_one(ids)) if ids else {}
+        trained = [i for i, f in fates.items() if f == "trained"]
+        dropped = {i: f.removeprefix("dropped:") for i, f in fates.items() if f.startswith("dropped:")}
+        if trained:
+            work.consumed(trained, version)
+        if dropped:
+            work.rejected(list(dropped), list(dropped.values()))
+        if trained or dropped:
+            logger.warning("trainer restarted: %d items it trained under its checkpoint and %d the buffer dropped "
+                           "were in answers lost with it; accounted now", len(trained), len(dropped))
 
     @staticmethod
     def failed(role: str, rec: Any, error: BaseException) -> RunFailed:

@@ -114,6 +114,10 @@ class WorkScheduler:
         self.rejected(gone, [reason] * len(gone))
         return gone
 
+    def landed(self) -> list[str]:
+        """Ids delivered to the buffer and not yet consumed or dropped."""
+        return sorted(self._landed)
+
     def rejected(self, work_ids: Iterable[str], reasons: Iterable[str] | None = None) -> None:
         """These items were dropped (by the buffer: stale, capacity): their credit is free again."""
         ids = list(work_ids)

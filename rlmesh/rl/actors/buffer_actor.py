@@ -75,6 +75,13 @@ class BufferActor(rm.Actor):
         return self.core.holding()
 
     @rm.endpoint
+    async def fates(self, rollout_ids: list[str]) -> dict[str, str]:
+        """Where each id went (``held``, ``trained``, ``dropped:<reason>``, ``unknown``): for a controller
+        whose trainer died before answering (:meth:`rlmesh.rl.buffer.ReplayBufferCore.fates`)."""
+        fates = getattr(self.core, "fates", None)
+        return fates(rollout_ids) if fates is not None else dict.fromkeys(rollout_ids, "unknown")
+
+    @rm.endpoint
     async def stats(self) -> dict[str, float]:
         """``buffer/*`` counters since creation (added, sampled, dropped by reason, size)."""
         return self.core.stats()

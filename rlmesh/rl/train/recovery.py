@@ -109,8 +109,9 @@ def peer_lost(exc: BaseException) -> bool:
     """``exc`` (an ``ActorError`` from a rank) is its collective failing because a peer's proc died:
     gloo sees the connection close within milliseconds, often before the supervisor has reaped the
     dead proc, so a mesh call can fail with this before it fails with ``ActorDied``."""
-    return getattr(exc, "remote_type", "") in ("RuntimeError", "DistBackendError") and bool(
-        _GLOO_PEER_LOST.search(str(getattr(exc, "message", exc))))
+    kind = str(getattr(exc, "remote_type", "")).rsplit(".", 1)[-1]  # qualified: builtins.RuntimeError
+    return kind in ("RuntimeError", "DistBackendError") and bool(_GLOO_PEER_LOST.search(str(getattr(exc, "message",
+                                                                                                      exc))))
 
 
 def restart_together(procs: Any) -> RestartTogether | None:

@@ -120,3 +120,16 @@ def test_settled_leases_are_forgotten_and_lease_ids_continue_after_a_resumed_cur
     assert buf.stats()["buffer/leased"] == 0 and buf.settle(cursor=lease, durable=lease) == []
     with pytest.raises(ValueError, match="durable lease 3 is after the trained cursor 2"):
         buf.settle(cursor=2, durable=3)
+
+
+def test_fates_say_where_ids_went_when_the_trainers_answer_was_lost():
+    buf = ReplayBufferCore(BufferConfig(max_policy_lag=0, capacity=100))
+    fill(buf, ["a", "b"], version=3)
+    first = buf.sample(1, 3, lease=True).lease      # "a": trained, checkpointed, then the trainer died
+    buf.sample(1, 3, lease=True)                    # "b": sampled after the checkpoint by the dead trainer
+    fill(buf, ["c"], version=3)
+    assert buf.fates(["a", "b", "c", "z"]) == {"a": "held", "b": "held", "c": "held", "z": "unknown"}
+    buf.settle(cursor=first, durable=first)         # the replacement loaded the checkpoint of "a"'s step
+    res = buf.sample(1, 4, lease=True)              # ... and published past it: "b" and "c" are stale
+    assert res.rollouts == [] and buf.fates(["a", "b", "c"]) == {"a": "trained", "b": "dropped:stale",
+                                                                  "c": "dropped:stale"}

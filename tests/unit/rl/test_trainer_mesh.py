@@ -198,6 +198,7 @@ def test_a_collective_failing_on_a_lost_peer_is_told_from_other_errors():
 
     gloo = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
             "[127.0.0.1]:35742")
-    assert peer_lost(ActorError(gloo, remote_type="RuntimeError"))
-    assert not peer_lost(ActorError("shape mismatch", remote_type="RuntimeError"))
+    assert peer_lost(ActorError(gloo, remote_type="builtins.RuntimeError"))
+    assert peer_lost(ActorError("Read error: Connection reset by peer", remote_type="torch.DistBackendError"))
+    assert not peer_lost(ActorError("shape mismatch", remote_type="builtins.RuntimeError"))
     assert not peer_lost(ActorError(gloo, remote_type="ValueError"))
