@@ -27,7 +27,7 @@ from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.models.hf import HFTokenizer
 from rlmesh.rl.names import has_tokenizer
-from rlmesh.rl.placement import actor_class, trainer_procs
+from rlmesh.rl.placement import actor_class, call_trainer, trainer_procs
 from rlmesh.rl.results import TrainResult
 from rlmesh.rl.tasks import AdditionTask, DatasetTask, TextTask
 from rlmesh.telemetry.api import current_run_dir
@@ -96,7 +96,7 @@ def main(cfg: GRPORecipeConfig, launcher: str = "local") -> RunResult:
         """A model folder's run ends with the trained model as a folder transformers loads."""
         run_dir = current_run_dir()
         if m.path and m.export and run_dir is not None:
-            numbers["model_dir"] = roles.trainer.export.call_one(str(run_dir / "model")).get()
+            numbers["model_dir"] = call_trainer(roles.trainer, "export", str(run_dir / "model")).get()
 
     plan = Plan(budget=cfg.steps, unit=Unit.TRAIN_STEPS, work_endpoint="generate", work_args=prompts,
                 eval_args=lambda version, samples: (heldout, version, samples), id_prefix="group",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import pathlib
 import random
 import time
 from collections.abc import Callable
@@ -359,11 +360,30 @@ class GRPOTrainer(Trainer):
     @rm.endpoint
     def export(self, path: str) -> str:
         """Write the current policy as a Hugging Face folder at ``path`` (model folders only): what
-        ``AutoModelForCausalLM.from_pretrained`` loads, tokenizer and chat template included."""
-        inner = getattr(self.model, "model", None)
+        ``AutoModelForCausalLM.from_pretrained`` loads, tokenizer and chat template included.
+
+        On a trainer mesh every rank must be called (``call_trainer``): the full weights are gathered
+        (FSDP2 holds a shard per rank) and rank 0 writes the folder."""
+        base = self.model.module if self.group is not None and hasattr(self.model, "module") else self.model  # DDP
+        inner = getattr(base, "model", None)
         if inner is None or not hasattr(inner, "save_pretrained"):
             raise ValueError("export writes Hugging Face folders: the built-in transformer has none (its weights "
                              "are in the trainer's checkpoints)")
+        if self.group is not None:
+            full = self.group.full_state_dict(self.model)  # every rank takes part; rank 0 gets the whole model
+            if full is None:
+                return str(path)
+            if self.lora is not None:
+                raise ValueError("export on a trainer mesh does not merge LoRA adapters; use trainer.ranks=1")
+            out = pathlib.Path(path)
+            out.mkdir(parents=True, exist_ok=True)
+            inner.save_pretrained(out, state_dict={k.removeprefix("model."): v for k, v in full.items()})
+            tokenizer = getattr(self.task, "tokenizer", None)
+            if tokenizer is not None and hasattr(tokenizer, "hf"):
+                tokenizer.hf.save_pretrained(out)
+            logger.info("exported the policy at version %d to %s (gathered from %d ranks)", self.version, out,
+                        self.group.world)
+            return str(out)
         out = save_folder(self.model, path, getattr(self.task, "tokenizer", None))
         logger.info("exported the policy at version %d to %s", self.version, out)
         return str(out)

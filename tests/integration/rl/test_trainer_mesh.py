@@ -217,3 +217,23 @@ def test_a_killed_rank_restarts_the_whole_mesh_at_a_new_epoch_from_its_checkpoin
             print(f"mesh back {back_s:.2f} s after rank 0 was killed")
     finally:
         hooks.remove_event_sink(sink)
+
+
+@pytest.mark.timeout(180)
+def test_a_model_folder_exported_from_two_ranks_is_the_whole_model(tmp_path):
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / "src")
+    with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
+        mesh = trainer_procs(procs, 0, 2).spawn("export2", GRPOTrainer, config(tmp_path / "ck", 2, sft_steps=0), None,
+                                                None, str(tmp_path / "src"), weights="export2")
+        out = call_trainer(mesh, "export", str(tmp_path / "out")).get(timeout=120)  # FSDP: every rank gathers
+    assert Path(out) == tmp_path / "out"
+    want = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").state_dict()
+    got = transformers.AutoModelForCausalLM.from_pretrained(out).state_dict()
+    assert set(got) == set(want)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k])
