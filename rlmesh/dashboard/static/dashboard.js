@@ -69,7 +69,27 @@ function traces(chart) {
        x: s.x, y: s.y, connectgaps: false, marker: {size: 6}});
 }
 
-function drawChart(div, chart, deaths) {
+// Series whose typical values differ by this factor or more share a log y axis on the Compare page: a
+// 2k-step run's throughput (bins of a few ms: 300-400k steps/s) on a linear axis flattens a long run's line.
+const LOG_SPREAD = 10;
+
+function median(values) {
+  const v = values.filter((x) => x != null && x > 0).sort((a, b) => a - b);
+  return v.length ? v[Math.floor(v.length / 2)] : null;
+}
+
+function spread(chart) {
+  if (chart.kind === "bar") return 1;
+  const all = chart.series.flatMap((s) => s.y).filter((y) => y != null);
+  if (!all.length || all.some((y) => y <= 0)) return 1;  // a log axis cannot show 0 or a negative value
+  const medians = chart.series.map((s) => median(s.y)).filter((m) => m != null);
+  return medians.length > 1 ? Math.max(...medians) / Math.min(...medians) : 1;
+}
+
+// The modebar (plotly's toolbar) sits in the top 28 px of the figure; the title goes in a row below it.
+const HEIGHT = 320, MODEBAR_PX = 30;
+
+function drawChart(div, chart, deaths, opts = {}) {
   const shapes = [];
   if (deaths && ENV_STEP_CHARTS.has(chart.id)) {
     for (const s of deaths.series) for (const x of s.x) if (x != null) {
@@ -78,10 +98,14 @@ function drawChart(div, chart, deaths) {
     }
   }
   const points = chart.series.reduce((n, s) => n + s.x.filter((v, i) => v != null && s.y[i] != null).length, 0);
+  const ratio = opts.compare ? spread(chart) : 1;
+  const logY = ratio >= LOG_SPREAD;
+  const yTitle = logY ? `${chart.y_label} (log)` : chart.y_label;  // the runs differ `ratio` times
   const layout = {
-    title: {text: chart.title, font: {size: 14}}, margin: {l: 60, r: 20, t: 40, b: 50}, height: 320,
-    xaxis: {title: {text: chart.x_label}}, yaxis: {title: {text: chart.y_label}, automargin: true},
-    shapes, uirevision: chart.id, showlegend: chart.series.length > 1, legend: {orientation: "h", y: -0.25},
+    title: {text: chart.title, font: {size: 14}, yref: "container", y: 1 - MODEBAR_PX / HEIGHT, yanchor: "top"},
+    margin: {l: 60, r: 20, t: MODEBAR_PX + 34, b: 50}, height: HEIGHT,
+    xaxis: {title: {text: chart.x_label}}, yaxis: {title: {text: yTitle}, automargin: true, type: logY ? "log" : "linear"},
+    shapes, uirevision: `${chart.id}-${logY}`, showlegend: chart.series.length > 1, legend: {orientation: "h", y: -0.25},
     annotations: points ? [] : [{text: "no rows yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}],
   };
   Plotly.react(div, traces(chart), layout, {displaylogo: false, responsive: true});
@@ -89,14 +113,14 @@ function drawChart(div, chart, deaths) {
   div.dataset.rows = String(chart.rows);
 }
 
-function chartGrid(charts, deaths, container) {
+function chartGrid(charts, deaths, container, opts = {}) {
   for (const c of charts) {
     let div = document.getElementById(`chart-${c.id}`);
     if (!div) {
       div = el("div", {id: `chart-${c.id}`, class: "card chart"});
       container.append(div);
     }
-    drawChart(div, c, deaths);
+    drawChart(div, c, deaths, opts);
   }
 }
 
@@ -260,7 +284,7 @@ async function comparePage(main) {
   const grid = el("div", {class: "grid", id: "compare-charts"});
   main.append(grid);
   await every(async () => {
-    chartGrid(await api(`/api/compare?runs=${ids.map(encodeURIComponent).join(",")}`), null, grid);
+    chartGrid(await api(`/api/compare?runs=${ids.map(encodeURIComponent).join(",")}`), null, grid, {compare: true});
   });
 }
 
