@@ -265,6 +265,7 @@ class Trainer(rm.Actor):
             units = self.units_in(batch) if batch else 0.0
             with clock.section("sync_s"):
                 self.rank_weight = rank_weight(units, self.group.all_sum([units])[0], self.group.world)
+        clock.attach(self.model, self.optimizer)
         t_step = time.perf_counter()
         metrics = self.train_step(batch) if batch else {}
         t_step = time.perf_counter() - t_step

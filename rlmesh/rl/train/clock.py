@@ -61,6 +61,7 @@ class StepClock:
         self._fwd_t0: float | None = None
         self._opt_t0: float | None = None
         self._handles: list[Any] = []
+        self._attached: tuple[int, int] | None = None
 
     def reset(self) -> None:
         self.times = dict.fromkeys(FIELDS, 0.0)
@@ -76,7 +77,12 @@ class StepClock:
             self.times[name] += time.perf_counter() - t0
 
     def attach(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Time ``model``'s forward and ``optimizer.step`` from now on (replacing an earlier attach)."""
+        """Time ``model``'s forward and ``optimizer.step`` from now on (replacing an earlier attach; the
+        same pair again is a no-op: the trainer calls this before each step, as ``setup`` may have built
+        a new optimizer, GRPO's after its warm start)."""
+        if self._attached == (id(model), id(optimizer)):
+            return
+        self._attached = (id(model), id(optimizer))
         for h in self._handles:
             h.remove()
         self._handles = [model.register_forward_pre_hook(self._fwd_in), model.register_forward_hook(self._fwd_out),
