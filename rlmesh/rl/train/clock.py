@@ -61,7 +61,7 @@ class StepClock:
         self._fwd_t0: float | None = None
         self._opt_t0: float | None = None
         self._handles: list[Any] = []
-        self._attached: tuple[int, int] | None = None
+        self._attached: tuple[nn.Module, torch.optim.Optimizer] | None = None
 
     def reset(self) -> None:
         self.times = dict.fromkeys(FIELDS, 0.0)
@@ -80,9 +80,9 @@ class StepClock:
         """Time ``model``'s forward and ``optimizer.step`` from now on (replacing an earlier attach; the
         same pair again is a no-op: the trainer calls this before each step, as ``setup`` may have built
         a new optimizer, GRPO's after its warm start)."""
-        if self._attached == (id(model), id(optimizer)):
+        if self._attached is not None and self._attached[0] is model and self._attached[1] is optimizer:
             return
-        self._attached = (id(model), id(optimizer))
+        self._attached = (model, optimizer)  # the objects, not their ids: a freed optimizer's id is reused
         for h in self._handles:
             h.remove()
         self._handles = [model.register_forward_pre_hook(self._fwd_in), model.register_forward_hook(self._fwd_out),
