@@ -27,7 +27,7 @@ from rlmesh.rl.config import GRPOConfig
 from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.models.transformer import Transformer
 from rlmesh.rl.placement import call_trainer, trainer_procs
-from rlmesh.rl.train.layout import newest
+from rlmesh.rl.train.layout import newest, verify
 
 MODEL = TransformerConfig(vocab_size=16, max_seq_len=12, d_model=32, n_layers=2, n_heads=4)
 
@@ -166,6 +166,21 @@ class GatedBuffer(FixedBuffer):
         return list(self.cursors)
 
 
+def fails_with_a_dead_rank(step) -> None:
+    """The mesh call fails with the dead rank's ``ActorDied``, or first with the survivor's gloo error
+    (gloo sees the peer gone within milliseconds, sometimes before the supervisor reaps it)."""
+    from rlmesh.rl.train.recovery import peer_lost
+
+    try:
+        step.get(timeout=120)
+    except rm.ActorDied:
+        return
+    except rm.ActorError as exc:
+        assert peer_lost(exc), exc
+        return
+    pytest.fail("the step of a killed rank returned")
+
+
 def wait_for(cond, what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -200,8 +215,7 @@ def test_a_killed_rank_restarts_the_whole_mesh_at_a_new_epoch_from_its_checkpoin
             rank0, rank1 = trainer_procs(procs, 1, 2)._proc_ids[1:3]
             killed_at = time.monotonic()
             assert Controller.current().inject_fault(rank0, "kill")
-            with pytest.raises(rm.ActorDied):
-                step.get(timeout=120)
+            fails_with_a_dead_rank(step)
             (marks / "open").touch()
             wait_for(lambda: procs.slice(procs=slice(1, 3)).incarnations() == [1, 1]
                      and procs.slice(procs=slice(1, 3)).states() == ["alive", "alive"], "both ranks back")
@@ -237,3 +251,84 @@ def test_a_model_folder_exported_from_two_ranks_is_the_whole_model(tmp_path):
     assert set(got) == set(want)
     for k in want:
         torch.testing.assert_close(got[k], want[k])
+
+
+def hold_while(marks: Path) -> None:
+    """In an actor: if the file ``hold`` exists in ``marks``, say so (``in_hold``) and stay until killed."""
+    if (marks / "hold").exists():
+        (marks / "in_hold").touch()
+        while True:
+            time.sleep(0.01)
+
+
+class Held(GRPOTrainer):
+    """A mesh rank that stops, on rank 0 and while the file ``hold`` exists in ``marks``, inside its
+    sharded save (every shard on disk, the checkpoint not yet whole: its ``trainer.pt``, manifest and
+    rename to come) or inside its publish (the version reserved in the KV, nothing published yet): a
+    kill there is a kill mid-checkpoint or mid-publish."""
+
+    def __init__(self, *args, marks: str, where: str, **kwargs) -> None:
+        from types import SimpleNamespace
+
+        from rlmesh.rl.train import dcp
+
+        held = Path(marks)
+        if where == "save":
+            real = dcp.checkpoint
+            dcp.checkpoint = SimpleNamespace(read=real.read, write=lambda *a, **k: (hold_while(held),
+                                                                                   real.write(*a, **k))[1])
+        super().__init__(*args, **kwargs)
+        if where == "publish" and self.publisher is not None:
+            publish = self.publisher.publish
+            self.publisher.publish = lambda *a, **k: (hold_while(held), publish(*a, **k))[1]
+
+
+def kill_rank0_held(procs, trainer, marks: Path) -> None:
+    """Train step 1, hold rank 0 in step 2, kill it there; return once both ranks serve again."""
+    from rlmesh.actor.controller import Controller
+
+    assert call_trainer(trainer, "train", 4, 10.0).get(timeout=120).step == 1
+    (marks / "hold").touch()
+    step = call_trainer(trainer, "train", 4, 10.0)
+    wait_for((marks / "in_hold").exists, "rank 0 held in step 2")
+    (marks / "hold").unlink()
+    # rank 1 waits in a collective (the save's last barrier, the publish's version broadcast)
+    assert Controller.current().inject_fault(trainer_procs(procs, 1, 2)._proc_ids[1], "kill")
+    fails_with_a_dead_rank(step)
+    wait_for(lambda: procs.slice(procs=slice(1, 3)).incarnations() == [1, 1]
+             and procs.slice(procs=slice(1, 3)).states() == ["alive", "alive"], "both ranks back")
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_killed_mid_checkpoint_leaves_the_previous_one_to_load(tmp_path):
+    marks, ck = tmp_path / "marks", tmp_path / "ck"
+    marks.mkdir()
+    with rm.this_host().spawn_procs(per_host={"procs": 3}, restart=rm.Restart(max_restarts=-1)) as procs:
+        buffer = procs.slice(procs=0).spawn("fixed_ck", FixedBuffer, [scored_items(5)])
+        trainer = trainer_procs(procs, 1, 2).spawn("held_ck", Held, config(ck, 2, group_timeout_s=900), buffer,
+                                                   MODEL, weights="held_ck", seed=0, marks=str(marks), where="save")
+        kill_rank0_held(procs, trainer, marks)
+        assert call_trainer(trainer, "state").get(timeout=60).step == 1  # the half-written step 2 is not loaded
+        assert call_trainer(trainer, "train", 4, 10.0).get(timeout=120).step == 2
+    assert sorted(p.name for p in ck.iterdir()) == ["step_00000001.dcp", "step_00000002.dcp"]
+    assert verify(ck / "step_00000002.dcp")["step"] == 2
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_killed_mid_publish_never_lets_a_version_repeat(tmp_path):
+    from rlmesh.actor import kv
+
+    marks, ck = tmp_path / "marks", tmp_path / "ck"
+    marks.mkdir()
+    with rm.this_host().spawn_procs(per_host={"procs": 3}, restart=rm.Restart(max_restarts=-1)) as procs:
+        buffer = procs.slice(procs=0).spawn("fixed_pub", FixedBuffer, [scored_items(6)])
+        trainer = trainer_procs(procs, 1, 2).spawn("held_pub", Held, config(ck, 2, group_timeout_s=900), buffer,
+                                                   MODEL, weights="held_pub", seed=0, marks=str(marks),
+                                                   where="publish")
+        kill_rank0_held(procs, trainer, marks)
+        # version 2 was reserved, never published; the replacement publishes step 1's weights past it
+        state = call_trainer(trainer, "state").get(timeout=60)
+        assert (state.step, state.policy_version) == (1, 3)
+        assert kv.get("rlmesh.rl/weights/held_pub/newest_version", timeout=0) == 3
+        after = call_trainer(trainer, "train", 4, 10.0).get(timeout=120)
+        assert (after.step, after.policy_version) == (2, 4)
