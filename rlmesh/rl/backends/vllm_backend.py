@@ -194,14 +194,16 @@ class VLLMBackend:
         from safetensors.torch import save_file  # deferred: comes with transformers (rlmesh[hf]); LoRA runs only
         from vllm.lora.request import LoRARequest  # deferred: optional vllm, as above
 
+        lora = self._lora
+        assert lora is not None  # only a LoRA engine loads adapters
         self._adapters += 1
         folder = Path(self._adapter_dir.name) / f"v{self._adapters}"
         folder.mkdir()
         tensors = {_peft_name(k): v.detach().contiguous().clone() for k, v in state_dict.items()}
         save_file(tensors, str(folder / "adapter_model.safetensors"))
         (folder / "adapter_config.json").write_text(json.dumps({
-            "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": self._lora.r, "lora_alpha": self._lora.alpha,
-            "lora_dropout": self._lora.dropout, "target_modules": list(self._lora.target_modules), "bias": "none",
+            "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": lora.r, "lora_alpha": lora.alpha,
+            "lora_dropout": lora.dropout, "target_modules": list(lora.target_modules), "bias": "none",
             "fan_in_fan_out": False, "base_model_name_or_path": None}))
         old = self._adapter
         self._adapter = LoRARequest(f"policy-{self._adapters}", self._adapters, str(folder))
