@@ -50,6 +50,12 @@ Run (both sides, interleaved: ``--seeds 0 1`` runs rlmesh then TRL for seed 0, T
     .venv/bin/python benchmarks/llm_vs_trl.py --steps 10 --prompts 8 --samples 4 --max-new-tokens 64
     .venv/bin/python benchmarks/llm_vs_trl.py --smoke     # 2 steps, 2 prompts, 8 tokens: ~2 minutes
 
+Measured on the shared 2-core machine (load 18-25 from other work), CPUs 0-1, 5 steps of 8 prompts x 4
+x 48 tokens, TRL on 1 torch thread: rlmesh 86.9 s/step (steady 67.1), TRL 85.1 (73.6): 1.02x, the
+target (0.5x) not met; held-out 0.133 -> 0.133 on both. rlmesh's sampler made 15.4 tokens/s against
+transformers' 44.9 on one thread, and generation bounds its loop (the trainer trains 0-2 informative
+groups of 8 a step and waits). At smoke size and load 9, TRL on 2 threads ran 3.5x slower than on 1.
+
 TRL is a benchmark-only dependency (``pip install -e '.[bench]'``, or ``pip install trl``: it keeps
 torch as installed). Without it the script still runs rlmesh's side and prints TRL's row as not
 installed, with the reason. Everything printed also goes to ``--json``.
@@ -152,7 +158,7 @@ def run_rlmesh(a: dict, cpus: list[int], timeout: float) -> dict:
             "gen_s": gen_s, "gen_calls": gen_calls, "gen_tokens": gen_tokens,
             # the generator's own count: tokens over seconds of sampling (its generate spans also hold weight pulls and scoring)
             "gen_tokens_per_s": summary.get("gen_tokens_per_s"), "gen_tokens_per_span_s": gen_tokens / max(gen_s, 1e-9),
-            "train_s": sum(d for _, _, d, _ in steps) - wait_s, "train_wait_s": wait_s,
+            "train_s": sum(d for _, _, d, _ in steps), "train_wait_s": wait_s,  # a step's duration holds its wait for a batch
             "trained_completion_tokens": trained[0], "trained_prompt_tokens": trained[1], "trained_rows": trained[2],
             "total_tokens_per_s": (trained[0] + trained[1]) / loop_s, "informative_fraction": informative,
             "heldout_before": before, "heldout_after": after,
@@ -501,7 +507,7 @@ def summarise(results: list[dict]) -> dict:
                      f"the fastest TRL, {fast['label']}), accuracy {'met' if acc_met else 'NOT met'} "
                      f"({fmt(m['heldout_after'], '.3f')} vs {fmt(best['heldout_after'], '.3f')}, {best['label']})")
         lines.append(f"  where the time goes: rlmesh generating {m['gen_s']:.0f} s ({m['gen_calls']} calls), training "
-                     f"{m['train_s']:.0f} s (+{m['train_wait_s']:.0f} s waiting for batches), version-0 eval "
+                     f"steps {m['train_s']:.0f} s (their buffer waits included; {m['train_wait_s']:.0f} s of buffer waits in all), version-0 eval "
                      f"{m['eval_s'].get('0', 0):.0f} s, inside a {m['loop_s']:.0f} s loop; informative fraction per "
                      f"step {' '.join(f'{x:.2f}' for x in m['informative_fraction'])}")
         for t in trls:
