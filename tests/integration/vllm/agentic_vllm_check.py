@@ -49,6 +49,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rlmesh-agentic-vllm-") as tmp:
         path = make_tiny_llama(os.path.join(tmp, "tiny"))
         _, tok = load_hf(str(path))
+        tok = tok.hf  # the transformers tokenizer itself (load_hf gives rlmesh's HFTokenizer around it)
         backend = VLLMBackend(path, enable_prefix_caching=True)
         stop = tok.encode("=", add_special_tokens=False)[-1]  # the tiny tokenizer knows digits, + and =
         encode = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
