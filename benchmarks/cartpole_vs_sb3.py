@@ -50,7 +50,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlmesh.recipes.recipe_config import ppo_cartpole
+from rlmesh.recipes.compose import compose
 from rlmesh.rl.ppo_core import train_ppo
 from rlmesh.rl.rollout import evaluate_greedy
 
@@ -83,7 +83,7 @@ def run_recipe(seed: int, eval_every: int, budget: int) -> dict:
 
 
 def run_rlmesh(seed: int, eval_every: int, budget: int, vectorization: str = "auto") -> dict:
-    recipe = ppo_cartpole()  # the tuned preset; see its docstring
+    recipe, _ = compose(["recipe=ppo_cartpole"])  # the tuned preset; see configs/recipe/ppo_cartpole.yaml
     recipe.trainer.total_steps = budget
     recipe.generator.seed = seed
     recipe.generator.vectorization = vectorization

@@ -1,5 +1,6 @@
 """Complete experiment configs: one dataclass per recipe, composed of the component
-configs of :mod:`rlmesh.rl.config`, plus the tuned presets the benchmarks measure.
+configs of :mod:`rlmesh.rl.config`. The tuned presets the benchmarks measure live in YAML
+only (``configs/recipe/*.yaml``; ``compose(["recipe=ppo_cartpole"])`` builds one).
 
 These are the Hydra schemas (registered by :mod:`rlmesh.recipes.config_store`): YAML under
 ``rlmesh/configs/`` only selects and overrides them. Cross-field checks ("impossible
@@ -157,21 +158,6 @@ class PPORecipeConfig:
               f"{self.generator.replicas * (self.buffer.max_policy_lag + 1)} rollouts, or rollouts are evicted unused")
         check(self.trainer.total_steps >= batch, "trainer.total_steps", self.trainer.total_steps,
               f"the budget must cover at least one train batch ({batch} env steps)")
-
-
-def ppo_cartpole() -> PPORecipeConfig:
-    """The tuned CartPole-v1 preset (``recipe=ppo_cartpole``), measured by
-    ``benchmarks/cartpole_vs_sb3.py``: rl-zoo's gamma/lambda and linear lr+clip decay, but
-    rollouts of 8 envs x 64 steps cut into 4 minibatches for 10 epochs at lr 2e-3
-    (40 gradient steps per 512 transitions, on 128-sample minibatches). The distributed
-    recipe generates one rollout ahead (``max_policy_lag=1``)."""
-    return PPORecipeConfig(
-        generator=GymGeneratorConfig(env_id="CartPole-v1", num_envs=8, num_steps=64),
-        trainer=PPOConfig(total_steps=100_000, lr=2e-3, anneal_lr=True, gamma=0.98, gae_lambda=0.8, update_epochs=10,
-                      num_minibatches=4, clip_coef=0.2, anneal_clip=True, entropy_coef=0.0),
-        buffer=BufferConfig(max_policy_lag=1),
-        eval=EvalConfig(every=2048, episodes=20, target=475.0),
-    )
 
 
 TASK_KINDS = ("addition", "dataset")
@@ -365,18 +351,3 @@ def check_llm_recipe(cfg: Any, group: str) -> None:
           "the SFT warm start is for the built-in transformer; use trainer.sft_steps=0 with model.path")
     if not cfg.launcher:  # local procs read it from this host; a pod may hold it in its image instead
         check_model_path(cfg.model.path, "model.path")
-
-
-def grpo_addition() -> GRPORecipeConfig:
-    """The measured CPU preset (``recipe=grpo_addition``): 1-2 digit addition, reversed answers,
-    500 SFT steps (held-out 0.77), then 400 GRPO steps of 128 prompts x 16 samples keeping at most
-    32 informative groups, lr 5e-4, the next batch generated while the current one trains
-    (``max_policy_lag=1``). Measured: held-out 0.77 -> 0.85 at step 100, 0.90 at step 250,
-    6 minutes in all on 2 shared cores (docs/recipes.md)."""
-    return GRPORecipeConfig(
-        generator=LLMGeneratorConfig(samples_per_prompt=16, max_new_tokens=4),
-        trainer=GRPOConfig(lr=5e-4, max_groups=32, sft_steps=500),
-        buffer=BufferConfig(max_policy_lag=1),
-        eval=EvalConfig(every=50, episodes=500, target=None),
-        steps=400, prompts_per_step=128,
-    )

@@ -3,18 +3,14 @@
 import pytest
 
 from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir
-from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig, grpo_addition, ppo_cartpole
+from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
 
 
-def test_presets_match_the_python_presets():
+def test_presets_compose_to_their_schemas():
     ppo, launcher = compose(["recipe=ppo_cartpole"])
     assert isinstance(ppo, PPORecipeConfig) and launcher == "local"
-    want = ppo_cartpole()
-    assert (ppo.generator, ppo.trainer, ppo.buffer, ppo.eval) == (want.generator, want.trainer, want.buffer, want.eval)
     grpo, _ = compose(["recipe=grpo_addition"])
     assert isinstance(grpo, GRPORecipeConfig)
-    want = grpo_addition()
-    assert (grpo.generator, grpo.trainer, grpo.task, grpo.steps) == (want.generator, want.trainer, want.task, want.steps)
 
 
 def test_overrides_reach_the_dataclasses():

@@ -7,8 +7,7 @@ import socket
 import pytest
 from omegaconf import OmegaConf
 
-from rlmesh.recipes.compose import RecipeConfigError
-from rlmesh.recipes.recipe_config import ppo_cartpole
+from rlmesh.recipes.compose import RecipeConfigError, compose
 from rlmesh.recipes.run_state import RECIPE_JSON, resume_config
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.errors import RunNotFoundError
@@ -27,7 +26,7 @@ def make_run(root, run_id, recipe=True, status="crashed", pid=999_999):
     (d / runs.RUN_JSON).write_text(json.dumps({"id": run_id, "status": status, "pid": pid,
                                                "host": socket.gethostname()}))
     if recipe:
-        cfg = OmegaConf.to_container(OmegaConf.structured(ppo_cartpole()))
+        cfg = OmegaConf.to_container(OmegaConf.structured(compose(["recipe=ppo_cartpole"])[0]))
         cfg["trainer"]["lr"] = 0.005
         (d / RECIPE_JSON).write_text(json.dumps({"program": "ppo", "launcher": "local", "generation": 0,
                                                   "config": OmegaConf.to_yaml(cfg)}))
@@ -96,7 +95,7 @@ def test_a_copied_run_resumes_the_copy_not_the_original(runs_dir, tmp_path):
 def test_a_finished_run_resumes_only_with_a_larger_budget(runs_dir):
     """Issue 11 item 15: resume of a run that finished silently trained more."""
     make_run(runs_dir, "20260101-000000-aaaa", status="ok")
-    budget = ppo_cartpole().trainer.total_steps
+    budget = compose(["recipe=ppo_cartpole"])[0].trainer.total_steps
     with pytest.raises(RecipeConfigError, match=f"already finished.*trainer.total_steps={budget}.*larger budget"):
         resume_config("latest", [])
     with pytest.raises(RecipeConfigError, match="already finished"):

@@ -54,7 +54,9 @@ def test_defaults_are_valid_and_every_field_is_documented():
             owner = next(k for k in cls.__mro__ if f.name in vars(k).get("__annotations__", {}))
             after = inspect.getsource(owner).split(f"    {f.name}:", 1)[1].split("\n", 2)[1].strip()
             assert after.startswith('"""'), f"{cls.__name__}.{f.name} has no docstring"
-    preset = R.ppo_cartpole()
+    from rlmesh.recipes.compose import compose
+
+    preset, _ = compose(["recipe=ppo_cartpole"])
     assert preset.generator.env_id == "CartPole-v1" and preset.trainer.gamma == 0.98
     assert C.PPOConfig().publish_every == 1  # algorithm configs extend TrainerConfig
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlmesh.rl.config import GymGeneratorConfig, PPOConfig
-from rlmesh.recipes.recipe_config import ppo_cartpole
+from rlmesh.recipes.compose import compose
 from rlmesh.rl.models import ActorCritic
 from rlmesh.rl.ppo_core import rollout_advantages, train_ppo
 from rlmesh.rl.rollout import RolloutCollector, concat_rollouts, evaluate_greedy, greedy_actor
@@ -73,7 +73,7 @@ def test_greedy_eval_of_a_scripted_controller():
 def test_ppo_learns_cartpole_quickly():
     untrained, _ = evaluate_greedy(greedy_actor(_collector().policy), "CartPole-v1", 10)
     assert untrained < 100
-    recipe = ppo_cartpole()
+    recipe, _ = compose(["recipe=ppo_cartpole"])
     recipe.trainer.total_steps = 30_000
     result = train_ppo(recipe.generator, recipe.trainer, seed=1, eval_every=2048, eval_episodes=10, target_return=450)
     assert result.solved_steps is not None and result.solved_steps <= 30_000, result.evals
