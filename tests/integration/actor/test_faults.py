@@ -8,6 +8,7 @@ import pytest
 
 import rlmesh as rm
 from rlmesh.actor import hooks
+from _support.waiting import wait_for
 from runtime_actors import BadInit, Counter
 
 pytestmark = pytest.mark.timeout(60)
@@ -19,13 +20,6 @@ def events():
     hooks.add_event_sink(got.append)
     yield got
     hooks.remove_event_sink(got.append)
-
-
-def wait_for(pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 def test_sigkill_fails_pending_and_later_calls(events):
@@ -70,7 +64,7 @@ def test_restart_recreates_actors_and_runs_on_restart(events):
         assert kinds[:4] == ["spawned", "died", "spawned", "restarted"]
         # the restart budget is spent: the next death is final
         os.kill(procs.pids[0], signal.SIGKILL)
-        wait_for(lambda: any(e.kind == "gave_up" and e.proc_mesh == procs.name for e in events))
+        wait_for(lambda: any(e.kind == "gave_up" and e.proc_mesh == procs.name for e in events), 10.0, "gave_up")
         with pytest.raises(rm.ActorDied):
             one.value.call_one().get(timeout=5)
 
@@ -129,8 +123,8 @@ def test_local_procs_beat_through_the_board_and_a_freeze_is_still_seen():
         rec = ctl.procs[f"{procs.name}.0"]
         assert rec.board_slot is not None and ctl._board.procs[rec.board_slot] is rec
         first = ctl._board.read()[rec.board_slot]
-        wait_for(lambda: ctl._board.read()[rec.board_slot] > first + 0.3)
-        wait_for(lambda: rec.last_hb >= first + 0.3)  # taken from the board: no message carried it
+        wait_for(lambda: ctl._board.read()[rec.board_slot] > first + 0.3, 10.0, "a newer heartbeat on the board")
+        wait_for(lambda: rec.last_hb >= first + 0.3, 10.0, "last_hb from the board")  # taken from the board: no message carried it
         c.freeze_soon.call_one(0.2).get(timeout=10)
         with pytest.raises(rm.ActorDied, match="heartbeat"):
             c.sleep.call_one(30).get(timeout=15)
@@ -148,7 +142,7 @@ def test_procs_off_the_board_beat_by_message_and_a_freeze_is_seen():
         rec = Controller.get().procs[f"{procs.name}.0"]
         assert rec.board_slot is None
         joined = rec.last_hb
-        wait_for(lambda: rec.last_hb > joined + 0.3)
+        wait_for(lambda: rec.last_hb > joined + 0.3, 10.0, "a newer heartbeat message")
         c.freeze_soon.call_one(0.2).get(timeout=10)
         with pytest.raises(rm.ActorDied, match="heartbeat"):
             c.sleep.call_one(30).get(timeout=15)
@@ -166,7 +160,7 @@ def test_a_callers_socket_to_a_dead_proc_is_closed_at_its_next_call(events):
         victim = get_client().directory[f"{procs.name}.1"].addr
         assert victim in bag.socks
         os.kill(procs.pids[1], signal.SIGKILL)
-        wait_for(lambda: any(e.kind == "died" and e.proc_mesh == procs.name for e in events))
+        wait_for(lambda: any(e.kind == "died" and e.proc_mesh == procs.name for e in events), 10.0, "the proc declared dead")
         c.slice(procs=0).incr.call_one().get(timeout=30)
         assert victim not in bag.socks
         assert get_client().directory[f"{procs.name}.0"].addr in bag.socks
@@ -200,9 +194,10 @@ def test_fault_injector_kills_or_hangs_on_schedule_and_restarts_recover(events, 
     with rm.this_host().spawn_procs(per_host={"procs": 2}, restart=rm.Restart(max_restarts=-1)) as procs:
         c = procs.spawn(f"chaos_{kind}", Counter)
         with FaultInjector(c, kind=kind, every_s=0.3, seed=3, max_faults=1) as inj:
-            wait_for(lambda: len(inj.injected) == 1, timeout=10)
+            wait_for(lambda: len(inj.injected) == 1, timeout=10, what="one injected fault")
         victim_rank = int(inj.injected[0].rsplit(".", 1)[1])
-        wait_for(lambda: any(e.kind == "restarted" and e.proc_mesh == procs.name for e in events), timeout=20)
+        wait_for(lambda: any(e.kind == "restarted" and e.proc_mesh == procs.name for e in events), timeout=20,
+                 what="the proc restarted")
         procs.wait_alive(timeout=20)
         assert c.incr.call().get(timeout=10).values() == [1, 1]
         mine = [e for e in events if e.proc_mesh == procs.name and e.rank == victim_rank]

@@ -19,6 +19,7 @@ import rlmesh as rm
 from rlmesh.actor import hooks
 from rlmesh.actor.controller import Controller
 from rlmesh.rl.resilience import Recovery, RunFailed
+from _support.waiting import wait_for
 from chaos_actors import Counter, SlowInit, StuckUntilKilled
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,13 +33,6 @@ def events():
     hooks.add_event_sink(got.append)
     yield got
     hooks.remove_event_sink(got.append)
-
-
-def wait_for(pred, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout}s"
-        time.sleep(0.02)
 
 
 def zombie_or_running(pid: int) -> bool:
@@ -109,7 +103,6 @@ def test_a_proc_that_cannot_start_is_not_retried():
 
 CONTROLLER = """
 import json, os, signal, sys, time
-sys.path.insert(0, {here!r})
 import rlmesh as rm
 from chaos_actors import Scribbler
 
@@ -132,7 +125,7 @@ def test_a_killed_controller_takes_every_worker_with_it_at_once_and_nothing_is_w
     """Before: workers got SIGTERM, ran ``on_stop`` (a trainer saves a checkpoint there) and lived on."""
     log = tmp_path / "scribble.log"
     script = tmp_path / "controller.py"
-    script.write_text(CONTROLLER.format(here=str(HERE), path=str(log)))
+    script.write_text(CONTROLLER.format(path=str(log)))
     env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE)])
     ctl = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
@@ -165,7 +158,7 @@ def test_a_proc_killed_for_a_silent_heartbeat_is_reaped_not_left_a_zombie(events
         assert host.launcher.wait_fork_server("zomb", 120)  # the replacement is forked: no Popen reaps for us
         old = procs.pids[0]
         os.kill(old, signal.SIGSTOP)
-        wait_for(lambda: any(e.kind == "died" and e.pid == old for e in events), what="the stopped proc declared dead")
+        wait_for(lambda: any(e.kind == "died" and e.pid == old for e in events), timeout=30.0, what="the stopped proc declared dead")
         died = next(e for e in events if e.kind == "died" and e.pid == old)
         assert "stopped" in died.reason and "heartbeat" in died.reason, died.reason
         wait_for(lambda: not zombie_or_running(old), timeout=5.0, what="the killed proc reaped")
@@ -186,7 +179,8 @@ def test_restart_budget_is_an_intensity_spaced_faults_survive_a_crash_loop_stops
         def kill_and_wait_death() -> float:
             pid, n = procs.pids[0], len([e for e in events if e.kind == "died" and e.proc_mesh == "budget"])
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: len([e for e in events if e.kind == "died" and e.proc_mesh == "budget"]) > n)
+            wait_for(lambda: len([e for e in events if e.kind == "died" and e.proc_mesh == "budget"]) > n, 30.0,
+                     "the killed proc declared dead")
             return time.monotonic()
 
         first = kill_and_wait_death()
@@ -196,7 +190,8 @@ def test_restart_budget_is_an_intensity_spaced_faults_survive_a_crash_loop_stops
         procs.wait_alive(60)  # a lifetime budget of 1 would have given up here
         assert c.incr.call_one().get(timeout=30) == 1
         kill_and_wait_death()  # a second death within the window: a crash loop, stop
-        wait_for(lambda: any(e.kind == "gave_up" and e.proc_mesh == "budget" for e in events), timeout=10)
+        wait_for(lambda: any(e.kind == "gave_up" and e.proc_mesh == "budget" for e in events), timeout=10,
+                 what="the supervisor giving up")
         assert procs.states() == ["failed"]
         gave_up = next(e for e in events if e.kind == "gave_up" and e.proc_mesh == "budget")
         assert f"within {window:g} s" in gave_up.reason, gave_up.reason

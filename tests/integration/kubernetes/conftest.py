@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,12 +19,11 @@ from typing import Any
 
 import pytest
 
+from control_plane import LIMITED_USER, ControlPlane, bin_dir, missing_binaries  # beside this file: pyproject's pythonpath
+from fake_kubelet import FakeKubelet
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-sys.path.insert(0, str(HERE))  # control_plane, fake_kubelet, k8s_actors
-
-from control_plane import LIMITED_USER, ControlPlane, bin_dir, missing_binaries  # noqa: E402
-from fake_kubelet import FakeKubelet  # noqa: E402
 
 NAMESPACE = "rlmesh-it"
 NODE = "rlmesh-fake-node"

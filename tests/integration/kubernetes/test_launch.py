@@ -20,6 +20,7 @@ from rlmesh.actor import hooks
 from rlmesh.telemetry import api as telemetry_api
 from rlmesh.launch.kubernetes import KubernetesCluster, KubernetesConfig, MeshResources
 from rlmesh.launch.kubernetes.manifests import run_selector, secret_name
+from _support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
 IMAGE = "rlmesh-test:local"  # the fake kubelet runs every image as this checkout's venv
@@ -38,16 +39,6 @@ def run_objects(k8s, run: str) -> list[str]:
     pods = k8s.core.list_namespaced_pod(k8s.namespace, label_selector=sel).items
     secrets = k8s.core.list_namespaced_secret(k8s.namespace, label_selector=sel).items
     return [f"pod/{p.metadata.name}" for p in pods] + [f"secret/{s.metadata.name}" for s in secrets]
-
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout}s"
-        time.sleep(0.1)
 
 
 def test_two_proc_mesh_serves_calls_through_pods(k8s):
@@ -310,8 +301,7 @@ def test_deleting_the_controller_pod_garbage_collects_the_run(k8s, events):
 
 
 CRASHING_CONTROLLER = textwrap.dedent("""
-    import os, sys
-    sys.path.insert(0, {here!r})
+    import os
     from rlmesh.launch.kubernetes import KubernetesCluster
     from k8s_actors import Probe
     cluster = KubernetesCluster(image="rlmesh-test:local", namespace={ns!r}, run="it-crash", kubeconfig={kc!r})
@@ -324,8 +314,9 @@ CRASHING_CONTROLLER = textwrap.dedent("""
 
 def test_cleanup_after_a_controller_crash_leaves_nothing(k8s):
     here = os.path.dirname(__file__)
-    code = CRASHING_CONTROLLER.format(here=here, ns=k8s.namespace, kc=str(k8s.plane.admin_kubeconfig))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    code = CRASHING_CONTROLLER.format(ns=k8s.namespace, kc=str(k8s.plane.admin_kubeconfig))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert "READY" in out.stdout, out.stderr[-3000:]
     left = run_objects(k8s, "it-crash")
     assert len([o for o in left if o.startswith("pod/")]) == 2 and "secret/rlmesh-it-crash-secret" in left

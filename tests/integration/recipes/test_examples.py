@@ -34,8 +34,8 @@ def test_rloo_example_trains_through_the_grpo_recipe(tmp_path):
     assert all("losses/loss" in json.loads(m) or "train/informative_fraction" in json.loads(m) for _, m in steps)
 
 
-def test_rloo_advantages_differ_from_grpo():
-    sys.path.insert(0, str(ROOT / "examples"))
+def test_rloo_advantages_differ_from_grpo(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
     import torch
     from rloo_addition import RLOOConfig
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import rlmesh as rm
+from _support.waiting import wait_for
 from agentic_tools import GatedCalculatorEnv, HangingToolEnv, ScriptedEnv, boom, connect, crash, hang, hog, where
 from rlmesh.rl.actors import ReplayBuffer
 from rlmesh.rl.actors.llm_generator import backend_kwargs_for
@@ -36,17 +37,6 @@ GEN = AgenticGeneratorConfig(samples_per_prompt=2, max_new_tokens=8, max_turns=3
 MODEL = TransformerConfig(vocab_size=TASK.tokenizer.vocab_size, max_seq_len=TASK.max_prompt_len() + GEN.max_episode_tokens,
                           d_model=32, n_layers=1, n_heads=2)
 DOC = Path(__file__).resolve().parents[3] / "docs" / "agentic.md"
-
-
-def wait_for(pred, timeout: float = 60.0, what: str = "condition", every: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
 
 
 @pytest.mark.timeout(120)
@@ -115,7 +105,7 @@ def test_env_proc_sigkilled_mid_episode_reissues_the_work_item_once(tmp_path):
                 pending.get()
             return len(glob.glob(f"{gate}.*")) == 4
 
-        wait_for(stepping, what="4 episodes waiting inside a step")
+        wait_for(stepping, 60.0, "4 episodes waiting inside a step")
         os.kill(procs.pids[1], signal.SIGKILL)
         with pytest.raises(rm.ActorDied) as died:
             pending.get(timeout=120)
@@ -146,7 +136,7 @@ def tool_run():
                    .get(timeout=120) for i in range(2)]
         rows = wait_for(lambda: rm.telemetry.query(
             f"SELECT count(DISTINCT rollout_id) AS n FROM turns WHERE rollout_id LIKE '{prefix}%'").to_pylist()[0]["n"]
-            == 16 or None, what="turns rows of 16 episodes")
+            == 16 or None, 60.0, "turns rows of 16 episodes")
         assert rows
         pub.close()
     return prefix, results

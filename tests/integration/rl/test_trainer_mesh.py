@@ -28,6 +28,7 @@ from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.models.transformer import Transformer
 from rlmesh.rl.placement import call_trainer, trainer_procs
 from rlmesh.rl.train.layout import newest, verify
+from _support.waiting import wait_for
 
 MODEL = TransformerConfig(vocab_size=16, max_seq_len=12, d_model=32, n_layers=2, n_heads=4)
 
@@ -181,13 +182,6 @@ def fails_with_a_dead_rank(step) -> None:
     pytest.fail("the step of a killed rank returned")
 
 
-def wait_for(cond, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.02)
-
-
 @pytest.mark.timeout(240)
 def test_a_killed_rank_restarts_the_whole_mesh_at_a_new_epoch_from_its_checkpoint(tmp_path):
     from rlmesh.actor import hooks, kv
@@ -210,7 +204,7 @@ def test_a_killed_rank_restarts_the_whole_mesh_at_a_new_epoch_from_its_checkpoin
             assert call_trainer(trainer, "train", 4, 10.0).get(timeout=120).step == 1  # checkpointed
             (marks / "open").unlink()
             step = call_trainer(trainer, "train", 4, 10.0)
-            wait_for((marks / "asked2").exists, "rank 0 samples step 2")
+            wait_for((marks / "asked2").exists, 120, "rank 0 samples step 2")
             # rank 0 waits on the buffer, rank 1 on rank 0's hand-off (a collective): kill rank 0
             rank0, rank1 = trainer_procs(procs, 1, 2)._proc_ids[1:3]
             killed_at = time.monotonic()
@@ -218,7 +212,7 @@ def test_a_killed_rank_restarts_the_whole_mesh_at_a_new_epoch_from_its_checkpoin
             fails_with_a_dead_rank(step)
             (marks / "open").touch()
             wait_for(lambda: procs.slice(procs=slice(1, 3)).incarnations() == [1, 1]
-                     and procs.slice(procs=slice(1, 3)).states() == ["alive", "alive"], "both ranks back")
+                     and procs.slice(procs=slice(1, 3)).states() == ["alive", "alive"], 120, "both ranks back")
             back_s = time.monotonic() - killed_at
             assert ("restart_requested", rank1, 0) in events and ("restarted", rank1, 1) in events
             assert kv.get(epoch_key(rank0), timeout=0) == kv.get(epoch_key(rank1), timeout=0) == 1
@@ -290,13 +284,13 @@ def kill_rank0_held(procs, trainer, marks: Path) -> None:
     assert call_trainer(trainer, "train", 4, 10.0).get(timeout=120).step == 1
     (marks / "hold").touch()
     step = call_trainer(trainer, "train", 4, 10.0)
-    wait_for((marks / "in_hold").exists, "rank 0 held in step 2")
+    wait_for((marks / "in_hold").exists, 120, "rank 0 held in step 2")
     (marks / "hold").unlink()
     # rank 1 waits in a collective (the save's last barrier, the publish's version broadcast)
     assert Controller.current().inject_fault(trainer_procs(procs, 1, 2)._proc_ids[1], "kill")
     fails_with_a_dead_rank(step)
     wait_for(lambda: procs.slice(procs=slice(1, 3)).incarnations() == [1, 1]
-             and procs.slice(procs=slice(1, 3)).states() == ["alive", "alive"], "both ranks back")
+             and procs.slice(procs=slice(1, 3)).states() == ["alive", "alive"], 120, "both ranks back")
 
 
 @pytest.mark.timeout(240)

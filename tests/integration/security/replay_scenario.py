@@ -13,13 +13,12 @@ import time
 
 import zmq
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import tap  # noqa: E402
-from replay_actors import Tally  # noqa: E402
+import tap  # beside this script, which python puts first on sys.path (and the workers inherit it)
+from replay_actors import Tally
 
-import rlmesh as rm  # noqa: E402
-from rlmesh.actor import hooks  # noqa: E402
-from rlmesh.telemetry import api  # noqa: E402
+import rlmesh as rm
+from rlmesh.actor import hooks
+from rlmesh.telemetry import api
 
 
 def wait_for(cond, timeout=60.0, what="condition"):

@@ -1,5 +1,0 @@
-import os
-import sys
-
-# Test actors live in runtime_actors.py next to this file; workers inherit sys.path from the controller.
-sys.path.insert(0, os.path.dirname(__file__))
