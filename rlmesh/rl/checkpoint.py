@@ -60,7 +60,8 @@ def name_for(step: int) -> str:
     return f"step_{step:08d}.pt"
 
 
-def _sha256(path: Path) -> tuple[str, int]:
+def sha256_of(path: Path) -> tuple[str, int]:
+    """SHA-256 (hex) and size of the file at ``path`` (a checkpoint's, or a shard's)."""
     h, n = hashlib.sha256(), 0
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -89,7 +90,7 @@ def write(path: Path, state: dict[str, Any], step: int, version: int) -> None:
         if isinstance(os_err, OSError) and os_err.errno is not None:
             raise OSError(os_err.errno, os.strerror(os_err.errno), str(path)) from exc
         raise
-    digest, size = _sha256(tmp)
+    digest, size = sha256_of(tmp)
     meta_path(path).unlink(missing_ok=True)
     os.replace(tmp, path)
     doc = json.dumps(dataclasses.asdict(CheckpointMeta(digest, size, step, version)))
@@ -111,7 +112,7 @@ def read(path: Path) -> dict[str, Any]:
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"checkpoint side file {meta_path(path)} is unreadable ({exc}); refusing {path}. "
                               f"{_set_aside(path)}") from exc
-    digest, size = _sha256(path)
+    digest, size = sha256_of(path)
     if digest != meta.sha256 or size != meta.bytes:
         raise CheckpointError(f"checkpoint {path} fails its checksum ({size} bytes, sha256 {digest[:12]}..., expected "
                               f"{meta.bytes} bytes, {meta.sha256[:12]}...): it is corrupt or was replaced; refusing "

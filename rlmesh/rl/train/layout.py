@@ -7,7 +7,6 @@ one-rank trainer finds its newest checkpoint of either kind without paying for t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh.rl import checkpoint
-from rlmesh.rl.checkpoint import CheckpointError
+from rlmesh.rl.checkpoint import CheckpointError, sha256_of
 
 SUFFIX = ".dcp"
 MANIFEST = "manifest.json"
@@ -26,16 +25,6 @@ _STEP = re.compile(r"step_(\d+)\.(pt|dcp)$")
 def name_for(step: int) -> str:
     """The directory name of step ``step``'s sharded checkpoint."""
     return f"step_{step:08d}{SUFFIX}"
-
-
-def sha256_of(path: Path) -> tuple[str, int]:
-    """SHA-256 (hex) and size of the file at ``path``."""
-    h, n = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            n += len(chunk)
-    return h.hexdigest(), n
 
 
 def verify(path: Path) -> dict[str, Any]:
