@@ -276,6 +276,7 @@ class TelemetryService:
     def _write_loop(self) -> None:
         every = settings.TELEMETRY_CHECKPOINT_S.get()
         next_checkpoint, dirty = time.monotonic() + every, False
+        failing = False  # the last checkpoint failed: said once, not every `every` seconds (a full disk stays full)
         while True:
             try:
                 items = [self._q.get(timeout=max(0.05, next_checkpoint - time.monotonic()))]
@@ -288,8 +289,15 @@ class TelemetryService:
                     try:
                         self.store.checkpoint()
                     except Exception:  # noqa: BLE001 - the rows are in the log; the next try may succeed
-                        logger.warning("telemetry: checkpoint of %s failed; retrying in %g s", self.db_path, every,
-                                       exc_info=True)
+                        if not failing:
+                            logger.warning("telemetry: checkpoint of %s failed; the rows stay in its write-ahead "
+                                           "log, and it is tried again every %g s", self.db_path, every,
+                                           exc_info=True)
+                        failing = True
+                    else:
+                        if failing:
+                            logger.info("telemetry: checkpoints of %s work again", self.db_path)
+                        failing = False
             # Coalesce for up to COALESCE_S (or COALESCE_ROWS): DuckDB appends one 1 M-row batch
             # ~1.7x faster than ten 100 k-row ones (each append is a commit), and rows still reach
             # the WAL well within the one-second durability promise.
