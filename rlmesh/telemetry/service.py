@@ -287,7 +287,7 @@ class TelemetryService:
                 if dirty:  # the log folded into the file: a torn log can cost at most `every` seconds of rows
                     dirty = False
                     try:
-                        self.store.checkpoint()
+                        done = self.store.checkpoint()
                     except Exception:  # noqa: BLE001 - the rows are in the log; the next try may succeed
                         if not failing:
                             logger.warning("telemetry: checkpoint of %s failed; the rows stay in its write-ahead "
@@ -295,9 +295,11 @@ class TelemetryService:
                                            exc_info=True)
                         failing = True
                     else:
-                        if failing:
+                        if not done:  # a live query's transaction is open, so DuckDB refuses now: next turn
+                            dirty = True
+                        elif failing:
                             logger.info("telemetry: checkpoints of %s work again", self.db_path)
-                        failing = False
+                            failing = False
             # Coalesce for up to COALESCE_S (or COALESCE_ROWS): DuckDB appends one 1 M-row batch
             # ~1.7x faster than ten 100 k-row ones (each append is a commit), and rows still reach
             # the WAL well within the one-second durability promise.

@@ -320,11 +320,17 @@ class Store:
         except OSError as exc:  # a full disk: the writes themselves fail and say so; this is the check's record
             logger.debug("telemetry: could not write %s: %s", durability.sidecar(self.path), exc)
 
-    def checkpoint(self) -> None:
-        """Fold the write-ahead log into the file: what a torn log can cost ends here."""
+    def checkpoint(self) -> bool:
+        """Fold the write-ahead log into the file: what a torn log can cost ends here. False when DuckDB
+        refuses for now because another transaction is open (a live query's cursor): nothing is lost,
+        the rows stay in the log, and the caller tries again later."""
         with self._lock:
-            self.con.execute("CHECKPOINT")
+            try:
+                self.con.execute("CHECKPOINT")
+            except duckdb.TransactionException:
+                return False
             self._private()
+        return True
 
     def close(self) -> None:
         with self._lock:
