@@ -119,33 +119,31 @@ class Recovery:
     async def wait_back(self, mesh: Any, error: BaseException, role: str) -> None:
         """After ``error`` from ``mesh`` (one replica or the trainer): return once every proc behind
         it serves again; raise :class:`RunFailed` if the supervisor gave up on one."""
+        await self._wait_procs(mesh, role, error, lambda recs: all(r.state == ProcState.ALIVE for r in recs),
+                               "no replacement serving")
+
+    async def wait_replaced(self, mesh: Any, before: list[int], error: BaseException) -> None:
+        """Wait until every proc of ``mesh`` runs a newer incarnation than ``before`` (in rank order) and
+        serves; :class:`RunFailed` when the supervisor gave up on one or none came within ``timeout_s``."""
+        await self._wait_procs(
+            mesh, "trainer", error,
+            lambda recs: all(r.incarnation > b and r.state == ProcState.ALIVE for r, b in zip(recs, before)),
+            "not every rank replaced")
+
+    async def _wait_procs(self, mesh: Any, role: str, error: BaseException, ready: Callable[[list[Any]], bool],
+                          missing: str) -> None:
+        """Poll ``mesh``'s proc records until ``ready(records)``; :class:`RunFailed` when the supervisor
+        gave up on one, or ``missing`` (what never came) after ``timeout_s``."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             recs = self._records(mesh)
             bad = next((r for r in recs if r.state in (ProcState.FAILED, ProcState.STOPPED)), None)
             if bad is not None:
                 raise self.failed(role, bad, error)
-            if all(r.state == ProcState.ALIVE for r in recs):
+            if ready(recs):
                 return
             if time.monotonic() > deadline:
-                raise RunFailed(f"{role} {mesh._name}: no replacement serving {self.timeout_s:.0f} s after "
-                                f"{short_error(error)} (run.recovery_timeout_s)", mesh=mesh._name,
-                                last_error=short_error(error))
-            await asyncio.sleep(self.poll_s)
-
-    async def wait_replaced(self, mesh: Any, before: list[int], error: BaseException) -> None:
-        """Wait until every proc of ``mesh`` runs a newer incarnation than ``before`` (in rank order) and
-        serves; :class:`RunFailed` when the supervisor gave up on one or none came within ``timeout_s``."""
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            recs = self._records(mesh)
-            bad = next((r for r in recs if r.state in (ProcState.FAILED, ProcState.STOPPED)), None)
-            if bad is not None:
-                raise self.failed("trainer", bad, error)
-            if all(r.incarnation > b and r.state == ProcState.ALIVE for r, b in zip(recs, before)):
-                return
-            if time.monotonic() > deadline:
-                raise RunFailed(f"trainer {mesh._name}: not every rank replaced {self.timeout_s:.0f} s after "
+                raise RunFailed(f"{role} {mesh._name}: {missing} {self.timeout_s:.0f} s after "
                                 f"{short_error(error)} (run.recovery_timeout_s)", mesh=mesh._name,
                                 last_error=short_error(error))
             await asyncio.sleep(self.poll_s)
