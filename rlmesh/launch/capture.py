@@ -32,7 +32,7 @@ from rlmesh import settings
 from rlmesh.actor.stdio import CAPTURE_DIR_ENV, CAPTURE_STDIO_ENV, FIFOS, NAMES_MARK, STACK_SIGNAL
 from rlmesh.launch import output
 from rlmesh.launch.echo import TerminalEcho, echo_enabled
-from rlmesh.launch.output import ProcLine, ProcMeta, StackDump, Stream
+from rlmesh.launch.output import ProcLine, ProcMeta, StackDump, OutputStream
 
 logger = logging.getLogger(__name__)
 
@@ -382,7 +382,7 @@ class OutputCapture:
             # could be any of them. Each line gets its own microsecond (the column's unit), in read
             # order, never at or before the proc's previous line; stamped mid-microsecond so the
             # float -> microseconds truncation keeps them apart.
-            stream = Stream.STDOUT if s.name == "out" else Stream.STDERR
+            stream = OutputStream.STDOUT if s.name == "out" else OutputStream.STDERR
             us = max(int(time.time() * 1e6), s.proc.last_us + 1)
             out = []
             for r in raws:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from rlmesh import settings
-from rlmesh.launch.output import ProcLine, Stream
+from rlmesh.launch.output import ProcLine, OutputStream
 
 FOLD_ENV = settings.LOG_FOLD_S.name
 ECHO_ENV = settings.ECHO.name
@@ -53,7 +53,7 @@ def rank_ranges(ranks: list[int]) -> str:
 class _Group:
     first: float
     mesh: str
-    stream: Stream
+    stream: OutputStream
     text: str
     ranks: list[int] = field(default_factory=list)
 
@@ -64,7 +64,7 @@ class TerminalEcho:
     def __init__(self, window: float | None = None, out: TextIO | None = None, err: TextIO | None = None):
         self.window = fold_window() if window is None else window
         self._out, self._err = out, err
-        self._groups: dict[tuple[str, Stream, str], _Group] = {}
+        self._groups: dict[tuple[str, OutputStream, str], _Group] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._holding = threading.Event()  # set while a line is held: an idle echo thread sleeps until then
@@ -118,9 +118,9 @@ class TerminalEcho:
         out: list[str] = []
         err: list[str] = []
         for g in sorted(groups, key=lambda g: g.first):  # one write per stream per tick, not one per line
-            (out if g.stream == Stream.STDOUT else err).append(self._text(g.mesh, g.text, g.ranks))
-        self._write(Stream.STDOUT, "".join(out))
-        self._write(Stream.STDERR, "".join(err))
+            (out if g.stream == OutputStream.STDOUT else err).append(self._text(g.mesh, g.text, g.ranks))
+        self._write(OutputStream.STDOUT, "".join(out))
+        self._write(OutputStream.STDERR, "".join(err))
 
     @staticmethod
     def _text(mesh: str, text: str, ranks: list[int]) -> str:
@@ -128,13 +128,13 @@ class TerminalEcho:
         where = f"{mesh}[{rank_ranges(ranks)}]" + (f" x{n}" if n > 1 else "")
         return "".join(f"[{where}] {t}\n" for t in text.split("\n"))
 
-    def _print(self, mesh: str, stream: Stream, text: str, ranks: list[int]) -> None:
+    def _print(self, mesh: str, stream: OutputStream, text: str, ranks: list[int]) -> None:
         self._write(stream, self._text(mesh, text, ranks))
 
-    def _write(self, stream: Stream, text: str) -> None:
+    def _write(self, stream: OutputStream, text: str) -> None:
         if not text:
             return
-        target = (self._out or sys.stdout) if stream == Stream.STDOUT else (self._err or sys.stderr)
+        target = (self._out or sys.stdout) if stream == OutputStream.STDOUT else (self._err or sys.stderr)
         try:
             target.write(text)
             target.flush()

@@ -22,7 +22,7 @@ from typing import Callable
 logger = logging.getLogger(__name__)
 
 
-class Stream(enum.StrEnum):
+class OutputStream(enum.StrEnum):
     STDOUT = "stdout"
     STDERR = "stderr"
     LOG = "log"  # a Python logging record
@@ -46,7 +46,7 @@ class ProcLine:
 
     ts: float
     proc: ProcMeta
-    stream: Stream
+    stream: OutputStream
     message: str
     level: str | None = None
     logger: str | None = None
@@ -55,7 +55,7 @@ class ProcLine:
 
     def render(self) -> str:
         """The text a person sees for it (without the mesh/rank prefix)."""
-        if self.stream != Stream.LOG:
+        if self.stream != OutputStream.LOG:
             return self.message
         text = f"{self.level} {self.logger}: {self.message}"
         return f"{text}\n{self.exception}" if self.exception else text
@@ -133,12 +133,12 @@ def log_record_line(doc_text: str, proc: ProcMeta) -> ProcLine:
     """A ``log`` FIFO line (JSON, written by :class:`rlmesh.actor.stdio.PipeLogHandler`) as a :class:`ProcLine`."""
     try:
         doc = json.loads(doc_text)
-        return ProcLine(ts=float(doc["ts"]), proc=proc, stream=Stream.LOG, message=str(doc.get("msg", "")),
+        return ProcLine(ts=float(doc["ts"]), proc=proc, stream=OutputStream.LOG, message=str(doc.get("msg", "")),
                         level=doc.get("level"), logger=doc.get("logger"), exception=doc.get("exc"),
                         actor=doc.get("actor"))
     except (ValueError, KeyError, TypeError):
 
-        return ProcLine(ts=time.time(), proc=proc, stream=Stream.STDERR, message=doc_text)
+        return ProcLine(ts=time.time(), proc=proc, stream=OutputStream.STDERR, message=doc_text)
 
 
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):")

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from rlmesh.launch import output
 from rlmesh.launch.capture import ensure_echo
-from rlmesh.launch.output import ProcLine, ProcMeta, Stream
+from rlmesh.launch.output import ProcLine, ProcMeta, OutputStream
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class PodLogFollower(threading.Thread):
             if self.last_ts is not None and ts <= self.last_ts:
                 continue  # read before the stream was cut (a re-follow starts a little early)
             self.last_ts = ts
-            out.append(ProcLine(ts, self.meta, Stream.STDOUT, text))
+            out.append(ProcLine(ts, self.meta, OutputStream.STDOUT, text))
         if out:
             output.emit_lines(out)
 

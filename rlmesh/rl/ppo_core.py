@@ -28,13 +28,13 @@ from rlmesh.rl.algorithms.ppo import build_policy, make_optimizer, ppo_update, r
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
 from rlmesh.rl.rollout import RolloutCollector, evaluate_greedy, greedy_actor
 
-__all__ = ["TrainResult", "make_optimizer", "ppo_update", "rollout_advantages", "train_ppo"]
+__all__ = ["PPORunResult", "make_optimizer", "ppo_update", "rollout_advantages", "train_ppo"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainResult:
+class PPORunResult:
     """What :func:`train_ppo` reports: the eval curve and when the target was first hit."""
 
     evals: list[tuple[int, float, float]]
@@ -55,7 +55,7 @@ def train_ppo(
     eval_every: int = 2048,
     eval_episodes: int = 20,
     target_return: float | None = None,
-) -> TrainResult:
+) -> PPORunResult:
     """Train PPO in-process; evaluate greedily every ``eval_every`` env steps.
 
     Stops at ``ppo.total_steps`` or as soon as an evaluation reaches ``target_return``.
@@ -96,4 +96,4 @@ def train_ppo(
                 solved_total = time.perf_counter() - start
                 break
     collector.close()
-    return TrainResult(evals, solved_steps, solved_seconds, solved_total, policy)
+    return PPORunResult(evals, solved_steps, solved_seconds, solved_total, policy)

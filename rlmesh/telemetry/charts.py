@@ -34,7 +34,7 @@ _T0_US = ("(SELECT coalesce((SELECT min(epoch_us(start_ts)) FROM runs), "
           "(SELECT min(epoch_us(ts)) FROM rollouts), 0))")
 
 
-class Kind(StrEnum):
+class ChartKind(StrEnum):
     """How a chart is drawn."""
 
     LINE = "line"
@@ -58,7 +58,7 @@ class ChartSpec:
     x_label: str
     y_label: str
     page: Page = Page.RUN
-    kind: Kind = Kind.LINE
+    kind: ChartKind = ChartKind.LINE
     break_gaps: bool = True
     """Break lines where ``t`` jumps (a stall); off for axes where time does not run along x."""
     plot: bool = False
@@ -88,7 +88,7 @@ class ChartData:
 
     id: str
     title: str
-    kind: Kind
+    kind: ChartKind
     x_label: str
     y_label: str
     series: list[Series] = field(default_factory=list)
@@ -158,7 +158,7 @@ def to_chart(spec: ChartSpec, tbl: Any, series_prefix: str = "") -> ChartData:
             name = gname if gname and cname == "y" else (f"{gname} {cname}".strip() if gname else cname)
             sx = [x[i] for i in idx if vals[i] is not None]
             sy = [vals[i] for i in idx if vals[i] is not None]
-            if spec.break_gaps and t is not None and spec.kind != Kind.BAR:
+            if spec.break_gaps and t is not None and spec.kind != ChartKind.BAR:
                 st = [t[i] for i in idx if vals[i] is not None]
                 sx, sy = break_at_gaps(sx, sy, st)
             data.series.append(Series(f"{series_prefix}{name}", sx, sy))
@@ -239,7 +239,7 @@ CHARTS: tuple[ChartSpec, ...] = (
     ChartSpec("eval_env_steps", "evaluation (greedy) vs env steps",
               "SELECT env_steps AS x, value AS y, metric AS series, epoch(ts) - {t0} AS t FROM evals "
               "WHERE env_steps IS NOT NULL ORDER BY env_steps, ts",
-              "env steps trained", "eval metric", kind=Kind.LINE, plot=True),
+              "env steps trained", "eval metric", kind=ChartKind.LINE, plot=True),
     ChartSpec("reward_env_steps", "rollout episodic return vs env steps", _ROLLOUT_BINS,
               "env steps generated", "mean episodic return", plot=True, x="env_steps", y=("episodic return",)),
     ChartSpec("loss_env_steps", "training losses vs env steps",
@@ -263,14 +263,14 @@ CHARTS: tuple[ChartSpec, ...] = (
               "s AS (SELECT version // (SELECT w FROM w) AS b, min(version) AS x, avg(duration_s) * 1e3 AS sync_ms "
               "FROM weight_syncs GROUP BY b) SELECT coalesce(t.x, s.x) AS x, t.train_ms AS \"train step (ms)\", "
               "s.sync_ms AS \"weight sync (ms)\" FROM t FULL JOIN s USING (b) ORDER BY x",
-              "policy version", "milliseconds", kind=Kind.MARKERS, break_gaps=False, x_axis="policy_version"),
+              "policy version", "milliseconds", kind=ChartKind.MARKERS, break_gaps=False, x_axis="policy_version"),
     ChartSpec("throughput", "rollout throughput", _ROLLOUT_BINS,
               "seconds since run start", "env steps per second", x_axis="time", x="t", y=("env steps/s",)),
     ChartSpec("staleness", f"staleness: policy lag of the latest {STALENESS_WINDOW // 1000}k rollouts when made",
               "SELECT greatest(coalesce(t.policy_version, 0) - r.policy_version, 0) AS x, count(*) AS rollouts "
               "FROM (SELECT ts, policy_version FROM rollouts WHERE rowid > (SELECT max(rowid) FROM rollouts) - "
               f"{STALENESS_WINDOW}) r ASOF LEFT JOIN train_steps t ON r.ts >= t.ts GROUP BY 1 ORDER BY 1",
-              "trainer version minus rollout version", "rollouts", kind=Kind.BAR, break_gaps=False, x_axis="lag"),
+              "trainer version minus rollout version", "rollouts", kind=ChartKind.BAR, break_gaps=False, x_axis="lag"),
     ChartSpec("host_cpu", "host CPU", _time_binned("host_health", "cpu_pct", "host"),
               "seconds since run start", "CPU %", page=Page.HEALTH, x_axis="time"),
     ChartSpec("host_mem", "host memory in use", _time_binned("host_health", "mem_used_pct", "host"),
@@ -294,11 +294,11 @@ CHARTS: tuple[ChartSpec, ...] = (
               "r AS (SELECT max(ts) AS ts, sum(length) AS n FROM rollouts WHERE (SELECT count(*) FROM d) > 0 "
               "GROUP BY epoch_us(ts) // 100000), c AS (SELECT ts, sum(n) OVER (ORDER BY ts) AS env_steps FROM r) "
               "SELECT coalesce(c.env_steps, 0) AS x, d.y FROM d ASOF LEFT JOIN c ON d.ts >= c.ts ORDER BY d.ts",
-              "env steps generated", "proc", kind=Kind.MARKERS, break_gaps=False),
+              "env steps generated", "proc", kind=ChartKind.MARKERS, break_gaps=False),
     ChartSpec("proc_events", "proc events (deaths, restarts, injected faults)",
               "SELECT epoch(ts) - {t0} AS x, mesh || '[' || rank || '] ' || proc AS y, event AS series FROM actors "
               "WHERE event IN ('died', 'restarted', 'fault_injected', 'gave_up') ORDER BY ts",
-              "seconds since run start", "proc", page=Page.MESHES, kind=Kind.MARKERS, break_gaps=False,
+              "seconds since run start", "proc", page=Page.MESHES, kind=ChartKind.MARKERS, break_gaps=False,
               x_axis="time"),
 )
 """Every chart, in page order."""

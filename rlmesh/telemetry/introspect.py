@@ -80,7 +80,7 @@ def log_query(*, mesh: str | None = None, rank: int | None = None, proc: str | N
 
 
 @dataclass(frozen=True)
-class ProcState:
+class ProcSnapshot:
     proc: str
     mesh: str
     rank: int
@@ -105,9 +105,9 @@ FROM actors GROUP BY proc, mesh, rank ORDER BY mesh, rank
 """
 
 
-def procs(run_dir: Path) -> list[ProcState]:
+def procs(run_dir: Path) -> list[ProcSnapshot]:
     """Every proc of the run with its latest lifecycle event and restart count."""
-    return [ProcState(r["proc"], r["mesh"], r["rank"], r["host"], r["pid"], r["incarnation"], r["event"] or "",
+    return [ProcSnapshot(r["proc"], r["mesh"], r["rank"], r["host"], r["pid"], r["incarnation"], r["event"] or "",
                       r["restarts"]) for r in reader.query_run_dir(run_dir, PROCS_SQL).to_pylist()]
 
 

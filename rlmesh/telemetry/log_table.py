@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from rlmesh.launch.output import ProcLine, Stream
+from rlmesh.launch.output import ProcLine, OutputStream
 from rlmesh.telemetry import arrays
 from rlmesh.telemetry.columnar import const
 
@@ -37,7 +37,7 @@ def lines_table(lines: list[ProcLine]) -> pa.Table:
     s0 = streams[0]
     cols["stream"] = const(s0.value, n, pa.string()) if streams.count(s0) == n else arrays.array([s.value for s in streams], pa.string())
     cols["message"] = arrays.array([ln.message for ln in lines], pa.string())
-    if all(ln.stream is not Stream.LOG for ln in lines):  # stdout/stderr lines: no record fields
+    if all(ln.stream is not OutputStream.LOG for ln in lines):  # stdout/stderr lines: no record fields
         for name in RECORD_COLUMNS:
             cols[name] = pa.nulls(n, pa.string())
     else:

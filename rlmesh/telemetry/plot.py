@@ -32,7 +32,7 @@ def _draw(ax: Any, data: charts.ChartData, color: Any, label_prefix: str, styles
         xs = [float("nan") if v is None else v for v in s.x]
         ys = [float("nan") if v is None else v for v in s.y]
         style = styles[i % len(styles)]
-        marker = "o" if data.kind == charts.Kind.MARKERS or len([v for v in xs if v == v]) < 3 else None
+        marker = "o" if data.kind == charts.ChartKind.MARKERS or len([v for v in xs if v == v]) < 3 else None
         ax.plot(xs, ys, style, color=color, lw=1.5, marker=marker, ms=3, label=f"{label_prefix}{s.name}")
         drawn += 1
     return drawn

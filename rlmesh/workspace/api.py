@@ -26,12 +26,12 @@ from rlmesh.actor.shape import Shape
 from rlmesh.errors import ActorError
 from rlmesh.launch.forkserver import FRESH_IMPORTS_ENV
 from rlmesh.workspace.editable import EditableRoot, editable_roots
-from rlmesh.workspace.manifest import Kind, Manifest, build_manifest, with_extras
+from rlmesh.workspace.manifest import Kind, TreeManifest, build_manifest, with_extras
 from rlmesh.workspace.reload import ProcReload, ReloadMode, reload_changed
 from rlmesh.workspace.store import DEFAULT_STORE, ChunkStore
 from rlmesh.workspace.onesided import ChunkTransport, transport_from_env
 from rlmesh.workspace.serve import ChunkServer, source_lookup
-from rlmesh.workspace.transfer import Receiver, SyncStats
+from rlmesh.workspace.transfer import Receiver, WorkspaceSyncStats
 
 logger = logging.getLogger(__name__)
 _seq = iter(range(1, 1 << 30))
@@ -43,7 +43,7 @@ class _Pull:
     def __init__(self, rx: Receiver) -> None:
         self.rx = rx
         self.done = threading.Event()
-        self.stats: SyncStats | None = None
+        self.stats: WorkspaceSyncStats | None = None
         self.error = ""
         self.closed = False
 
@@ -91,9 +91,9 @@ class WorkspaceAgent(Actor):
     def wait(self) -> dict[str, Any]:
         pull = self._pull
         if pull is None:
-            return {**dataclasses.asdict(SyncStats()), "error": "RuntimeError: no pull was started on this host"}
+            return {**dataclasses.asdict(WorkspaceSyncStats()), "error": "RuntimeError: no pull was started on this host"}
         pull.done.wait()
-        return {**dataclasses.asdict(pull.stats or SyncStats()), "error": pull.error}
+        return {**dataclasses.asdict(pull.stats or WorkspaceSyncStats()), "error": pull.error}
 
     @endpoint
     def finish(self) -> None:
@@ -130,7 +130,7 @@ class HostSync:
 
     host: str
     dest: str
-    stats: SyncStats
+    stats: WorkspaceSyncStats
     reloads: list[ProcReload] = dataclasses.field(default_factory=list)
 
 
@@ -140,7 +140,7 @@ class _MeshState:
 
     agents: Any
     recs: list[Any]
-    last: dict[str, Manifest] = dataclasses.field(default_factory=dict)
+    last: dict[str, TreeManifest] = dataclasses.field(default_factory=dict)
 
 
 _meshes: dict[tuple[int, tuple[str, ...]], _MeshState] = {}
@@ -158,7 +158,7 @@ def _mesh_state(procs: Any) -> _MeshState:
     return st
 
 
-def _changed(old: Manifest | None, new: Manifest) -> list[str]:
+def _changed(old: TreeManifest | None, new: TreeManifest) -> list[str]:
     """Files added or different since ``old`` (all files when there was none)."""
     before = {e.path: e for e in old.entries} if old else {}
     return [e.path for e in new.entries if e.kind == Kind.FILE and before.get(e.path) != e]
@@ -255,7 +255,7 @@ class _Hop:
 
 
 def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: str, me: str, root: str,
-                manifest: Manifest, simulate_hosts: bool, store_dir: str, dest_root: str, run_id: str,
+                manifest: TreeManifest, simulate_hosts: bool, store_dir: str, dest_root: str, run_id: str,
                 timeout: float, transport: ChunkTransport = ChunkTransport.AUTO) -> list[HostSync]:
     """Start every host's pull along the chain (source -> host0 -> host1 ...) and wait for them all.
 
@@ -267,14 +267,14 @@ def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: 
     up = source
     for i, (host, ranks) in enumerate(hosts.items()):
         if host == me and not simulate_hosts:
-            out.append(HostSync(host, root, SyncStats(files=len(manifest.entries), transport="same-host")))
+            out.append(HostSync(host, root, WorkspaceSyncStats(files=len(manifest.entries), transport="same-host")))
             continue
         dest = os.path.join(dest_root, f"host-{i}" if simulate_hosts else "", run_id)
         store = os.path.join(store_dir, f"host-{i}") if simulate_hosts else store_dir
         try:
             addr = one(ranks[0]).start.call_one(up, store, dest, timeout, transport.value).get()
         except ActorError as exc:  # its proc died: the next host pulls from this one's upstream
-            out.append(HostSync(host, dest, SyncStats(error=f"{type(exc).__name__}: {exc}")))
+            out.append(HostSync(host, dest, WorkspaceSyncStats(error=f"{type(exc).__name__}: {exc}")))
             continue
         chain.append(_Hop(host, ranks, dest, up, addr))
         up = addr
@@ -282,7 +282,7 @@ def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: 
         try:
             st = one(hop.ranks[0]).wait.call_one().get()
         except ActorError as exc:
-            st = dataclasses.asdict(SyncStats(error=f"{type(exc).__name__}: {exc}"))
+            st = dataclasses.asdict(WorkspaceSyncStats(error=f"{type(exc).__name__}: {exc}"))
         if st["error"] and k + 1 < len(chain):  # died, or its pull failed: it will not serve the rest
             nxt = chain[k + 1]
             nxt.upstream = hop.upstream
@@ -292,7 +292,7 @@ def _feed_chain(hosts: dict[str, list[int]], one: Callable[[int], Any], source: 
                 one(nxt.ranks[0]).relink.call_one(hop.upstream).get()
             except ActorError:
                 pass  # that one died too: its own wait reports it, and relinks the next
-        out.append(HostSync(hop.host, hop.dest, SyncStats(**st)))
+        out.append(HostSync(hop.host, hop.dest, WorkspaceSyncStats(**st)))
     for hop in chain:
         try:
             one(hop.ranks[0]).finish.call_one().get()

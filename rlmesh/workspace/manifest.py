@@ -3,7 +3,7 @@
 Why a manifest: a receiver compares chunk hashes with what its store holds and asks
 only for the rest, so a re-sync after a one-line edit moves one file's chunks. The
 same path checks run when the manifest is built (sending side) and when it is read
-(:meth:`Manifest.from_json`, receiving side): a manifest from a buggy or hostile
+(:meth:`TreeManifest.from_json`, receiving side): a manifest from a buggy or hostile
 peer cannot write outside the destination.
 """
 
@@ -43,7 +43,7 @@ class Entry:
 
 
 @dataclass
-class Manifest:
+class TreeManifest:
     entries: list[Entry] = field(default_factory=list)
     chunk_bytes: int = CHUNK_BYTES
 
@@ -67,7 +67,7 @@ class Manifest:
         return json.dumps({"chunk_bytes": self.chunk_bytes, "entries": rows}).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "Manifest":
+    def from_json(cls, data: bytes) -> "TreeManifest":
         """Parse and re-check every path (the receiving side's refusal of escaping paths)."""
         raw = json.loads(data)
         entries = []
@@ -192,7 +192,7 @@ _cache: dict[str, tuple[tuple[int, int, int, int], tuple[int, tuple[str, ...]]]]
 
 
 def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), defaults: bool = True,
-                   chunk_bytes: int = CHUNK_BYTES) -> Manifest:
+                   chunk_bytes: int = CHUNK_BYTES) -> TreeManifest:
     """Walk ``root`` (exclusions: ``DEFAULT_EXCLUDES``, ``exclude`` and the root ``.gitignore``).
 
     Files whose (size, mtime, inode) did not change since the last walk in this
@@ -243,14 +243,14 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     for e in entries:
         check_relpath(e.path)
     check_links(entries)
-    return Manifest(entries, chunk_bytes)
+    return TreeManifest(entries, chunk_bytes)
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def with_extras(main: Manifest, extras: list[tuple[str, Manifest]]) -> Manifest:
+def with_extras(main: TreeManifest, extras: list[tuple[str, TreeManifest]]) -> TreeManifest:
     """``main`` plus each extra tree under its prefix (``.rlmesh-editable/<dist>``), one manifest.
 
     The prefix's folders become directory entries, so a receiver creates them like any other."""
@@ -266,4 +266,4 @@ def with_extras(main: Manifest, extras: list[tuple[str, Manifest]]) -> Manifest:
                 made.add(d)
                 entries.append(Entry(d, Kind.DIR, 0o755))
         entries += [Entry(f"{prefix}/{e.path}", e.kind, e.mode, e.size, e.chunks, e.target) for e in m.entries]
-    return Manifest(entries, main.chunk_bytes)
+    return TreeManifest(entries, main.chunk_bytes)

@@ -1,7 +1,7 @@
 """One receiver as its own process: ``python -m rlmesh.workspace.node --upstream ADDR --store DIR --dest DIR``.
 
 Prints its own serve address (a downstream host dials it) as the first line, then
-one JSON line of :class:`SyncStats` when its pull is done, and keeps serving until
+one JSON line of :class:`WorkspaceSyncStats` when its pull is done, and keeps serving until
 stdin closes. Why a process: tests and ``benchmarks/workspace_sync.py`` simulate N
 hosts as N of these, each with its own store and destination. Needs ``RLMESH_SECRET``.
 """

@@ -19,7 +19,7 @@ import zmq
 
 from rlmesh.transport import Authenticator, AuthError, bind_channel, zmq_context
 from rlmesh.transport.sockets import tune
-from rlmesh.workspace.manifest import Kind, Manifest
+from rlmesh.workspace.manifest import Kind, TreeManifest
 from rlmesh.workspace.onesided_io import OneSidedError, Window, open_window
 from rlmesh.workspace.store import ChunkStore, CorruptChunkError
 
@@ -201,7 +201,7 @@ class ChunkServer:
             self._wake_push.close(0)
 
 
-def source_lookup(root: str, manifest: Manifest,
+def source_lookup(root: str, manifest: TreeManifest,
                   extra_roots: dict[str, str] | None = None) -> Callable[[str], bytes | None]:
     """Chunks of the controller's tree, read from the files themselves (no copy into a store).
 

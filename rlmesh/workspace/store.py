@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from rlmesh.workspace.manifest import Entry, Kind, Manifest, UnsafePathError, check_link, check_relpath
+from rlmesh.workspace.manifest import Entry, Kind, TreeManifest, UnsafePathError, check_link, check_relpath
 
 DEFAULT_STORE = os.path.join(os.path.expanduser("~"), ".cache", "rlmesh", "chunks")
 STATE_FILE = ".rlmesh-manifest.json"
@@ -188,7 +188,7 @@ def object_id(e: Entry) -> str:
     return hashlib.blake2b(f"{e.size}:{','.join(e.chunks)}".encode(), digest_size=32).hexdigest()
 
 
-def placement(manifest: Manifest, wanted: Iterable[str]) -> dict[str, tuple[str, int, int]]:
+def placement(manifest: TreeManifest, wanted: Iterable[str]) -> dict[str, tuple[str, int, int]]:
     """Where each of ``wanted`` (chunks to fetch) is written on arrival: ``hash -> (object id,
     offset, object size)`` for a chunk of a multi-chunk file (its first such place); chunks of
     one-chunk files only are absent (they are stored as chunk files, see :meth:`ChunkStore.put`)."""
@@ -204,7 +204,7 @@ def placement(manifest: Manifest, wanted: Iterable[str]) -> dict[str, tuple[str,
     return out
 
 
-def solo_modes(manifest: Manifest, placed: dict[str, tuple[str, int, int]]) -> dict[str, int]:
+def solo_modes(manifest: TreeManifest, placed: dict[str, tuple[str, int, int]]) -> dict[str, int]:
     """``hash -> mode`` for chunks that are the whole of a one-chunk file (the first such file in
     the manifest) and of no multi-chunk file (``placed``): stored with that file's mode, the file can
     take the chunk's inode as it is (:func:`materialise`)."""
@@ -249,7 +249,7 @@ class _Targets:
         self._parents.clear()
 
 
-def materialise(manifest: Manifest, store: ChunkStore, dest: str,
+def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
                 verified: set[str] | frozenset[str] = frozenset(),
                 stored_modes: dict[str, int] | None = None) -> MaterialiseResult:
     """Make ``dest`` match ``manifest`` from chunks in ``store`` (all must be present).
@@ -267,7 +267,7 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
     os.makedirs(dest, exist_ok=True)
     state = os.path.join(dest, STATE_FILE)
     try:
-        old = {e.path: e for e in Manifest.from_json(open(state, "rb").read()).entries}
+        old = {e.path: e for e in TreeManifest.from_json(open(state, "rb").read()).entries}
     except (OSError, ValueError, KeyError):
         old = {}
     res = MaterialiseResult()
@@ -347,7 +347,7 @@ def materialise(manifest: Manifest, store: ChunkStore, dest: str,
     return res
 
 
-def _links_stay_inside(manifest: Manifest, dest: str, root: str) -> None:
+def _links_stay_inside(manifest: TreeManifest, dest: str, root: str) -> None:
     """Every symlink of the tree, resolved on disk as it now stands (what this materialisation made
     included), must lead inside ``root``; one that does not is removed and refused. Why here too:
     the manifest's own check (:func:`~rlmesh.workspace.manifest.check_links`) sees only the tree's

@@ -26,7 +26,7 @@ import zmq
 
 from rlmesh.transport import Authenticator, AuthError, connect_channel, zmq_context
 from rlmesh.transport.sockets import tune
-from rlmesh.workspace.manifest import Kind, Manifest
+from rlmesh.workspace.manifest import Kind, TreeManifest
 from rlmesh.workspace.onesided import ChunkTransport, transport_from_env
 from rlmesh.workspace.onesided_io import OneSidedError, Puller, new_puller
 from rlmesh.workspace.serve import ChunkServer, HotChunks, store_lookup
@@ -43,7 +43,7 @@ class WorkspaceSyncError(RuntimeError):
 
 
 @dataclass
-class SyncStats:
+class WorkspaceSyncStats:
     """What one receiver did in one sync (a ``file_syncs`` row)."""
 
     files: int = 0
@@ -89,13 +89,13 @@ class Receiver:
             to, self._relink_to = self._relink_to, None
         return to
 
-    def pull(self, upstream: str, timeout: float = 60.0) -> SyncStats:
+    def pull(self, upstream: str, timeout: float = 60.0) -> WorkspaceSyncStats:
         """Fetch what the store lacks from ``upstream``, then materialise into ``dest``.
 
         ``timeout`` bounds the wait for *progress* (any reply), not the whole sync.
         """
         t0 = time.perf_counter()
-        st = SyncStats()
+        st = WorkspaceSyncStats()
         link = _Link(self._auth, upstream)
         puller: Puller | None = None
         try:
@@ -104,7 +104,7 @@ class Receiver:
                 mjson = self._next(link, st, timeout, lambda: link.ask({"op": "manifest"}))[0]
                 if mjson is not None:
                     break
-            manifest = Manifest.from_json(mjson)  # refuses escaping paths before anything is written
+            manifest = TreeManifest.from_json(mjson)  # refuses escaping paths before anything is written
             self.server.manifest_json = mjson
             self.server.arrived()
             sizes = manifest.chunk_sizes()
@@ -198,7 +198,7 @@ class Receiver:
         return st
 
     @staticmethod
-    def _attach(puller: Puller | None, head: dict, st: SyncStats, link: "_Link") -> Puller | None:
+    def _attach(puller: Puller | None, head: dict, st: WorkspaceSyncStats, link: "_Link") -> Puller | None:
         """The upstream's answer to our ``onesided`` request: READ from its window, or stay on TCP
         (a window opened that this host cannot use is closed, so upstream answers over TCP again)."""
         if puller is None:
@@ -217,7 +217,7 @@ class Receiver:
         puller.close()
         return None
 
-    def _next(self, link: "_Link", st: SyncStats, timeout: float,
+    def _next(self, link: "_Link", st: WorkspaceSyncStats, timeout: float,
               ask_again: Callable[[], None]) -> list[bytes | None]:
         """The next reply from upstream; ``[None, None]`` after switching to a new upstream (whose
         requests ``ask_again`` has sent). Raises when no reply came for ``timeout`` seconds."""

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from rlmesh.transport import Authenticator
-from rlmesh.workspace import ChunkStore, CorruptChunkError, Manifest, UnsafePathError, build_manifest
+from rlmesh.workspace import ChunkStore, CorruptChunkError, TreeManifest, UnsafePathError, build_manifest
 from rlmesh.workspace.manifest import Entry, Kind
 from rlmesh.workspace.serve import ChunkServer, source_lookup
 from rlmesh.workspace.transfer import Receiver
@@ -128,7 +128,7 @@ def test_corrupt_chunk_and_hostile_manifest_rejected(tmp_path):
         assert not (tmp_path / "dest" / "a.py").exists()
     finally:
         bad.close()
-    hostile = ChunkServer(Manifest([Entry("../escape.py", Kind.FILE, size=0)]).to_json(), lambda h: None)
+    hostile = ChunkServer(TreeManifest([Entry("../escape.py", Kind.FILE, size=0)]).to_json(), lambda h: None)
     try:
         with pytest.raises(UnsafePathError):
             rx.pull(hostile.addr, timeout=30)

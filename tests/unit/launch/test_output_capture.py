@@ -4,7 +4,7 @@ import io
 import time
 
 from rlmesh.launch.echo import TerminalEcho, rank_ranges
-from rlmesh.launch.output import ProcLine, ProcMeta, Stream, log_record_line, parse_faulthandler
+from rlmesh.launch.output import ProcLine, ProcMeta, OutputStream, log_record_line, parse_faulthandler
 
 DUMP = """Thread 0x00007f1ad67fc6c0 (most recent call first):
   File "/usr/lib/python3.11/re/__init__.py", line 166 in match
@@ -34,7 +34,7 @@ def test_rank_ranges():
     assert rank_ranges([4]) == "4"
 
 
-def _line(rank: int, text: str, stream: Stream = Stream.STDOUT) -> ProcLine:
+def _line(rank: int, text: str, stream: OutputStream = OutputStream.STDOUT) -> ProcLine:
     return ProcLine(time.time(), ProcMeta(f"p.{rank}", "p", rank, 0, "h"), stream, text)
 
 
@@ -43,7 +43,7 @@ def test_echo_folds_a_line_repeated_by_ranks_and_keeps_order():
     echo = TerminalEcho(window=60, out=out, err=err)  # long window: nothing prints until flush()
     for r in range(4):
         echo([_line(r, "loading model")])
-    echo([_line(2, "only me"), _line(1, "oops", Stream.STDERR)])
+    echo([_line(2, "only me"), _line(1, "oops", OutputStream.STDERR)])
     assert out.getvalue() == ""
     echo.close()
     assert out.getvalue() == "[p[0-3] x4] loading model\n[p[2]] only me\n"
@@ -69,7 +69,7 @@ def test_echo_prints_each_group_after_its_window_and_sleeps_in_between():
         assert _wait_for(lambda: out.getvalue() == "[p[0-1] x2] first\n")
         assert time.monotonic() - t0 >= 0.2  # held for the window, so other ranks could join
         assert _wait_for(lambda: not echo._holding.is_set())  # and asleep again once it is printed
-        echo([_line(3, "second", Stream.STDERR)])  # a line after the idle sleep still comes out
+        echo([_line(3, "second", OutputStream.STDERR)])  # a line after the idle sleep still comes out
         assert _wait_for(lambda: err.getvalue() == "[p[3]] second\n")
     finally:
         echo.close()
@@ -83,12 +83,12 @@ def test_echo_without_window_prints_at_once_and_renders_records():
                           ProcMeta("p.0", "p", 0, 0, "h"))
     echo([rec])
     assert err.getvalue() == "[p[0]] ERROR x: bad\n[p[0]] Traceback\n[p[0]] KeyError\n"
-    assert rec.stream == Stream.LOG and rec.exception == "Traceback\nKeyError"
+    assert rec.stream == OutputStream.LOG and rec.exception == "Traceback\nKeyError"
 
 
 def test_a_broken_log_line_is_kept_as_stderr_text():
     rec = log_record_line("not json", ProcMeta("p.0", "p", 0, 0, "h"))
-    assert rec.stream == Stream.STDERR and rec.message == "not json"
+    assert rec.stream == OutputStream.STDERR and rec.message == "not json"
 
 
 def test_pod_log_timestamps_are_split_from_the_text():

@@ -14,7 +14,7 @@ from rlmesh.launch.pod_logs import PodLogFollower
 META = ProcMeta("m.0", "m", 0, 0, "node")
 
 
-class Stream:
+class OutputStream:
     def __init__(self, lines: list[str]):
         self.data = "".join(f"{ln}\n" for ln in lines).encode()
 
@@ -36,9 +36,9 @@ class ScriptedLogAPI:
     def read_namespaced_pod_log(self, pod, namespace, **kw):
         self.calls.append(kw)
         if len(self.calls) == 1:
-            return Stream(["2026-12-03T10:00:00.000000001Z one", "2026-12-03T10:00:01.000000001Z two"])
+            return OutputStream(["2026-12-03T10:00:00.000000001Z one", "2026-12-03T10:00:01.000000001Z two"])
         self.ended.set()
-        return Stream(["2026-12-03T10:00:01.000000001Z two", "2026-12-03T10:00:02.000000001Z three"])
+        return OutputStream(["2026-12-03T10:00:01.000000001Z two", "2026-12-03T10:00:02.000000001Z three"])
 
 
 def test_a_cut_stream_is_followed_again_without_repeating_lines():
@@ -74,7 +74,7 @@ class NoLogYetAPI:
         self.log_calls += 1
         if self.deleted or self.log_calls == 1:
             raise NotFound("the server could not find the requested resource (pods/log)")
-        return Stream(["2026-12-03T10:00:00.000000001Z hello"])
+        return OutputStream(["2026-12-03T10:00:00.000000001Z hello"])
 
     def read_namespaced_pod(self, pod, namespace, **kw):
         if self.deleted:

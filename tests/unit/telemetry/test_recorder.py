@@ -151,15 +151,15 @@ def test_numpy_scalars_are_accepted_and_stored_as_plain_numbers(rec):
 
 def test_a_read_of_output_lines_becomes_one_logs_batch_typed_as_the_catalog_says(rec):
     """Lines queued by reads become one columnar batch per tick: per-line ts, meta and record fields, declared types."""
-    from rlmesh.launch.output import ProcLine, ProcMeta, Stream
+    from rlmesh.launch.output import ProcLine, ProcMeta, OutputStream
     from rlmesh.telemetry import schema
     from rlmesh.telemetry.logs import lines_table
 
     r, sink = rec
     a, b = ProcMeta("gen.0", "gen", 0, 2, "h1", 41), ProcMeta("gen.1", "gen", 1, 0, "h1", None)
-    out = [ProcLine(100.0000015, a, Stream.STDOUT, "step 1"), ProcLine(100.0000025, a, Stream.STDOUT, "step 2")]
-    mixed = [ProcLine(101.0, a, Stream.STDERR, "oops"),
-             ProcLine(102.0, b, Stream.LOG, "bad", level="ERROR", logger="user", exception="Traceback", actor="gen[1]")]
+    out = [ProcLine(100.0000015, a, OutputStream.STDOUT, "step 1"), ProcLine(100.0000025, a, OutputStream.STDOUT, "step 2")]
+    mixed = [ProcLine(101.0, a, OutputStream.STDERR, "oops"),
+             ProcLine(102.0, b, OutputStream.LOG, "bad", level="ERROR", logger="user", exception="Traceback", actor="gen[1]")]
     r.record_trusted_items("logs", out, lines_table)
     r.record_trusted_items("logs", mixed, lines_table)
     r.flush()

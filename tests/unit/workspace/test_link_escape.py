@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from rlmesh.workspace import ChunkStore, Manifest, UnsafePathError, build_manifest, materialise
+from rlmesh.workspace import ChunkStore, TreeManifest, UnsafePathError, build_manifest, materialise
 from rlmesh.workspace.manifest import Entry, Kind
 from rlmesh.workspace.store import STATE_FILE
 
@@ -32,11 +32,11 @@ def test_the_sender_refuses_a_chain_of_links_that_leads_out(tmp_path):
 ], ids=["through-a-link", "link-made-later", "inside-a-linked-folder"])
 def test_the_receiver_refuses_a_hostile_manifest_before_writing(tmp_path, entries):
     with pytest.raises(UnsafePathError, match="outside the workspace root"):
-        Manifest.from_json(Manifest(entries).to_json())
+        TreeManifest.from_json(TreeManifest(entries).to_json())
 
 
 def test_a_loop_of_links_is_not_an_escape():
-    Manifest.from_json(Manifest([Entry("a", Kind.SYMLINK, target="b"), Entry("b", Kind.SYMLINK, target="a")]).to_json())
+    TreeManifest.from_json(TreeManifest([Entry("a", Kind.SYMLINK, target="b"), Entry("b", Kind.SYMLINK, target="a")]).to_json())
 
 
 def _dest_with_an_escaping_link(tmp_path):
@@ -45,7 +45,7 @@ def _dest_with_an_escaping_link(tmp_path):
     dest = outside / "dest"
     dest.mkdir(parents=True)
     os.chmod(outside, 0o755)
-    old = Manifest([Entry("esc", Kind.SYMLINK, 0o777, target="..")])
+    old = TreeManifest([Entry("esc", Kind.SYMLINK, 0o777, target="..")])
     os.symlink("..", dest / "esc")
     (dest / STATE_FILE).write_bytes(old.to_json())
     return outside, dest
@@ -53,7 +53,7 @@ def _dest_with_an_escaping_link(tmp_path):
 
 def test_a_folder_replacing_a_link_never_changes_a_mode_outside(tmp_path):
     outside, dest = _dest_with_an_escaping_link(tmp_path)
-    materialise(Manifest([Entry("esc", Kind.DIR, 0o777)]), ChunkStore(str(tmp_path / "store")), str(dest))
+    materialise(TreeManifest([Entry("esc", Kind.DIR, 0o777)]), ChunkStore(str(tmp_path / "store")), str(dest))
     assert stat.S_IMODE(os.stat(outside).st_mode) == 0o755
     assert not os.path.islink(dest / "esc") and stat.S_IMODE(os.stat(dest / "esc").st_mode) == 0o777
 
@@ -65,6 +65,6 @@ def test_a_link_is_resolved_against_what_is_on_disk(tmp_path):
     dest.mkdir()
     os.symlink(".", dest / "x")
     with pytest.raises(UnsafePathError, match=r"'l' -> 'x/\.\.' resolves to .* outside"):
-        materialise(Manifest([Entry("l", Kind.SYMLINK, 0o777, target="x/..")]), ChunkStore(str(tmp_path / "s")),
+        materialise(TreeManifest([Entry("l", Kind.SYMLINK, 0o777, target="x/..")]), ChunkStore(str(tmp_path / "s")),
                     str(dest))
     assert not os.path.lexists(dest / "l")

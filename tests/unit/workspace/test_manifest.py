@@ -1,10 +1,10 @@
-"""Manifest walk, exclusions, path refusal and materialisation from a store (pure filesystem, no sockets)."""
+"""TreeManifest walk, exclusions, path refusal and materialisation from a store (pure filesystem, no sockets)."""
 
 import os
 
 import pytest
 
-from rlmesh.workspace import ChunkStore, CorruptChunkError, Manifest, UnsafePathError, build_manifest, materialise
+from rlmesh.workspace import ChunkStore, CorruptChunkError, TreeManifest, UnsafePathError, build_manifest, materialise
 from rlmesh.workspace.manifest import Entry, Kind
 from rlmesh.workspace.store import solo_modes
 
@@ -45,9 +45,9 @@ def test_escaping_paths_refused_on_both_sides(tmp_path):
         build_manifest(str(tmp_path))
     for bad in ["../evil", "/etc/evil", "a/../../b"]:  # a hostile manifest, as a receiver reads it
         with pytest.raises(UnsafePathError):
-            Manifest.from_json(Manifest([Entry(bad, Kind.FILE)]).to_json())
+            TreeManifest.from_json(TreeManifest([Entry(bad, Kind.FILE)]).to_json())
     with pytest.raises(UnsafePathError):
-        Manifest.from_json(Manifest([Entry("l", Kind.SYMLINK, target="/etc")]).to_json())
+        TreeManifest.from_json(TreeManifest([Entry("l", Kind.SYMLINK, target="/etc")]).to_json())
 
 
 def fill(store, root, m):
