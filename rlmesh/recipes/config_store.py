@@ -36,8 +36,8 @@ from rlmesh.errors import ConfigError
 from rlmesh.recipes.agentic_config import AgenticRecipeConfig
 from rlmesh.recipes.recipe_config import GRPORecipeConfig, PPORecipeConfig
 from rlmesh.rl.agentic.config import AgenticGeneratorConfig
-from rlmesh.rl.algorithms.configs import A2CConfig, DAPOConfig, DQNConfig, ReplayConfig, RLOOConfig
-from rlmesh.rl.config import BufferConfig, GRPOConfig, GymGeneratorConfig, LLMGeneratorConfig, PPOConfig, RewardConfig
+from rlmesh.rl.algorithms.configs import builtin_modules
+from rlmesh.rl.config import BufferConfig, GymGeneratorConfig, LLMGeneratorConfig, RewardConfig
 
 logger = logging.getLogger(__name__)
 
@@ -45,14 +45,14 @@ SCHEMAS: dict[str, type] = {"ppo": PPORecipeConfig, "grpo": GRPORecipeConfig, "a
 """Recipe schemas by program name (``schema/<name>``)."""
 
 ROLE_CONFIGS: dict[str, dict[str, type]] = {
-    "trainer": {"ppo": PPOConfig, "grpo": GRPOConfig, "a2c": A2CConfig, "dqn": DQNConfig, "rloo": RLOOConfig,
-                "dapo": DAPOConfig},
+    "trainer": {},
     "generator": {"gym": GymGeneratorConfig, "llm": LLMGeneratorConfig, "agentic": AgenticGeneratorConfig},
     "reward": {"base": RewardConfig},
-    "buffer": {"replay": BufferConfig, "transitions": ReplayConfig},
+    "buffer": {"replay": BufferConfig},
 }
-"""The config classes rlmesh ships, by group and name (``trainer/ppo``). Add yours with
-:func:`store_role_config` (from an ``rlmesh.algorithms`` entry point)."""
+"""The role config classes of rlmesh's actors, by group and name (``generator/gym``). Algorithms are not
+listed: each built-in one registers itself from :mod:`rlmesh.rl.algorithms.configs` the way a plugin
+does (``register(cs)``), and yours with :func:`store_role_config` from an ``rlmesh.algorithms`` entry point."""
 
 ENTRY_POINT_GROUP = "rlmesh.algorithms"
 """Entry point group of algorithm plugins: each names ``register(cs: ConfigStore) -> None``."""
@@ -89,13 +89,16 @@ def schema_node(schema: type) -> Any:
 
 
 def register() -> ConfigStore:
-    """Idempotent: store every schema and role config, then load the ``rlmesh.algorithms`` plugins."""
+    """Idempotent: store every schema and role config, then every built-in algorithm's configs (each
+    config module's ``register(cs)``), then load the ``rlmesh.algorithms`` plugins, which call the same hook."""
     cs = ConfigStore.instance()
     for name, schema in SCHEMAS.items():
         cs.store(group="schema", name=name, node=schema_node(schema), package="_global_")
     for group, configs in ROLE_CONFIGS.items():
         for name, node in configs.items():
             store_role_config(cs, group, name, node)
+    for module in builtin_modules():
+        module.register(cs)
     load_plugins(cs)
     return cs
 
