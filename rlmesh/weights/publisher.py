@@ -18,6 +18,7 @@ import secrets
 import threading
 import time
 import weakref
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -135,7 +136,7 @@ class Publisher:
     def latest_version(self) -> int | None:
         return self._latest if self._latest >= 0 else None
 
-    def reserve(self, state_dict: Mapping[str, Any], *, wait: bool = False) -> None:
+    def reserve(self, state_dict: Mapping[str, Any], *, wait: bool = False, meta: dict[str, Any] | None = None) -> None:
         """Create the shared-memory slots versions of ``state_dict``'s layout will be written to, on a
         background thread, so the first publishes only copy.
 
@@ -144,8 +145,9 @@ class Publisher:
         When: right after the model is built; the reservation then overlaps the rest of
         start-up (optimiser, setup). :meth:`publish` waits for it if it is still running. A
         failure (a full ``/dev/shm``) is logged here and raised, with its fix, by ``publish``.
+        ``meta``: what :meth:`publish` will put into each manifest (the slots leave room for it).
         """
-        plan = plan_layout(self.name, 0, state_dict)
+        plan = replace(plan_layout(self.name, 0, state_dict), extra=dict(meta or {}))
         n = min(self.keep, 2)  # what the pool keeps in steady state: the newest, and one spare (keep >= 2)
 
         def run() -> None:
@@ -162,18 +164,23 @@ class Publisher:
         if wait:
             self._reserving.join()
 
-    def publish(self, state_dict: Mapping[str, Any], version: int) -> PublishStats:
-        """Write ``state_dict`` as ``version`` (must exceed the last one) and make it visible to readers."""
+    def publish(self, state_dict: Mapping[str, Any], version: int, *,
+                meta: dict[str, Any] | None = None) -> PublishStats:
+        """Write ``state_dict`` as ``version`` (must exceed the last one) and make it visible to readers.
+
+        ``meta``: JSON-able keys added to the version's manifest ``extra``, which readers decode
+        before they trust any byte (a rank's shard says there which part of the model it holds:
+        :mod:`rlmesh.weights.sharded`)."""
         if self._closed:
             raise RuntimeError(f"publisher {self.name!r} is closed")
         with self._publish_lock:
-            return self._publish(state_dict, int(version))
+            return self._publish(state_dict, int(version), dict(meta or {}))
 
-    def _publish(self, state_dict: Mapping[str, Any], version: int) -> PublishStats:
+    def _publish(self, state_dict: Mapping[str, Any], version: int, meta: dict[str, Any]) -> PublishStats:
         t0 = time.perf_counter()
         if version <= self._latest:
             raise ValueError(f"versions are monotonic: {version} after {self._latest} for {self.name!r}")
-        plan = plan_layout(self.name, version, state_dict)
+        plan = replace(plan_layout(self.name, version, state_dict), extra=meta)  # the slot leaves room for it
         if self._reserving is not None:  # slots being reserved ahead: use them rather than make more
             self._reserving.join()
             self._reserving = None
@@ -183,7 +190,7 @@ class Publisher:
             sums = [_write_value(data[e.offset : e.offset + e.nbytes], state_dict[e.key]) for e in plan.entries]
             copied = time.perf_counter()
             extra = self._cuda_write(slot, plan, state_dict)
-            manifest = with_checksums(plan, sums, version, extra)
+            manifest = with_checksums(plan, sums, version, {**meta, **extra})
         except BaseException:
             self.pool.abort(slot)
             raise

@@ -26,6 +26,7 @@ from rlmesh.weights.directory import Directory, default_directory, publisher_key
 from rlmesh.weights.errors import StateDictMismatchError, TransportUnavailableError, WeightSyncError
 from rlmesh.weights.rdma import RdmaReader
 from rlmesh.weights.selection import CHOICES, Transport, select_transport
+from rlmesh.weights.shard_reader import ShardSetReader
 from rlmesh.weights.shm import ShmReader
 from rlmesh.weights.slots import quiet_readonly
 from rlmesh.weights.stats import SyncStats, Version, record_sync
@@ -62,7 +63,7 @@ class Subscriber:
         except KeyError:
             raise WeightSyncError(f"no publisher of {self.name!r} appeared within {timeout:.0f}s; "
                                   f"create rm.weights.Publisher({self.name!r}) in the trainer first") from None
-        ident = (rec.get("pid"), rec.get("ctl"), rec.get(Transport.TCP))
+        ident = (rec.get("pid"), rec.get("ctl"), rec.get(Transport.TCP), rec.get("set"))
         if ident != self._seen:
             self._drop_readers()  # a new (or restarted) publisher: reconnect
             self._seen = ident
@@ -80,6 +81,11 @@ class Subscriber:
     def _transport(self, want_cuda: bool, timeout: float) -> ReaderTransport:
         cached = self._record is not None
         rec = self._record or self._lookup(timeout)
+        if rec.get("shards"):  # every rank of a trainer mesh publishes its part: read them all at once
+            if "sharded" not in self._readers:
+                self._readers["sharded"] = ShardSetReader(rec, self.directory, lambda r: self._rank_reader(r, want_cuda),
+                                                          self.timeout)
+            return self._readers["sharded"]
         if cached and rec.get("host") == this_host() and rec.get("ctl") and not os.path.exists(rec["ctl"]):
             # a same-host publisher whose control file vanished died or was restarted: find its
             # successor, rather than fall back to its (dead) TCP address and wait out a timeout
@@ -100,6 +106,12 @@ class Subscriber:
                 self._logged.add(kind)
                 logger.info("weights %r: reading over %s (%s)", self.name, kind, why)
         return self._readers[kind]
+
+    def _rank_reader(self, rec: dict[str, Any], want_cuda: bool) -> ReaderTransport:
+        """The reader of one rank's publisher of a sharded set, chosen as for any publisher."""
+        kind, why = select_transport(rec, self.forced, want_cuda, this_host())
+        logger.debug("weights %r: reading %s over %s (%s)", self.name, rec.get("name"), kind, why)
+        return self._make(kind, rec)
 
     @staticmethod
     def _make(kind: str, rec: dict[str, Any]) -> ReaderTransport:
