@@ -1,59 +1,46 @@
-"""Telemetry claims from issue 3, measured in one run on this machine.
+"""Telemetry claims, measured in one run on this machine, each against its floor in the same rounds.
 
-    .venv/bin/python benchmarks/telemetry.py [--quick]
+    .venv/bin/python benchmarks/telemetry.py [--rounds 5] [--json telemetry.json]   # --smoke: a few seconds
 
-Prints, with the baseline measured in the same run:
-  1. DuckDB's own bulk append rate for rollouts rows (Arrow scan INSERT; the floor)
-     and, for scale, ``executemany``;
-  2. rlmesh end-to-end ingest from 4 actors (record() per row, and record_batch),
-     from the first call until the rows are in the file, as a ratio of (1);
-  3. the cost of one ``record()`` in the caller (µs);
-  4. a 1 ms endpoint called in a loop with and without span recording;
-  5. a GROUP BY over 10 M ``rollouts`` rows, live (through the service) and from the file.
-Targets (issue 3): ingest >= 0.5x floor; record() <= 5 µs; spans <= +5 %; group-by < 1 s.
-Then benchmarks/observe.py (issue 14): log capture overhead, stacks of 8 procs, MCP round trip.
+Prints, with the baseline measured in the same run, rounds interleaved (floor, subject; the order
+alternating), the median and p90 of the per-round ratios:
+  1. ingest: 4 actors ``record_batch`` their rows until the rows are in the file, against DuckDB's
+     own Arrow-scan append (``INSERT INTO rollouts BY NAME``, what the service runs) of the same
+     rows into a file of its own, in this process; and the same with one ``record()`` per row;
+  2. the cost of one ``record()`` in the caller against a plain append of the same row to a list
+     (a function call with the same keyword arguments: the least any record call can cost);
+  3. a 1 ms endpoint called in a loop with and without span recording;
+  4. a GROUP BY over ``rollouts``, live (through the service) and from the file.
+Targets (issue 40): ingest >= 0.7x DuckDB's append; record() <= 2x a plain append; spans <= +5 %.
+Without ``--smoke``, then benchmarks/observe.py: log capture overhead, stacks of 8 procs, MCP round trip.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 
 os.environ.setdefault("RLMESH_RUNS_DIR", tempfile.mkdtemp(prefix="rlmesh-bench-runs-"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from _common import Report, add_common_args, banner, interleave  # noqa: E402
 
 import rlmesh as rm  # noqa: E402
 from rlmesh.telemetry import schema  # noqa: E402
 from rlmesh.telemetry.columnar import TS_TYPE  # noqa: E402
 
-QUICK = "--quick" in sys.argv
-ROWS_PER_ACTOR = 50_000 if QUICK else 200_000
-GROUPBY_ROWS = 2_000_000 if QUICK else 10_000_000
 ENV_NAMES = ["cartpole", "pendulum", "gsm8k", "math"]
+ACTORS = 4
 # Workers exit after 10 s without a control message, and the controller sends none while
-# calls go peer to peer (runtime issue, reported); phases here can be longer than that.
+# calls go peer to peer; phases here can be longer than that.
 KEEPALIVE = {"RLMESH_CONTROLLER_TIMEOUT_S": "600"}
-
-
-def machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    import zmq
-
-    return (f"python {platform.python_version()} | duckdb {duckdb.__version__} | pyarrow {pa.__version__} | "
-            f"pyzmq {zmq.__version__} | rlmesh {rm.__version__}\n"
-            f"{platform.system()} {platform.release()} | {os.cpu_count()} CPUs ({cpu}) | load {os.getloadavg()[0]:.1f}")
 
 
 def rollout_columns(n: int, seed: int = 0) -> dict[str, np.ndarray | list]:
@@ -68,49 +55,33 @@ def rollout_columns(n: int, seed: int = 0) -> dict[str, np.ndarray | list]:
     }
 
 
-def full_rollouts_table(n: int) -> pa.Table:
-    cols = rollout_columns(n)
+def full_rollouts_table(n: int, seed: int = 0) -> pa.Table:
+    """The rows as the service appends them: the automatic columns plus the producer's."""
+    cols = rollout_columns(n, seed)
     auto = {"run_id": pa.array(["bench"] * n), "ts": pa.array(np.full(n, time.time_ns() // 1000), type=TS_TYPE),
             "mesh": pa.array(["gen"] * n), "rank": pa.array(np.zeros(n, dtype=np.int64)),
             "proc": pa.array(["gen.0"] * n), "host": pa.array(["h"] * n)}
     return pa.table({**auto, **cols})
 
 
-def bench_floor(n: int) -> dict[str, float]:
-    """DuckDB alone, same rows, same kind of file; the best of two tries each.
+class Floor:
+    """DuckDB alone appending the same rows to a file of its own: the statement the service runs
+    (``INSERT INTO rollouts BY NAME SELECT * FROM batch``), one per actor batch, prebuilt tables."""
 
-    ``file_one``: one n-row Arrow-scan INSERT; ``file_100k``: 100 k-row INSERTs (each a commit);
-    ``memory``: one INSERT into an in-memory database (no disk; for scale only);
-    ``executemany``: row-by-row parameters (for scale only).
-    """
-    tbl = full_rollouts_table(n)
-    out: dict[str, float] = {}
+    def __init__(self, per_actor: int, chunk: int) -> None:
+        self.dir = tempfile.mkdtemp(prefix="rlmesh-bench-floor-")
+        self.con = duckdb.connect(os.path.join(self.dir, "floor.duckdb"))
+        self.con.execute(schema.builtin_ddl(schema.BUILTIN["rollouts"]))
+        self.parts = [full_rollouts_table(chunk, seed=a) for a in range(ACTORS)] * max(1, per_actor // chunk)
 
-    def timed(key: str, path: str, batch: int) -> None:
-        con = duckdb.connect(path)
-        con.execute(schema.builtin_ddl(schema.BUILTIN["rollouts"]))
+    def round(self) -> float:
         t0 = time.perf_counter()
-        for off in range(0, n, batch):
-            part = tbl.slice(off, batch)
-            con.register("part", part)
-            con.execute("INSERT INTO rollouts SELECT * FROM part")
-            con.unregister("part")
-        out[key] = max(out.get(key, 0.0), n / (time.perf_counter() - t0))
-        con.close()
-
-    with tempfile.TemporaryDirectory() as d:
-        for i in range(2):
-            timed("file_one", os.path.join(d, f"one{i}.duckdb"), n)
-            timed("file_100k", os.path.join(d, f"batched{i}.duckdb"), 100_000)
-            timed("memory", ":memory:", n)
-        con = duckdb.connect(os.path.join(d, "many.duckdb"))
-        con.execute(schema.builtin_ddl(schema.BUILTIN["rollouts"]))
-        params = [list(r.values()) for r in tbl.slice(0, 2000).to_pylist()]
-        t0 = time.perf_counter()
-        con.executemany(f"INSERT INTO rollouts VALUES ({', '.join('?' * len(tbl.column_names))})", params)
-        out["executemany"] = len(params) / (time.perf_counter() - t0)
-        con.close()
-    return out
+        for part in self.parts:
+            self.con.register("part", part)
+            self.con.execute("INSERT INTO rollouts BY NAME SELECT * FROM part")
+            self.con.unregister("part")
+        self.con.execute("CHECKPOINT")  # the service's rows are in the file when counted; so are these
+        return sum(p.num_rows for p in self.parts) / (time.perf_counter() - t0)
 
 
 class Producer(rm.Actor):
@@ -124,18 +95,19 @@ class Producer(rm.Actor):
         return time.perf_counter() - t0
 
     @rm.endpoint
-    def batches(self, n: int, chunk: int = 50_000) -> float:
-        """Columns built once, outside the timing: the floor's table is prebuilt too."""
-        tbl = pa.table(rollout_columns(chunk, seed=rm.context().rank))
+    def batches(self, n: int, chunk: int) -> float:
+        """Columns built once, outside the timing: the floor's tables are prebuilt too."""
+        if getattr(self, "_chunk", None) is None or self._chunk.num_rows != chunk:
+            self._chunk = pa.table(rollout_columns(chunk, seed=rm.context().rank))
         t0 = time.perf_counter()
-        for _ in range(n // chunk):
-            rm.telemetry.record_batch("rollouts", tbl)
+        for _ in range(max(1, n // chunk)):
+            rm.telemetry.record_batch("rollouts", self._chunk)
         return time.perf_counter() - t0
 
     @rm.endpoint
     def spans(self, on: bool) -> bool:
         """Toggle span recording in this proc, so on/off are measured on the same process."""
-        from rlmesh.actor import hooks
+        from rlmesh.actor import hooks  # deferred: a worker-side internal, only this endpoint needs it
 
         if not hasattr(self, "_sink"):
             self._sink = hooks.span_sink()
@@ -150,36 +122,62 @@ class Producer(rm.Actor):
         return 0
 
 
-def wait_rows(target: int, timeout: float = 120) -> float:
+def count_rows() -> int:
+    return int(rm.telemetry.query("SELECT count(*) AS n FROM rollouts").column("n")[0].as_py())
+
+
+def wait_rows(target: int, timeout: float = 300) -> float:
     deadline = time.time() + timeout
+    n = 0
     while time.time() < deadline:
-        n = rm.telemetry.query("SELECT count(*) AS n FROM rollouts").column("n")[0].as_py()
+        n = count_rows()
         if n >= target:
             return time.perf_counter()
-        time.sleep(0.02)
+        time.sleep(0.01)
     raise TimeoutError(f"only {n} of {target} rows arrived")
 
 
-def bench_ingest(actors: rm.ActorMesh, method: str, per_actor: int, already: int) -> float:
-    t0 = time.perf_counter()
-    getattr(actors, method).call(per_actor).get(timeout=300)
-    done = wait_rows(already + 4 * per_actor)
-    return 4 * per_actor / (done - t0)
+class Ingest:
+    """rlmesh's side of a round: 4 actors hand over their rows; the clock stops when all are in the file."""
+
+    def __init__(self, actors: rm.ActorMesh, method: str, per_actor: int, chunk: int) -> None:
+        self.actors, self.method, self.per_actor, self.chunk = actors, method, per_actor, chunk
+        self.rows = ACTORS * (max(1, per_actor // chunk) * chunk if method == "batches" else per_actor)
+
+    def round(self) -> float:
+        before = count_rows()
+        t0 = time.perf_counter()
+        args = (self.per_actor, self.chunk) if self.method == "batches" else (self.per_actor,)
+        getattr(self.actors, self.method).call(*args).get(timeout=300)
+        return self.rows / (wait_rows(before + self.rows) - t0)
 
 
-def bench_record_cost(n: int = 200_000) -> float:
+def record_vs_append(n: int, rounds: int) -> tuple[list[float], list[float]]:
+    """µs per ``record()`` and per plain append of the same row, rounds interleaved."""
     rec = rm.telemetry.record
-    best = []
-    for _ in range(3):
+    buf: list = []
+
+    def plain(table: str, /, **row: object) -> None:
+        buf.append((table, row))
+
+    def block(fn) -> float:
         t0 = time.perf_counter()
         for i in range(n):
-            rec("record_cost", reward=0.5, policy_version=i, length=17, env="cartpole", rollout_id="r")
-        best.append((time.perf_counter() - t0) / n * 1e6)
+            fn("record_cost", reward=0.5, policy_version=i, length=17, env="cartpole", rollout_id="r")
+        dt = (time.perf_counter() - t0) / n * 1e6
+        buf.clear()
+        return dt
+
+    def recorded() -> float:
+        dt = block(rec)
         rm.telemetry.flush()
-    return statistics.median(best)
+        return dt
+
+    block(plain), recorded()  # warm up: the table's types are learnt on its first row
+    return interleave(rounds, lambda: block(plain), recorded)
 
 
-def bench_spans(mesh: rm.ActorMesh, calls: int = 150, rounds: int = 16) -> tuple[float, float, list[float]]:
+def bench_spans(mesh: rm.ActorMesh, calls: int, rounds: int) -> tuple[list[float], list[float]]:
     point = mesh.slice(procs=0)
 
     def loop(on: bool) -> float:
@@ -191,15 +189,7 @@ def bench_spans(mesh: rm.ActorMesh, calls: int = 150, rounds: int = 16) -> tuple
         return (time.perf_counter() - t0) / calls * 1e3
 
     loop(True), loop(False)  # warm up
-    with_s, without_s = [], []
-    for i in range(rounds):  # interleaved on the same proc (order alternating), so noise hits both alike
-        first = i % 2 == 0
-        a = loop(first)
-        b = loop(not first)
-        with_s.append(a if first else b)
-        without_s.append(b if first else a)
-    ratios = sorted(w / o - 1 for w, o in zip(with_s, without_s))
-    return statistics.median(with_s), statistics.median(without_s), ratios
+    return interleave(rounds, lambda: loop(False), lambda: loop(True))
 
 
 def bench_groupby(n: int) -> tuple[float, float, int]:
@@ -225,40 +215,63 @@ def bench_groupby(n: int) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    print(f"# rlmesh telemetry benchmark{' (--quick)' if QUICK else ''}\n{machine()}\n")
-    fl = bench_floor(1_000_000 if not QUICK else 300_000)
-    floor = max(fl["file_one"], fl["file_100k"])
-    print(f"DuckDB floor, file, one Arrow-scan INSERT:          {fl['file_one']:12,.0f} rows/s")
-    print(f"DuckDB floor, file, 100k-row INSERTs:               {fl['file_100k']:12,.0f} rows/s")
-    print(f"  (for scale: in-memory DB {fl['memory']:,.0f} rows/s; executemany {fl['executemany']:,.0f} rows/s)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved floor/subject rounds per figure")
+    ap.add_argument("--rows", type=int, default=200_000, help="rows per actor per ingest round")
+    ap.add_argument("--groupby-rows", type=int, default=10_000_000)
+    ap.add_argument("--quick", action="store_true", help="50k rows per actor, 2 M group-by rows, 3 rounds")
+    add_common_args(ap)
+    args = ap.parse_args()
+    if args.quick:
+        args.rows, args.groupby_rows, args.rounds = 50_000, 2_000_000, 3
+    if args.smoke:
+        args.rows, args.groupby_rows, args.rounds = 5_000, 100_000, 2
+    chunk = min(50_000, args.rows)
+    report = Report("telemetry", smoke=args.smoke, args=vars(args))
+    banner("rlmesh telemetry: ingest, record(), spans, group-by", "duckdb", "pyarrow")
 
-    cost = bench_record_cost()
-    print(f"record() in the caller:                             {cost:12.2f} µs/call  (target <= 5)")
+    plain_us, rec_us = record_vs_append(20_000 if args.smoke else 200_000, args.rounds)
+    print(f"record() in the caller: {statistics.median(rec_us):.2f} µs; a plain append of the same row: "
+          f"{statistics.median(plain_us):.2f} µs (medians of {args.rounds} rounds)")
+    r = report.ratio("record_vs_plain_append", [a / b for a, b in zip(rec_us, plain_us)], "record() µs / append µs")
+    report.target("record_vs_plain_append", r.median, 2.0)
+    report.row(figure="record() µs", rlmesh=statistics.median(rec_us), floor=statistics.median(plain_us))
 
-    with rm.this_host().spawn_procs(per_host={"procs": 4}, name="producers", env=KEEPALIVE) as procs:
+    floor = Floor(args.rows, chunk)
+    with rm.this_host().spawn_procs(per_host={"procs": ACTORS}, name="producers", env=KEEPALIVE) as procs:
         actors = procs.spawn("producer", Producer)
         actors.busy.call(0.0).get()
-        rate_rows = bench_ingest(actors, "rows", ROWS_PER_ACTOR, 0)
-        rate_batch = bench_ingest(actors, "batches", ROWS_PER_ACTOR * 5, 4 * ROWS_PER_ACTOR)
-    print(f"rlmesh ingest, 4 actors, record() per row:          {rate_rows:12,.0f} rows/s   "
-          f"({rate_rows / floor:.2f}x floor = best file-backed rate above)")
-    print(f"rlmesh ingest, 4 actors, record_batch (50k rows):   {rate_batch:12,.0f} rows/s   "
-          f"({rate_batch / floor:.2f}x floor; target >= 0.5x)")
+        batch = Ingest(actors, "batches", args.rows, chunk)
+        batch.round()  # warm up: the table is created, the writers connect
+        fl, sub = interleave(args.rounds, floor.round, batch.round)
+        print(f"ingest, {ACTORS} actors, record_batch of {chunk:,} rows: {statistics.median(sub):,.0f} rows/s; "
+              f"DuckDB append of the same rows: {statistics.median(fl):,.0f} rows/s")
+        r = report.ratio("ingest_record_batch", [s / f for s, f in zip(sub, fl)], "rlmesh rows/s / DuckDB rows/s")
+        report.target("ingest_record_batch", r.median, 0.7, at_most=False)
+        report.row(figure="ingest record_batch rows/s", rlmesh=statistics.median(sub), floor=statistics.median(fl))
+        per_row = Ingest(actors, "rows", max(1000, args.rows // 10), chunk)
+        fl, sub = interleave(max(2, args.rounds // 2), floor.round, per_row.round)
+        print(f"ingest, {ACTORS} actors, one record() per row: {statistics.median(sub):,.0f} rows/s")
+        report.ratio("ingest_record_per_row", [s / f for s, f in zip(sub, fl)], "rlmesh rows/s / DuckDB rows/s")
+        report.row(figure="ingest record() rows/s", rlmesh=statistics.median(sub), floor=statistics.median(fl))
+    floor.con.close()
 
     with rm.this_host().spawn_procs(per_host={"procs": 1}, name="spans", env=KEEPALIVE) as p:
-        with_s, without_s, ratios = bench_spans(p.spawn("busy", Producer))
-    q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-    print(f"1 ms endpoint loop, spans on / off:                 {with_s:8.3f} / {without_s:.3f} ms per call  "
-          f"({statistics.median(ratios) * 100:+.1f} % median of paired rounds, IQR {q1 * 100:+.1f}..{q3 * 100:+.1f} %; "
-          "target <= +5 %)")
+        off, on = bench_spans(p.spawn("busy", Producer), 20 if args.smoke else 150, 2 if args.smoke else 16)
+    print(f"1 ms endpoint loop, spans on / off: {statistics.median(on):.3f} / {statistics.median(off):.3f} ms per call")
+    r = report.ratio("spans_on_vs_off", [a / b for a, b in zip(on, off)], "ms per call with spans / without")
+    report.target("spans_on_vs_off", r.median, 1.05)
 
-    live, cold, n = bench_groupby(GROUPBY_ROWS)
-    print(f"GROUP BY over {n / 1e6:.0f} M rollouts rows: live {live * 1e3:7.1f} ms, "
+    live, cold, n = bench_groupby(args.groupby_rows)
+    print(f"GROUP BY over {n / 1e6:.1f} M rollouts rows: live {live * 1e3:7.1f} ms, "
           f"from the file after the run {cold * 1e3:.1f} ms (target < 1000 ms)")
+    report.row(figure="group-by ms", live=live * 1e3, file=cold * 1e3, rows=n)
+    report.write(args.json)
+    if not args.smoke:
+        import observe  # deferred: benchmarks/observe.py, run after these (log capture, stacks, MCP)
+
+        observe.main(args.quick)
 
 
 if __name__ == "__main__":
     main()
-    import observe  # issue 14: log capture overhead, stack dumps of 8 procs, MCP round trip (benchmarks/observe.py)
-
-    observe.main(QUICK)
