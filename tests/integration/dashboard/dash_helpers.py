@@ -14,6 +14,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from _support import waiting
+
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = "test-token-0123456789abcdef"
 
@@ -31,17 +33,11 @@ seconds): a test that ran far longer than usual can say where its time went (see
 
 
 def wait_for(pred, timeout: float, what: str, every: float = 0.2):
-    """Poll ``pred`` until it returns something truthy; fail naming ``what`` after ``timeout`` (a gross bound)."""
+    """:func:`_support.waiting.wait_for` that also notes how long ``what`` took in :data:`TIMELINE`."""
     start = time.monotonic()
-    deadline = start + timeout
-    while True:
-        got = pred()
-        if got:
-            TIMELINE.append((what, start, time.monotonic() - start))
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
+    got = waiting.wait_for(pred, timeout, what, every)
+    TIMELINE.append((what, start, time.monotonic() - start))
+    return got
 
 
 class LineReader:

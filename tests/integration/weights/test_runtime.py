@@ -6,18 +6,10 @@ import time
 import pytest
 
 import rlmesh as rm
+from _support.waiting import wait_for
 from weights_actors import Generator, Trainer, Waiter
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def wait_for(cond, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_trainer_publishes_generators_pull_over_shm_and_tcp():
@@ -44,8 +36,7 @@ def test_sigkilled_publisher_leaves_no_shm_segments():
         segs = trainer.segments.call_one().get()
         assert len(segs) >= 3 and any(s.endswith(".ctl") for s in segs)  # two slots and the index
         trainer.die.broadcast()
-        assert wait_for(lambda: not any(os.path.exists(s) for s in segs)), \
-            f"leaked after SIGKILL: {[s for s in segs if os.path.exists(s)]}"
+        wait_for(lambda: not any(os.path.exists(s) for s in segs), 20, "the killed proc's shm segments to be removed")
 
 
 def test_clean_stop_unlinks_segments():
@@ -57,7 +48,7 @@ def test_clean_stop_unlinks_segments():
         assert segs
     finally:
         procs.stop()
-    assert wait_for(lambda: not any(os.path.exists(s) for s in segs))
+    wait_for(lambda: not any(os.path.exists(s) for s in segs), 20, "the shm segments to be removed")
 
 
 def test_pulls_in_actors_land_in_weight_syncs_telemetry():
@@ -75,7 +66,7 @@ def test_pulls_in_actors_land_in_weight_syncs_telemetry():
                 return []
             return t.to_pylist()
 
-        assert wait_for(lambda: rows(), timeout=30), "no weight_syncs row arrived"
+        wait_for(lambda: rows(), 30, "a weight_syncs row")
         (row,) = rows()
         assert row["version"] == 7 and row["transport"] == "shm" and row["ok"] is True
         assert row["reader"] == "gen_tele[0]" and row["mesh"] == "gen_tele" and row["bytes"] > 0
@@ -89,7 +80,7 @@ def test_generator_follows_a_restarted_trainer_and_old_segments_go():
         assert gen.pull.call_one(1).get()["version"] == 1
         old = trainer.segments.call_one().get()
         trainer.die.broadcast()
-        assert wait_for(lambda: not any(os.path.exists(s) for s in old)), "dead incarnation's segments leaked"
+        wait_for(lambda: not any(os.path.exists(s) for s in old), 20, "the dead incarnation's segments to be removed")
         procs.wait_alive(timeout=60)
         trainer.publish.call_one(2).get()  # a fresh Publisher in the new incarnation
         r = gen.pull.call_one(2).get()
@@ -116,10 +107,10 @@ def test_a_proc_stopped_while_an_endpoint_waits_for_weights_stops_at_once(tmp_pa
             trainer.publish.call_one(1).get()
         waiter = procs.slice(procs=1).spawn("waiter", Waiter, name)
         fut = waiter.pull_forever.call_one(99, str(started))
-        assert wait_for(lambda: started.exists())
+        wait_for(lambda: started.exists(), 20, "the waiter to start")
         if publisher == "never_created":  # its lookup of the publisher is held by the controller: stop it there
             held = rm.actor.controller.Controller.current()._kv_service
-            assert wait_for(lambda: len(held) > 0), "the waiter's KV lookup never reached the controller"
+            wait_for(lambda: len(held) > 0, 20, "the waiter's KV lookup to reach the controller")
         else:
             time.sleep(0.3)  # into its pull's wait (nothing to observe; a stop before it ends it the same way)
     finally:
@@ -139,5 +130,5 @@ def test_a_proc_stopped_while_an_endpoint_waits_for_weights_stops_at_once(tmp_pa
 
     # Without the change the endpoint was still blocked when the proc exited (after on_stop's 10 s
     # wait), so it never ended and left no span.
-    assert wait_for(ended, timeout=30), "the blocked endpoint never ended"
+    wait_for(ended, 30, "the blocked endpoint to end")
     assert "this proc is stopping" in ended()[0]

@@ -3,6 +3,7 @@
 import io
 import time
 
+from _support.waiting import wait_for
 from rlmesh.launch.echo import TerminalEcho, rank_ranges
 from rlmesh.launch.output import ProcLine, ProcMeta, OutputStream, log_record_line, parse_faulthandler
 
@@ -50,27 +51,18 @@ def test_echo_folds_a_line_repeated_by_ranks_and_keeps_order():
     assert err.getvalue() == "[p[1]] oops\n"
 
 
-def _wait_for(cond, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def test_echo_prints_each_group_after_its_window_and_sleeps_in_between():
     out, err = io.StringIO(), io.StringIO()
     echo = TerminalEcho(window=0.2, out=out, err=err)
     try:
-        assert _wait_for(lambda: not echo._holding.is_set())  # nothing held: the thread sleeps until a line
+        wait_for(lambda: not echo._holding.is_set(), 30, "the echo")  # nothing held: the thread sleeps until a line
         t0 = time.monotonic()
         echo([_line(0, "first"), _line(1, "first")])
-        assert _wait_for(lambda: out.getvalue() == "[p[0-1] x2] first\n")
+        wait_for(lambda: out.getvalue() == "[p[0-1] x2] first\n", 30, "the echo")
         assert time.monotonic() - t0 >= 0.2  # held for the window, so other ranks could join
-        assert _wait_for(lambda: not echo._holding.is_set())  # and asleep again once it is printed
+        wait_for(lambda: not echo._holding.is_set(), 30, "the echo")  # and asleep again once it is printed
         echo([_line(3, "second", OutputStream.STDERR)])  # a line after the idle sleep still comes out
-        assert _wait_for(lambda: err.getvalue() == "[p[3]] second\n")
+        wait_for(lambda: err.getvalue() == "[p[3]] second\n", 30, "the echo")
     finally:
         echo.close()
     assert not echo._thread.is_alive()
