@@ -172,6 +172,10 @@ class TrainerConfig:
     """How the model is spread over ``ranks`` > 1: ``fsdp`` (FSDP2: parameters, gradients and optimizer
     state sharded per transformer block) or ``ddp`` (a full replica per rank, gradients all-reduced).
     ``none`` only at ``ranks=1``, where nothing is spread whatever this says."""
+    publish: str = "sharded"
+    """How a trainer mesh (``ranks`` > 1) publishes each weight version: ``sharded``, every rank its
+    own part (its FSDP2 shards), generators pulling from all ranks at once; ``gathered``, the whole
+    state dict gathered to rank 0, which publishes it (docs/trainer.md, Publishing, measures both)."""
     checkpoint_format: str = "auto"
     """``auto``: a single ``step_*.pt`` file at ``ranks=1``, a sharded ``step_*.dcp`` directory
     (``torch.distributed.checkpoint``) above; ``dcp``: sharded at any rank count. Either kind
@@ -196,6 +200,8 @@ class TrainerConfig:
               "use 'fsdp' (sharded parameters and optimizer state), 'ddp' (a replica per rank) or 'none'")
         check(self.ranks == 1 or self.parallel != "none", "trainer.parallel", self.parallel,
               f"trainer.ranks={self.ranks} needs its gradients reduced: use trainer.parallel=fsdp or ddp")
+        check(self.publish in ("sharded", "gathered"), "trainer.publish", self.publish,
+              "use 'sharded' (every rank publishes its part) or 'gathered' (rank 0 publishes the whole model)")
         check(self.checkpoint_format in ("auto", "dcp"), "trainer.checkpoint_format", self.checkpoint_format,
               "use 'auto' (a file at ranks=1, sharded above) or 'dcp' (sharded at any rank count)")
         check(self.group_timeout_s > 0, "trainer.group_timeout_s", self.group_timeout_s,

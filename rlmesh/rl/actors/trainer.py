@@ -23,8 +23,9 @@ A trainer mesh (``trainer.ranks=N``, docs/trainer.md): every rank builds the mod
 group (:mod:`rlmesh.rl.train.distributed`), runs :meth:`setup` on its own full copy, takes rank 0's
 weights and wraps the model with FSDP2 or DDP. Every rank gets the same ``train`` call; rank 0
 alone samples from the buffer (one lease, settled once), splits the batch with :meth:`shard_batch`
-and sends each rank its share; the gradients are reduced by FSDP or DDP; rank 0 publishes the
-gathered weights and answers with the step's result. Checkpoints are sharded
+and sends each rank its share; the gradients are reduced by FSDP or DDP; every rank publishes its
+own part of the weights (``trainer.publish=sharded``; or rank 0 the gathered whole, ``gathered``)
+and rank 0 answers with the step's result. Checkpoints are sharded
 (:mod:`rlmesh.rl.train.dcp`). One rank forms no group and runs exactly the one-proc code.
 """
 
@@ -52,6 +53,7 @@ from rlmesh.rl.train.clock import StepClock
 from rlmesh.rl.train.recovery import group_epoch
 from rlmesh.rl.train.sharding import merge_metrics, rank_weight
 from rlmesh.weights import Publisher
+from rlmesh.weights.sharded import ShardPublisher
 
 if TYPE_CHECKING:
     from rlmesh.rl.train.distributed import TrainGroup
@@ -86,6 +88,8 @@ class Trainer(rm.Actor):
         self.weights = weights
         self.group: TrainGroup | None = None
         """The trainer mesh's process group (``trainer.ranks`` > 1); ``None`` on one rank."""
+        self.shards: ShardPublisher | None = None
+        """This rank's publisher of its part of each version (``trainer.publish=sharded`` on a mesh)."""
         self.rank_weight = 1.0
         """This rank's share of the step, times the rank count (``world * units / total units``, see
         :meth:`units_in`): what a mesh rank's loss is scaled by so that the gradient FSDP or DDP averages
@@ -123,7 +127,11 @@ class Trainer(rm.Actor):
 
         self.group = group = TrainGroup.form(f"{ctx.mesh_name}/{self.weights}", ctx.rank, ranks,
                                              self.config.group_timeout_s, epoch=group_epoch())
-        self.publisher = Publisher(self.weights) if group.rank == 0 else None  # type: ignore[assignment]  # None on ranks that do not publish
+        if self.config.publish == "sharded":  # every rank publishes its part, under this incarnation's set
+            self.publisher = None  # type: ignore[assignment]  # the ranks publish through self.shards
+            self.shards = ShardPublisher(self.weights, group.rank, ranks, group.incarnation)
+        else:
+            self.publisher = Publisher(self.weights) if group.rank == 0 else None  # type: ignore[assignment]  # None on ranks that do not publish
         if self.publisher is not None:
             self.publisher.reserve(self.model.state_dict())
         self.optimizer = self.build_optimizer()
@@ -133,6 +141,10 @@ class Trainer(rm.Actor):
         group.broadcast_module(self.model)  # whatever setup did, every rank starts from rank 0's weights
         self.on_group(group)
         self.model = group.wrap(self.model, self.config.parallel)
+        if self.shards is not None:
+            from rlmesh.rl.train.publishing import local_pieces  # deferred: it imports DTensor; one rank skips it
+
+            self.shards.reserve(local_pieces(self.model, group.rank, group.world))
         self.optimizer = self.build_optimizer()  # over the sharded parameters
         self.clock.attach(self.model, self.optimizer)
         if newest is None:
@@ -327,6 +339,8 @@ class Trainer(rm.Actor):
             # trainer.checkpoint_every steps and the controller's final save runs on every rank.
             if self.publisher is not None:
                 self.publisher.close()
+            if self.shards is not None:
+                self.shards.close()
             self.group.close()
             return
         if self.config.checkpoint_dir:
@@ -339,6 +353,9 @@ class Trainer(rm.Actor):
         """Publish ``self.model``'s weights as version ``self.step``, or one past the newest version
         this job ever published under the name (a checkpoint rolled the trainer back, or a
         restarted proc resumed from one): versions never repeat and never go down."""
+        if self.shards is not None:
+            self._publish_shards()
+            return
         if self.group is not None:
             state = self.group.full_state_dict(self.model)  # every rank: FSDP gathers the shards to rank 0
             version = 0
@@ -354,6 +371,23 @@ class Trainer(rm.Actor):
         self.version = self.step if newest is None or self.step > newest else newest + 1
         kv.put(self._version_key(), self.version)  # first: a kill mid-publish must not let a version number repeat
         self.clock.publish_bytes += self.publisher.publish(self.published_state(), version=self.version).bytes
+
+    def _publish_shards(self) -> None:
+        """``trainer.publish=sharded``: rank 0 reserves the version in the KV and tells every rank, then
+        each publishes its own part under it (no gather). A generator reads the version once every
+        rank has published it (:mod:`rlmesh.weights.shard_reader`), so a rank killed mid-publish
+        leaves the previous version whole."""
+        from rlmesh.rl.train.publishing import local_pieces  # deferred: it imports DTensor; one rank skips it
+
+        group, shards = self.group, self.shards
+        assert group is not None and shards is not None
+        version = 0
+        if group.rank == 0:
+            newest = self._newest_published()
+            version = self.step if newest is None or self.step > newest else newest + 1
+            kv.put(self._version_key(), version)  # first: a kill mid-publish must not let a version number repeat
+        self.version = version = group.broadcast_int(version)
+        self.clock.publish_bytes += shards.publish(local_pieces(self.model, group.rank, group.world), version).bytes
 
     def _version_key(self) -> str:
         return f"rlmesh.rl/weights/{self.weights}/newest_version"

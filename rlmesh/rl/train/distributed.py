@@ -21,8 +21,9 @@
   epoch, sender, receiver, a per-pair sequence number and the bytes, with the 32-byte key rank 0
   drew and handed out through the KV. A forged, replayed or reordered message is refused before
   ``pickle.loads``.
-- **Publishing** (:meth:`TrainGroup.full_state_dict`): the full state dict is gathered to rank 0,
-  which publishes it as the single trainer did.
+- **Publishing**: with ``trainer.publish=sharded`` every rank publishes its own part
+  (:mod:`rlmesh.rl.train.publishing`); with ``gathered`` the full state dict is gathered to rank 0
+  (:meth:`TrainGroup.full_state_dict`), which publishes it as the single trainer did.
 
 One rank (``trainer.ranks=1``) forms no group at all: the trainer is the one-proc trainer it
 always was.
@@ -148,6 +149,12 @@ class TrainGroup:
         logger.info("trainer mesh %s: rank %d of %d joined (%s, store %s:%d, epoch %d)", name, rank, world, backend,
                     info["host"], info["port"], epoch)
         return cls(rank, world, backend, bytes.fromhex(info["key"]), info["epoch"])  # type: ignore[arg-type]  # the rendezvous record's strings
+
+    @property
+    def incarnation(self) -> str:
+        """This group's identity, the same on every rank and new at each restart of the mesh (its epoch
+        and a token rank 0 drew): what names the set of a version published in shards."""
+        return self._epoch
 
     def close(self) -> None:
         """Leave the group (the proc is stopping)."""

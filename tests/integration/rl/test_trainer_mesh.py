@@ -28,6 +28,7 @@ from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.models.transformer import Transformer
 from rlmesh.rl.placement import call_trainer, trainer_procs
 from rlmesh.rl.train.layout import newest, verify
+from rlmesh.weights import Subscriber
 from _support.waiting import wait_for
 
 MODEL = TransformerConfig(vocab_size=16, max_seq_len=12, d_model=32, n_layers=2, n_heads=4)
@@ -64,6 +65,19 @@ class FixedBuffer(rm.Actor):
                              for i, item in enumerate(items)], max_lag=0, lease=self.calls)
 
 
+class Puller(rm.Actor):
+    """A generator's side of weight sync: pulls the policy into its own model."""
+
+    def __init__(self, weights: str) -> None:
+        self.model = Transformer(MODEL)
+        self.sub = Subscriber(weights)
+
+    @rm.endpoint
+    def pull(self, min_version: int) -> tuple[int, dict[str, torch.Tensor]]:
+        v = self.sub.pull_into(self.model, min_version=min_version, timeout=60)
+        return int(v), {k: t.clone() for k, t in self.model.state_dict().items()}
+
+
 def config(tmp: Path, ranks: int, **kw) -> GRPOConfig:
     return GRPOConfig(lr=1e-2, max_groups=8, ranks=ranks, checkpoint_dir=str(tmp), checkpoint_every=1,
                       **{"group_timeout_s": 120, **kw})
@@ -95,7 +109,8 @@ def test_two_ranks_take_the_one_rank_step_and_checkpoints_cross_rank_counts(tmp_
     batches = [scored_items(1), scored_items(2)]
     with rm.this_host().spawn_procs(per_host={"procs": 5}) as procs:
         _, one = train_steps(procs, 0, 1, tmp_path / "one", batches, 2, f"one_{parallel}")
-        mesh, two = train_steps(procs, 1, 2, tmp_path / "two", batches, 2, f"two_{parallel}", parallel=parallel)
+        mesh, two = train_steps(procs, 1, 2, tmp_path / "two", batches, 2, f"two_{parallel}", parallel=parallel,
+                                publish="sharded" if parallel == "fsdp" else "gathered")
         # the same step, counted once: rank 0 answers for the mesh with the whole batch's numbers
         assert [r.trained for r in two] == [True, True] and [r.step for r in two] == [1, 2]
         assert [r.samples for r in two] == [r.samples for r in one] == [48, 48]
@@ -108,6 +123,11 @@ def test_two_ranks_take_the_one_rank_step_and_checkpoints_cross_rank_counts(tmp_
         assert sorted(p.name for p in ck_two.iterdir() if p.name.endswith(".distcp")) == ["__0_0.distcp",
                                                                                            "__1_0.distcp"]
         w_one, w_two = weights_of(ck_one), weights_of(ck_two)
+        # what a generator pulls, from every rank's shards (fsdp) or from rank 0's gathered whole (ddp),
+        # is the checkpoint's weights bit for bit
+        puller = procs.slice(procs=0).spawn(f"puller_{parallel}", Puller, f"two_{parallel}")
+        v, pulled = puller.pull.call_one(2).get(timeout=60)
+        assert v == 2 and set(pulled) == set(w_two) and all(torch.equal(pulled[k], w_two[k]) for k in w_two)
         torch.manual_seed(0)  # the trainers' seed: their starting weights
         start = Transformer(MODEL).state_dict()
         moved = max(float((w_one[k] - start[k]).abs().max()) for k in w_one)
@@ -272,9 +292,10 @@ class Held(GRPOTrainer):
             dcp.checkpoint = SimpleNamespace(read=real.read, write=lambda *a, **k: (hold_while(held),
                                                                                    real.write(*a, **k))[1])
         super().__init__(*args, **kwargs)
-        if where == "publish" and self.publisher is not None:
-            publish = self.publisher.publish
-            self.publisher.publish = lambda *a, **k: (hold_while(held), publish(*a, **k))[1]
+        pub = self.publisher or (self.shards if self.group is not None and self.group.rank == 0 else None)
+        if where == "publish" and pub is not None:  # rank 0's publisher, of the whole model or of its part
+            publish = pub.publish
+            pub.publish = lambda *a, **k: (hold_while(held), publish(*a, **k))[1]  # type: ignore[method-assign]
 
 
 def kill_rank0_held(procs, trainer, marks: Path) -> None:
@@ -286,7 +307,8 @@ def kill_rank0_held(procs, trainer, marks: Path) -> None:
     step = call_trainer(trainer, "train", 4, 10.0)
     wait_for((marks / "in_hold").exists, 120, "rank 0 held in step 2")
     (marks / "hold").unlink()
-    # rank 1 waits in a collective (the save's last barrier, the publish's version broadcast)
+    # rank 1 waits in a collective (the save's last barrier; after publishing its part, the next save's
+    # first barrier; gathered, the version broadcast)
     assert Controller.current().inject_fault(trainer_procs(procs, 1, 2)._proc_ids[1], "kill")
     fails_with_a_dead_rank(step)
     wait_for(lambda: procs.slice(procs=slice(1, 3)).incarnations() == [1, 1]

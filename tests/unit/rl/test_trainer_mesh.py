@@ -97,6 +97,7 @@ def test_metrics_are_averaged_over_ranks_and_counts_summed():
 @pytest.mark.parametrize("kw, key", [({"ranks": 0}, "trainer.ranks"), ({"parallel": "zero3"}, "trainer.parallel"),
                                      ({"ranks": 2, "parallel": "none"}, "trainer.parallel"),
                                      ({"checkpoint_format": "safetensors"}, "trainer.checkpoint_format"),
+                                     ({"publish": "broadcast"}, "trainer.publish"),
                                      ({"group_timeout_s": 0}, "trainer.group_timeout_s")])
 def test_bad_mesh_settings_fail_naming_the_key(kw, key):
     with pytest.raises(ConfigError, match=key):
