@@ -1,0 +1,82 @@
+"""A weight-sync reader's memory stays bounded over repeated versions: measured per round, not once.
+
+What a reader may hold besides its target: the shm reader copies straight out of the publisher's
+slots, so its private memory does not move (the slots it maps are the publisher's pages, counted
+in its RSS as shared: ``keep`` of them, and one spare at most); the TCP reader keeps one staging
+buffer of one version (pulling into a module, the module's old buffer becomes the next staging
+buffer). A reader that kept a buffer, a mapping or a tensor per version would grow by a version
+a round.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from rlmesh.transport import Authenticator
+from rlmesh.weights import Publisher
+
+HERE = os.path.dirname(__file__)
+MiB = 1 << 20
+VERSION = 24 * MiB
+ROUNDS = 8
+SLACK = 24 * MiB  # the connection's own buffers (TCP chunks in flight, the zmq I/O thread's heap)
+
+
+def test_reader_memory_does_not_grow_with_versions(tmp_path, monkeypatch):
+    env = {"RLMESH_WEIGHTS_DIRECTORY": str(tmp_path / "dir"), "RLMESH_JOB_ID": f"mem{os.getpid()}",
+           "RLMESH_SECRET": Authenticator.new_secret().hex(), "RLMESH_TELEMETRY": "0", "OMP_NUM_THREADS": "1"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    reader = subprocess.Popen([sys.executable, os.path.join(HERE, "memory_reader.py"), str(VERSION)],
+                              env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(line: str) -> dict:
+        reader.stdin.write(line + "\n")
+        reader.stdin.flush()
+        got = reader.stdout.readline()
+        assert got, f"the reader process died at {line!r}"
+        return json.loads(got)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # OpenMP workers spinning on 2 busy cores make each 24 MiB fill take 0.3 s
+    state = {f"l{i}.w": torch.empty(VERSION // 16 // 4) for i in range(16)}
+    version, seen = 0, {}
+    try:
+        with Publisher("memory") as pub:
+            for kind in ("dict", "module"):
+                before = ask(f"base {kind}")
+                for transport in ("shm", "tcp"):
+                    rounds = []
+                    for _ in range(ROUNDS):
+                        version += 1
+                        for t in state.values():
+                            t.fill_(version)
+                        pub.publish(state, version=version)
+                        rounds.append(ask(f"{transport} {kind} {version}"))
+                    seen[(transport, kind)] = (before, rounds)
+                    before = rounds[-1]
+            reader.stdin.write("\n")
+            reader.stdin.flush()
+            assert reader.wait(timeout=30) == 0
+    finally:
+        torch.set_num_threads(threads)
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+
+    for (transport, kind), (before, rounds) in seen.items():
+        private = [r["RssAnon"] for r in rounds]
+        shared = [r["RssShmem"] for r in rounds]
+        what = (f"{transport} reader into a {kind}: private MiB {before['RssAnon'] // MiB} before, "
+                f"{[p // MiB for p in private]} per round; shared {[s // MiB for s in shared]}")
+        # Flat once both of the publisher's slots (and both TCP staging buffers) are in use: a buffer
+        # kept per version would add 24 MiB a round, 5 versions over the last rounds.
+        assert max(private[-3:]) - min(private[1:3]) < VERSION, what
+        # One staging buffer over TCP, and into a module the buffer it let go of (its first one, or the
+        # module's own tensors, which the allocator may keep for reuse); nothing private from shm.
+        versions = 2 if transport == "tcp" else 0
+        assert private[-1] - before["RssAnon"] < versions * VERSION + SLACK, what
+        assert max(shared) <= 3 * (VERSION + MiB), what
