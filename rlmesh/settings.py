@@ -360,6 +360,11 @@ FORKSERVER: Setting[bool] = Setting(
     "FORKSERVER", True, "`0`: local procs start as fresh Python processes instead of being forked from "
     "a warm template (same as `this_host(fork_server=False)`).", "launch", form=FLAG_FORM, parse=_flag,
     warns=True)
+MAX_PROCS: Setting[int] = Setting(
+    "MAX_PROCS", 0, "The most procs `rlmesh run` starts on this host with the local launcher; a recipe that "
+    "needs more is refused before its first proc starts. `0`: as many as this host's available memory "
+    "(256 MiB a proc) and the controller's free file descriptors hold (`rlmesh/launch/admission.py`).",
+    "launch", form="a whole number >= 0", parse=_number(int, 0))
 CAPTURE: Setting[bool] = Setting(
     "CAPTURE", True, "`0`: procs inherit the controller's stdout/stderr; no `logs`/`stacks` rows from "
     "workers, no stack dumps of hung procs.", "launch", form=FLAG_FORM, parse=_flag, warns=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from rlmesh import settings
 from rlmesh.errors import ActorError, ConfigError, quiet_storage_tracebacks, storage_problem
+from rlmesh.launch.admission import admit
 from rlmesh.recipes.compose import run_config
 from rlmesh.recipes.run_state import end_interrupted, stop_on_sigterm
 from rlmesh.recipes.sweep_links import link_job
@@ -28,6 +29,7 @@ def run_composed(cfg: Any, launcher: str) -> int:
     quiet_storage_tracebacks()  # a full disk: one line per process, not a traceback from every writer
     stop_on_sigterm()  # SIGTERM stops the run as Ctrl-C does: clean stop, final checkpoint, 'interrupted'
     try:
+        admit_on_this_host(cfg, launcher)
         result = run_config(cfg, launcher)
         status, rc = "ok", 0
     except ConfigError as exc:  # found by the program before any proc started (an actor class that cannot import)
@@ -48,6 +50,28 @@ def run_composed(cfg: Any, launcher: str) -> int:
         if settings.HYDRA_JOB_DIR.is_set():
             link_job(settings.HYDRA_JOB_DIR.get(), status, getattr(result, "objective", None))
     return rc
+
+
+SIZE_KEYS = ("generator.replicas", "reward.replicas", "env.replicas", "trainer.ranks")
+"""The settings that size a recipe's meshes: the admission check names the largest."""
+
+
+def admit_on_this_host(cfg: Any, launcher: str) -> None:
+    """Refuse (:class:`ConfigError`, one line) a local run whose meshes need more procs than this host
+    holds (:mod:`rlmesh.launch.admission`), before its run folder or first proc exists. Why here: every
+    way a recipe starts (``rlmesh run``, ``resume=``, a sweep's jobs) comes through this function."""
+    if launcher != "local" or not callable(getattr(cfg, "proc_meshes", None)):
+        return
+    needed = sum(cfg.proc_meshes().values())
+    sizes = {}
+    for key in SIZE_KEYS:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section, None), name, None)
+        if isinstance(value, int):
+            sizes[key] = value
+    key = max(sizes, key=lambda k: sizes[k]) if sizes else "the recipe"
+    what = f"{key}={sizes[key]}" if sizes else "the recipe"
+    admit(needed, what, f"lower {key}" if sizes else "use smaller meshes")
 
 
 def actionable(exc: BaseException) -> str | None:
