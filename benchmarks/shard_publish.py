@@ -1,0 +1,201 @@
+"""Publishing a trainer mesh's weights sharded (every rank its part) against gathered (rank 0 the whole).
+
+    .venv/bin/python benchmarks/shard_publish.py                  # 3 model sizes, 2 ranks (and 4 if memory allows)
+    .venv/bin/python benchmarks/shard_publish.py --ranks 2 --rounds 9
+    .venv/bin/python benchmarks/shard_publish.py --smoke          # a tiny model, 2 ranks, one round
+
+What is timed is what a user of the run waits for between the end of a train step and a generator
+holding the new weights: the controller calls ``publish`` on every rank of an FSDP2 mesh (gloo,
+one torch thread per rank, as the trainer runs) and, once every rank answered, ``pull`` on a
+generator actor in another proc, which ``pull_into``s its own model (shm, or TCP forced).
+
+- **gathered** (``trainer.publish=gathered``): the version broadcast, the full state dict gathered
+  to rank 0 (``get_model_state_dict(full_state_dict=True, cpu_offload=True)``), rank 0's publish;
+  the generator pulls from one publisher.
+- **sharded** (``trainer.publish=sharded``): the version broadcast, then each rank publishes its
+  own FSDP2 shards (:func:`rlmesh.rl.train.publishing.local_pieces`); the generator pulls from
+  every rank at once and assembles the whole tensors.
+
+Both run on the same procs, models and readers, alternating which goes first round by round
+(:func:`_common.interleave`); the first round of each is untimed (it maps the slots and sizes the
+staging buffers). Printed per model size, rank count and transport: median and p90 of the whole
+wait, its publish and pull parts, and the ratio gathered / sharded (> 1: sharded is faster), with
+the machine, the load before and after, and versions. The ranks and the generator share this
+host's cores with whatever else runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import add_common_args, banner, load, median, p90  # noqa: E402
+
+import torch  # noqa: E402
+
+import rlmesh as rm  # noqa: E402
+from rlmesh.rl.models import TransformerConfig  # noqa: E402
+from rlmesh.rl.models.transformer import Transformer  # noqa: E402
+from rlmesh.rl.placement import trainer_procs  # noqa: E402
+from rlmesh.rl.train.distributed import TrainGroup  # noqa: E402
+from rlmesh.rl.train.publishing import local_pieces  # noqa: E402
+from rlmesh.weights import Publisher, Subscriber  # noqa: E402
+from rlmesh.weights.sharded import ShardPublisher  # noqa: E402
+
+SIZES = {
+    "S": TransformerConfig(vocab_size=8192, max_seq_len=64, d_model=256, n_layers=4, n_heads=4),
+    "M": TransformerConfig(vocab_size=32768, max_seq_len=64, d_model=512, n_layers=8, n_heads=8),
+    "L": TransformerConfig(vocab_size=49152, max_seq_len=64, d_model=576, n_layers=30, n_heads=9),
+}
+"""Built-in transformers; L has SmolLM2-135M's shape (150M parameters in float32)."""
+SMOKE = {"tiny": TransformerConfig(vocab_size=64, max_seq_len=16, d_model=32, n_layers=2, n_heads=4)}
+
+
+def state_bytes(model: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+class Ranks(rm.Actor):
+    """One rank of an FSDP2 mesh holding a model per size, with both publishers of each."""
+
+    def __init__(self, name: str, sizes: dict[str, TransformerConfig], world: int) -> None:
+        torch.set_num_threads(1)
+        self.rank, self.world = rm.context().rank, world
+        self.group = TrainGroup.form(name, self.rank, world, 1800)
+        self.models, self.gathered, self.shards = {}, {}, {}
+        for key, cfg in sizes.items():
+            torch.manual_seed(0)
+            model = self.group.wrap(Transformer(cfg), "fsdp")
+            self.models[key] = model
+            full = self.group.full_state_dict(model)
+            if full is not None:
+                self.gathered[key] = Publisher(f"{name}-{key}-gathered")
+                self.gathered[key].reserve(full, wait=True)
+            self.shards[key] = ShardPublisher(f"{name}-{key}-sharded", self.rank, world, self.group.incarnation)
+            self.shards[key].reserve(local_pieces(model, self.rank, world), wait=True)
+
+    @rm.endpoint
+    def publish(self, key: str, mode: str, version: int) -> float:
+        """Publish model ``key`` as ``version``, ``gathered`` or ``sharded``; this rank's seconds."""
+        t0 = time.perf_counter()
+        version = self.group.broadcast_int(version)  # the trainer's version hand-out, in both modes
+        model = self.models[key]
+        if mode == "gathered":
+            full = self.group.full_state_dict(model)
+            if full is not None:
+                self.gathered[key].publish(full, version)
+        else:
+            self.shards[key].publish(local_pieces(model, self.rank, self.world), version)
+        return time.perf_counter() - t0
+
+
+class Generator(rm.Actor):
+    """A generator's side: a model per size, pulled into in place."""
+
+    def __init__(self, name: str, sizes: dict[str, TransformerConfig]) -> None:
+        torch.set_num_threads(1)
+        self.name = name
+        self.models = {key: Transformer(cfg) for key, cfg in sizes.items()}
+        self.subs: dict[tuple[str, str, str], Subscriber] = {}
+
+    @rm.endpoint
+    def pull(self, key: str, mode: str, transport: str, version: int) -> float:
+        sub = self.subs.get((key, mode, transport))
+        if sub is None:
+            sub = self.subs[(key, mode, transport)] = Subscriber(f"{self.name}-{key}-{mode}", transport)
+        t0 = time.perf_counter()
+        got = sub.pull_into(self.models[key], min_version=version, timeout=300)
+        assert got == version, (got, version)
+        return time.perf_counter() - t0
+
+
+def run(world: int, sizes: dict[str, TransformerConfig], transports: list[str], rounds: int) -> list[dict]:
+    name = f"shards{world}"
+    out = []
+    with rm.this_host().spawn_procs(per_host={"procs": 1 + world}, name=name) as procs:
+        gen = procs.slice(procs=0).spawn("generator", Generator, name, sizes)
+        mesh = trainer_procs(procs, 1, world).spawn("ranks", Ranks, name, sizes, world)
+        version = 0
+
+        def once(key: str, mode: str, transport: str) -> tuple[float, float, float]:
+            nonlocal version
+            version += 1
+            t0 = time.perf_counter()
+            mesh.publish.call(key, mode, version).get(timeout=600)
+            t1 = time.perf_counter()
+            gen.pull.call_one(key, mode, transport, version).get(timeout=600)
+            t2 = time.perf_counter()
+            return t2 - t0, t1 - t0, t2 - t1
+
+        for key in sizes:
+            nbytes = state_bytes(Transformer(sizes[key]))
+            for transport in transports:
+                once(key, "gathered", transport), once(key, "sharded", transport)  # untimed: maps, staging
+                got: dict[str, list[tuple[float, float, float]]] = {"gathered": [], "sharded": []}
+                for i in range(rounds):  # alternate which goes first, as _common.interleave does
+                    order = ("gathered", "sharded") if i % 2 == 0 else ("sharded", "gathered")
+                    for mode in order:
+                        got[mode].append(once(key, mode, transport))
+                row = {"size": key, "bytes": nbytes, "ranks": world, "transport": transport, "rounds": rounds}
+                for mode, xs in got.items():
+                    for j, part in enumerate(("total", "publish", "pull")):
+                        vals = [x[j] for x in xs]
+                        row[f"{mode}_{part}_median"], row[f"{mode}_{part}_p90"] = median(vals), p90(vals)
+                    row[f"{mode}_total_s"] = [x[0] for x in xs]
+                row["gathered_over_sharded"] = row["gathered_total_median"] / row["sharded_total_median"]
+                out.append(row)
+                print(f"#   {key} ({nbytes / 2**20:.0f} MiB), {world} ranks, {transport}: gathered "
+                      f"{row['gathered_total_median']:.3f} s, sharded {row['sharded_total_median']:.3f} s "
+                      f"(load {load():.1f})", flush=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="S,M,L", help=f"comma-separated, of {','.join(SIZES)}")
+    ap.add_argument("--ranks", default="auto", help="comma-separated rank counts; auto: 2, and 4 if memory allows")
+    ap.add_argument("--transports", default="shm,tcp")
+    ap.add_argument("--rounds", type=int, default=7, help="timed rounds of each mode per cell")
+    add_common_args(ap)
+    args = ap.parse_args()
+    sizes = SMOKE if args.smoke else {k: SIZES[k] for k in args.sizes.split(",")}
+    if args.smoke:
+        args.ranks, args.rounds = "2", 1
+    if args.ranks == "auto":
+        biggest = max(state_bytes(Transformer(c)) for c in sizes.values())
+        need = 16 * biggest  # 4 ranks building the whole model, both publishers' slots, the gather, the reader
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        args.ranks = "2,4" if avail > need + (4 << 30) else "2"
+    banner("trainer mesh weights: sharded publish + pull against gathered (FSDP2, gloo, CPU)", "torch")
+    print(f"# sizes: {', '.join(f'{k} {state_bytes(Transformer(c)) / 2**20:.0f} MiB' for k, c in sizes.items())}; "
+          f"ranks {args.ranks}; transports {args.transports}; {args.rounds} timed rounds each, interleaved")
+    rows: list[dict] = []
+    load_start = load()
+    for world in (int(x) for x in args.ranks.split(",")):
+        rows += run(world, sizes, args.transports.split(","), args.rounds)
+    print(f"# load at end: {load():.2f} (1-minute average)")
+    print(f"\n{'size':>5} {'MiB':>6} {'ranks':>5} {'via':>4} | {'gathered s (p90)':>17} {'publish':>8} {'pull':>7} | "
+          f"{'sharded s (p90)':>16} {'publish':>8} {'pull':>7} | {'gathered/sharded':>16}")
+    for r in rows:
+        print(f"{r['size']:>5} {r['bytes'] / 2**20:>6.0f} {r['ranks']:>5} {r['transport']:>4} | "
+              f"{r['gathered_total_median']:>8.3f} ({r['gathered_total_p90']:.3f}) {r['gathered_publish_median']:>8.3f} "
+              f"{r['gathered_pull_median']:>7.3f} | {r['sharded_total_median']:>7.3f} ({r['sharded_total_p90']:.3f}) "
+              f"{r['sharded_publish_median']:>8.3f} {r['sharded_pull_median']:>7.3f} | {r['gathered_over_sharded']:>16.2f}")
+    print("(medians of the timed rounds, p90 in brackets; publish: every rank done; pull: the generator's pull_into; "
+          "gathered/sharded > 1: sharded is faster)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "load_start": load_start, "load_end": load(),
+                                               "rows": rows}, indent=1))
+    print(json.dumps({"cells": [[r["size"], r["ranks"], r["transport"], round(r["gathered_over_sharded"], 3)]
+                                for r in rows]}))
+
+
+if __name__ == "__main__":
+    main()
