@@ -107,6 +107,7 @@ class Controller(RecoveryMixin):
         self._load = HostLoad()
         self.procs: dict[str, ProcRecord] = {}
         self.by_ident: dict[bytes, ProcRecord] = {}
+        self._fenced: dict[bytes, float] = {}  # stale incarnations' idents -> when last told to exit
         self.kv = kv.LocalKV()
         self._kv_service = KVService(self.kv, self._kv_reply)
         self._spawn_waits: dict[int, tuple[ProcRecord, concurrent.futures.Future]] = {}
@@ -467,13 +468,45 @@ class Controller(RecoveryMixin):
                 continue
             rec = self.by_ident.get(ident)
             if rec is None:
-                logger.warning("control message %s from unknown proc %r", kind, ident[:40])
+                if not self._fence(ident, sid):
+                    logger.warning("control message %s from unknown proc %r", kind, ident[:40])
                 continue
             self._reply_out[ident] = self.chan.reply_outbound(sid)
             try:
                 self._handle(rec, kind, msg)
             except Exception:
                 logger.exception("handling %s from %s failed", kind, rec.proc_id)
+
+    def _fence(self, ident: bytes, sid: bytes) -> bool:
+        """A message from a replaced incarnation of a proc (``proc_id#N`` below the current one): tell it
+        to exit, at most once a second, and record it. True when ``ident`` was one.
+
+        Why: a host cut off from the network is declared dead by its silence and its procs replaced,
+        but the procs themselves live on, out of reach (their kill is lost too). When the link comes
+        back, the old incarnation dials in again: it must not become a second live copy of the proc
+        (serving calls, writing checkpoints), so its messages are refused, as any unknown ident's are,
+        and it is told to exit without running anything."""
+        proc_id, _, inc = ident.decode(errors="replace").rpartition("#")
+        rec = self.procs.get(proc_id)
+        if rec is None or not inc.isdigit() or int(inc) >= rec.incarnation:
+            return False
+        now = time.monotonic()
+        if now - self._fenced.get(ident, -1e9) < 1.0:
+            return True
+        first = ident not in self._fenced
+        self._fenced[ident] = now
+        body, extra = P.pack_control(P.FENCED, incarnation=rec.incarnation)
+        try:
+            send_frames(self.sock, [ident, *self.chan.reply_outbound(sid).sign_packed(body, extra)])
+        except zmq.ZMQError as exc:
+            logger.debug("fencing %s failed: %s", ident, exc)
+        if first:
+            logger.warning("%s incarnation %s came back after its replacement (%s): fenced, told to exit",
+                           proc_id, inc, rec.incarnation)
+            hooks.emit_event(hooks.ProcEvent(kind="fenced", proc_mesh=rec.proc_mesh, rank=rec.rank, proc_id=proc_id,
+                                             pid=None, host="", incarnation=int(inc), actors=rec.actor_ids(),
+                                             reason=f"replaced by incarnation {rec.incarnation}"))
+        return True
 
     def _handle(self, rec: ProcRecord, kind: str, msg: dict) -> None:
         now = time.monotonic()

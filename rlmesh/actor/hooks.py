@@ -19,6 +19,8 @@ Worker side:
     - ``set_span_sink(fn)``: ``fn(Span)`` after every endpoint call in this proc.
     - ``set_debug_sink(fn)``: ``fn(DebugPause)`` when an actor pauses for a debugger or resumes.
     - ``add_shutdown_hook(fn)``: runs when the worker exits cleanly (stop or SIGTERM).
+    - ``set_sigterm_handler(fn)``: ``fn()`` decides what SIGTERM means for this proc (True: handled,
+      keep serving); without one, SIGTERM stops the worker cleanly.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ class ProcEvent:
     ``died`` (exit code or signal, or ``reason="heartbeat timeout"``),
     ``restarted`` (its actors were re-created), ``stopped`` (clean shutdown),
     ``gave_up`` (``max_restarts`` exhausted), ``fault_injected`` (built-in fault injection),
-    ``restart_requested`` (killed on purpose to run new code: ``sync_workspace(reload="auto")``).
+    ``restart_requested`` (killed on purpose to run new code: ``sync_workspace(reload="auto")``),
+    ``fenced`` (an incarnation already replaced dialled in again, its host's link back: told to exit).
     ``recovery_s`` (``restarted`` only): seconds from the injected fault, or else from the
     death, until the replacement's actors were re-created and serving.
     """
@@ -136,6 +139,7 @@ _controller_plugins: list[str] = []
 _worker_module_hints: list[str] = []
 _span_sink: Callable[[Span], None] | None = None
 _debug_sink: Callable[[DebugPause], None] | None = None
+_sigterm_handler: Callable[[], bool] | None = None
 _shutdown_hooks: list[Callable[[], None]] = []
 
 
@@ -260,6 +264,21 @@ def set_debug_sink(fn: Callable[[DebugPause], None] | None) -> None:
 
 def debug_sink() -> Callable[[DebugPause], None] | None:
     return _debug_sink
+
+
+def set_sigterm_handler(fn: Callable[[], bool] | None) -> None:
+    """``fn()`` runs on the worker's loop when the proc gets SIGTERM; True means it handled the signal
+    and the worker keeps serving, False that the worker stops cleanly as usual.
+
+    Why: to a Slurm job step SIGTERM is Slurm's notice that the whole job is ending (preemption, the
+    time limit), and the run's orderly stop (the trainer's final checkpoint) is the controller's to
+    lead: the Slurm launcher's worker plugin reports the signal to the controller instead of exiting."""
+    global _sigterm_handler
+    _sigterm_handler = fn
+
+
+def sigterm_handler() -> Callable[[], bool] | None:
+    return _sigterm_handler
 
 
 def add_shutdown_hook(fn: Callable[[], None]) -> None:

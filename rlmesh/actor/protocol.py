@@ -40,9 +40,10 @@ KV_REP = "kvrep"
 HB_ACK = "hback"  # hb_s=: the heartbeat interval to use from now on
 STOP = "stop"
 HANG = "hang"  # fault injection: stop heartbeating and stall the loop, as a hung proc would
+FENCED = "fenced"  # incarnation=: the proc was replaced by this incarnation; the stale one exits at once
 
 
-PLAIN_KINDS = frozenset({HEARTBEAT, BYE, PROC_UP, PROC_DOWN, DIRECTORY, HB_ACK, STOP, HANG})
+PLAIN_KINDS = frozenset({HEARTBEAT, BYE, PROC_UP, PROC_DOWN, DIRECTORY, HB_ACK, STOP, HANG, FENCED})
 """Control kinds whose fields are always plain values (str, numbers, tuples): :func:`control` puts them in the meta."""
 
 

@@ -248,6 +248,9 @@ class ControlLink(threading.Thread):
                 _resolve(fut, msg)
         elif kind == P.STOP:
             w.exit_soon(0)
+        elif kind == P.FENCED:
+            fenced(f"{w.proc.proc_id} was replaced by incarnation {msg['incarnation']} while this one "
+                   f"({w.proc.incarnation}) was out of reach")
         elif kind == P.HANG:
             logger.warning("fault injection: this proc now hangs (no heartbeats, no calls served)")
             self.hung = True
@@ -324,9 +327,15 @@ class Worker:
             self.link.give_up_waits()
             self.loop.call_soon_threadsafe(self._done.set)
 
+    def _on_sigterm(self) -> None:
+        """Stop cleanly, unless a plugin handles SIGTERM (a Slurm step: the controller leads the stop)."""
+        handler = hooks.sigterm_handler()
+        if handler is None or not handler():
+            self.exit_soon(0)
+
     async def _main(self) -> int:
         self.link.start()
-        self.loop.add_signal_handler(signal.SIGTERM, self.exit_soon, 0)  # kill, a pod's deletion: stop cleanly
+        self.loop.add_signal_handler(signal.SIGTERM, self._on_sigterm)  # kill, a pod's deletion: stop cleanly
         # Ctrl-C reaches every process of the terminal's group, and it is the controller's to handle: it
         # stops its procs in order. A worker that exited on it by itself would look dead to a controller
         # that had not yet seen its own SIGINT (a busy machine), which would restart it mid-stop.
@@ -373,6 +382,21 @@ def controller_gone(why: str) -> None:
         sys.stderr.flush()
     finally:
         os._exit(3)
+
+
+def fenced(why: str) -> None:
+    """This incarnation was replaced (its host was cut off, declared dead, and came back): exit now,
+    running nothing, as :func:`controller_gone` does: its replacement owns the actors' state."""
+    logger.error("%s: fenced by the controller; exiting without writing anything", why)
+    try:
+        logging.shutdown()
+        sys.stderr.flush()
+    finally:
+        os._exit(FENCED_EXIT)
+
+
+FENCED_EXIT = 4
+"""A fenced incarnation's exit status (3: the controller is gone)."""
 
 
 def _name_process(name: str) -> None:

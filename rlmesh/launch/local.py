@@ -9,6 +9,10 @@ everywhere.
 Relaunches of procs whose mesh may restart are forked from a warm template
 (:mod:`rlmesh.launch.forkserver`) instead of starting Python again, unless
 ``RLMESH_FORKSERVER=0`` or ``LocalLauncher(fork_server=False)``.
+
+``LocalLauncher(netns=hosts)`` (``rm.this_host(netns=hosts)``) starts the procs on simulated hosts
+instead (:mod:`rlmesh.launch.netns`): each in a network namespace of its own, bound to its host's
+address, so they reach the controller and each other over a bridge, as procs on other machines do.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
+from rlmesh import settings
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.launch import capture, forkserver, starters
 from rlmesh.launch.forkserver import ForkedProcHandle, ForkServer
+from rlmesh.launch.netns import NetnsHost
+from rlmesh.transport.auth import is_loopback_address
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +61,35 @@ class LocalProcHandle:
         return self.pid
 
 
+class NetnsProcHandle(LocalProcHandle):
+    """A proc on a simulated host (:class:`~rlmesh.launch.netns.NetnsHost`), seen as a proc on another
+    machine is: no ``local_pid`` (the supervisor judges it by its heartbeats alone), and a kill that
+    travels to its host, so it is lost while the host's link is down. Why: a partitioned host's procs
+    live on, out of reach; that is what the controller's fencing of a stale incarnation is for, and
+    a kill that always arrived would hide it. :meth:`force_kill` (the launcher's close) ends it anyway.
+    """
+
+    def __init__(self, popen: subprocess.Popen, host: NetnsHost):
+        super().__init__(popen)
+        self.host = host
+        self.kill_lost = False
+
+    @property
+    def local_pid(self) -> int | None:
+        return None
+
+    def kill(self) -> None:
+        if self.host.reachable():
+            super().kill()
+        elif not self.kill_lost:
+            self.kill_lost = True
+            logger.warning("kill of pid %s lost: host %s (%s) is cut off; it is fenced if it comes back",
+                           self.pid, self.host.hostname, self.host.address)
+
+    def force_kill(self) -> None:
+        super().kill()
+
+
 class LocalLauncher:
     """Starts ``python -m rlmesh.worker`` children. ``python`` defaults to this interpreter.
 
@@ -61,15 +97,30 @@ class LocalLauncher:
     template (default: on unless ``RLMESH_FORKSERVER=0``). ``fork_preload``: the
     modules the template imports up front (those of the mesh's actor classes
     follow once actors are spawned).
+
+    ``netns``: simulated hosts (:class:`~rlmesh.launch.netns.HostNetwork`'s ``hosts``) to start the
+    procs on, rank ``i`` on host ``i % len(netns)``; a replacement starts on its proc's host, or,
+    while that host is cut off, on the next host that is reachable. Each proc binds its host's
+    address, so everything it serves is CurveZMQ; the controller must listen on the bridge
+    (``RLMESH_BIND_HOST`` set to ``HostNetwork.address`` before the first ``spawn_procs``). Such a
+    proc is treated as one on another machine: it heartbeats by message (no shared-memory board),
+    is started afresh (no warm template: those live in this namespace), and exits by itself after
+    ``RLMESH_CONTROLLER_TIMEOUT_S`` of silence from its controller.
     """
 
     same_host = True
     """Its procs run on the controller's host: they heartbeat through its shared-memory board."""
 
     def __init__(self, python: str | None = None, extra_env: dict[str, str] | None = None,
-                 fork_server: bool | None = None, fork_preload: Iterable[str] = forkserver.DEFAULT_PRELOAD):
+                 fork_server: bool | None = None, fork_preload: Iterable[str] = forkserver.DEFAULT_PRELOAD,
+                 netns: Sequence[NetnsHost] | None = None):
         self.python = python or sys.executable
         self.extra_env = extra_env or {}
+        self.netns = tuple(netns or ())
+        if self.netns:
+            self.same_host = False
+            fork_server = False
+        self._netns_handles: list[NetnsProcHandle] = []
         self.fork_server = fork_server
         self.fork_preload = tuple(fork_preload)
         self._servers: dict[str, ForkServer] = {}  # proc mesh -> its restart template (actor modules, torch)
@@ -83,6 +134,8 @@ class LocalLauncher:
         return starters.worker_env({**self.extra_env, **req.env})
 
     def launch(self, req: LaunchRequest) -> LocalProcHandle | ForkedProcHandle:
+        if self.netns:
+            return self._launch_netns(req)
         env = self._env(req)
         argv = ["--controller", req.controller_addr, "--proc-id", req.proc_id, "--proc-mesh", req.proc_mesh,
                 "--rank", str(req.rank), "--incarnation", str(req.incarnation)]
@@ -113,6 +166,38 @@ class LocalLauncher:
             prep.abort()
             raise
         return capture.captured(LocalProcHandle(popen), prep)
+
+    def _place(self, req: LaunchRequest) -> NetnsHost:
+        """The proc's host (rank modulo the hosts), or the next one reachable while it is cut off."""
+        n = len(self.netns)
+        order = [self.netns[(req.rank + i) % n] for i in range(n)]
+        return next((h for h in order if h.reachable()), order[0])
+
+    def _launch_netns(self, req: LaunchRequest) -> NetnsProcHandle:
+        if is_loopback_address(req.controller_addr):
+            raise ValueError(f"procs on network-namespace hosts dial the controller over their bridge, but it listens "
+                             f"on {req.controller_addr.partition('#')[0]} (loopback): set {settings.BIND_HOST.name} to "
+                             f"the bridge's address (HostNetwork.address) before the first spawn_procs")
+        host = self._place(req)
+        env = {**self._env(req), settings.BIND_HOST.name: host.address}
+        env.pop(settings.ADVERTISE_HOST.name, None)
+        # no --parent-pid: like a proc on another machine, it outlives its controller's silence for
+        # RLMESH_CONTROLLER_TIMEOUT_S at most, rather than dying with a parent on this one
+        cmd = [*host.prefix(), self.python, "-m", "rlmesh.worker", "--controller", req.controller_addr,
+               "--proc-id", req.proc_id, "--proc-mesh", req.proc_mesh, "--rank", str(req.rank),
+               "--incarnation", str(req.incarnation)]
+        prep = self._prepare_capture(req, fork=False)
+        try:
+            popen = subprocess.Popen(cmd, env={**env, **(prep.env if prep else {})}, stdin=subprocess.DEVNULL,
+                                     stdout=prep.stdout_fd if prep else None, stderr=prep.stderr_fd if prep else None)
+        except BaseException:
+            if prep is not None:
+                prep.abort()
+            raise
+        handle = NetnsProcHandle(popen, host)
+        with self._lock:
+            self._netns_handles = [h for h in self._netns_handles if h.poll() is None] + [handle]
+        return capture.captured(handle, prep)
 
     def _via_starter(self, env: dict[str, str], argv: list[str], child_env: dict[str, str] | None,
                      fallback: Callable[[], LocalProcHandle] | None = None) -> ForkedProcHandle | None:
@@ -221,6 +306,12 @@ class LocalLauncher:
         """Stop every template (the controller shuts down)."""
         for name in list(self._servers):
             self.release(name)
+        with self._lock:
+            cut_off, self._netns_handles = self._netns_handles, []
+        for h in cut_off:  # procs whose kill was lost on a cut link: this machine's kill still reaches them
+            if h.poll() is None:
+                h.force_kill()
+                h.popen.wait()
         starters.close_all()
         with self._lock:
             cap, self._capture = self._capture, None
@@ -270,5 +361,6 @@ def prewarm(heavy: tuple[str, ...] = starters.TORCH_HEAVY) -> None:
 
 
 def this_host(**launcher_opts: Any) -> HostMesh:
-    """The host the controller runs on: ``rm.this_host().spawn_procs(per_host={"procs": 4})``."""
+    """The host the controller runs on: ``rm.this_host().spawn_procs(per_host={"procs": 4})``.
+    ``launcher_opts`` go to :class:`LocalLauncher` (``netns=hosts``: procs on simulated hosts)."""
     return HostMesh(LocalLauncher(**launcher_opts) if launcher_opts else None)
