@@ -35,7 +35,9 @@ from rlmesh import settings
 from rlmesh.dashboard.attach import watching
 from rlmesh.errors import ConfigError
 from rlmesh.launch.local import prewarm
+from rlmesh.launch.slurm.cluster import listen_for_nodes
 from rlmesh.recipes.config_store import SCHEMAS, register
+from rlmesh.recipes.env_presets import choose_preset
 from rlmesh.recipes.presets import reset_note
 from rlmesh.recipes.startup import say
 from rlmesh.recipes.workspace_option import activate_on_controller
@@ -215,6 +217,12 @@ def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any,
     """Compose and validate: ``(dataclass config, launcher name)``; raises :class:`RecipeConfigError`."""
     try:
         cfg = _compose_raw(overrides, config_path)
+        choice = choose_preset(cfg, overrides)
+        if choice is not None:  # recipe=<algo>: its tuned preset for the env, or a line saying there is none
+            print(f"rlmesh: {choice.note}", file=sys.stderr, flush=True)
+            if choice.overrides != overrides:
+                overrides = choice.overrides
+                cfg = _compose_raw(overrides, config_path)
         launcher = str(cfg.hydra.runtime.choices.get("launcher", "local"))
         note = reset_note(cfg, overrides, lambda o: _compose_raw(o, config_path))
         if note:  # another trainer than the recipe's preset: which tuned values it drops (docs/extending.md)
@@ -267,6 +275,8 @@ def run_config(cfg: Any, launcher: str = "local") -> Any:
     :class:`rlmesh.recipes.loop.RunResult` for the shipped programs); its closing numbers are also
     written to ``runs/<run>/result.json`` (what benchmarks and scripts read back)."""
     activate_on_controller(cfg, launcher)  # workspace.sync: the recipe's _target_ classes import from workspace.path
+    if launcher == "slurm":  # procs on other nodes dial this controller and its telemetry service: not on loopback
+        listen_for_nodes(cfg.launcher)
     if launcher == "local":  # the procs' template imports torch while this process does too, not after it
         prewarm()
     say(f"importing recipes/{cfg.program}.py and its actor classes (torch)", getattr(cfg.run, "progress", True))

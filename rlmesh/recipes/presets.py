@@ -69,7 +69,7 @@ def _class_defaults(cls: Any) -> dict[str, Any]:
 def preset_of(recipe: str, sources: Any) -> tuple[str, str] | None:
     """``(trainer preset, recipe that names it)``: the first ``/trainer: X`` (not an ``override``) in the
     defaults of ``recipe/<recipe>.yaml`` and of the recipes it extends, depth first, as Hydra reads them."""
-    roots = _roots(sources)
+    roots = config_roots(sources)
 
     def load(path: str) -> dict[str, Any] | None:
         for root in roots:
@@ -103,7 +103,7 @@ def preset_of(recipe: str, sources: Any) -> tuple[str, str] | None:
     return walk(f"recipe/{recipe}", 0)
 
 
-def _roots(sources: Any) -> list[Any]:
+def config_roots(sources: Any) -> list[Any]:
     """The config search path's folders (``file://`` and ``pkg://``; Hydra's own left out)."""
     roots: list[Any] = []
     for s in sources or []:

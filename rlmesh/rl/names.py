@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 from pathlib import Path
 
 from rlmesh.errors import ConfigError
@@ -33,10 +34,26 @@ def check_env_id(env_id: str, key: str) -> None:
                               "install that package or fix the module name") from None
     registry = gymnasium.envs.registry
     if name in registry:
+        check_env_extras(env_id, registry[name].entry_point, key)
         return
     close = difflib.get_close_matches(name, list(registry), n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}?" if close else "see gymnasium.envs.registry for the registered ids"
     raise ConfigError(f"{key}={env_id!r} is not a registered gymnasium environment; {hint}")
+
+
+ENV_EXTRAS = {"gymnasium.envs.box2d": ("Box2D", "box2d")}
+"""gymnasium's env modules whose envs need a package gymnasium does not install itself: module prefix ->
+(the package to import, rlmesh's extra that installs it)."""
+
+
+def check_env_extras(env_id: str, entry_point: object, key: str) -> None:
+    """A registered env whose simulator is not installed (LunarLander without Box2D) is refused here, naming
+    the extra, instead of failing in ``gymnasium.make`` inside a generator proc."""
+    for prefix, (package, extra) in ENV_EXTRAS.items():
+        if isinstance(entry_point, str) and entry_point.startswith(prefix) \
+                and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"{key}={env_id!r} needs {package}, which is not installed: "
+                              f"pip install 'rlmesh[{extra}]' (or 'gymnasium[{extra}]')")
 
 
 def check_model_path(path: str | None, key: str) -> None:
