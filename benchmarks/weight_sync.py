@@ -1,16 +1,23 @@
-"""Weight sync throughput: a 1 GiB state_dict to 1 and 2 readers in other processes, per transport.
+"""Weight sync: a state_dict to 1 and 2 readers in other processes, rlmesh against its floors,
+every method interleaved round by round.
 
-Prints one table: seconds and GB/s per reader count for rlmesh shm and tcp, next to
-(a) an in-process memcpy of the same bytes with 2 threads (the floor on one host),
-(b) raw pyzmq PUSH/PULL of the same tensors as zero-copy frames, received either as
-frames or with ``recv_into`` one reused buffer (the faster is the TCP floor), and
-(c) torch.distributed gloo broadcast of the state_dict (what a user would write),
-with the ratios the weight-sync issue sets as targets, plus the stall a concurrent
-generator loop sees while a version is published. Encrypted figures sit beside the
-plain ones: rlmesh tcp with CurveZMQ (what every connection off loopback uses) next to
-raw pyzmq with CURVE moving the same frames, measured in the same run. Times are the median of
-``--reps`` steady-state rounds (the first round, which maps fresh pages, is reported
-separately). Run: ``.venv/bin/python benchmarks/weight_sync.py [--gib 1] [--reps 3]``.
+    .venv/bin/python benchmarks/weight_sync.py [--gib 1] [--rounds 5] [--json weight_sync.json]   # --smoke: seconds
+    .venv/bin/python benchmarks/weight_sync.py --tcp-only --gib 0.5     # TCP pull against recv_into at one size
+
+Per reader count, each round runs every method once, the order rotating round by round, after one
+untimed warm-up round of every method (rlmesh's first round is treated like the others'):
+
+- memcpy: one copy stream of the same bytes in this process (what one reader's pull must do);
+- rlmesh shm and tcp: **publish + pull**, the whole operation a trainer and its generators wait for
+  (the publish copies the tensors and checksums them; then every reader pulls), and the pull alone;
+- raw pyzmq PUSH/PULL into one reused buffer with ``recv_into`` (the sender's time included);
+- torch.distributed gloo broadcast of one flat buffer holding every byte (its strongest form).
+
+Ratios are per round, bandwidth per reader against the floor measured in the same round (median and
+p90 printed). Targets (issue 40): a pull >= 0.7x one copy stream with one reader, >= 0.4x each with
+two; TCP pull >= 0.9x ``recv_into`` (``--tcp-only`` at 64 MiB, 0.5 GiB and 1 GiB). CurveZMQ figures
+(``--curve``) sit beside the plain ones: rlmesh tcp encrypted against raw pyzmq CURVE. Then the stall a
+concurrent loop in the publisher sees while a version is published.
 """
 
 from __future__ import annotations
@@ -18,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,6 +38,9 @@ os.environ.setdefault("RLMESH_TELEMETRY", "0")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import zmq  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import Report, add_common_args, banner  # noqa: E402
 
 GiB = 1 << 30
 
@@ -101,18 +110,20 @@ def reader_main(total: int) -> None:
                     got += len(f.buffer)
             res = {"seconds": time.perf_counter() - t0}
             s.close(0)
-        elif cmd["op"] == "gloo":
+        elif cmd["op"] == "gloo_init":  # one group per reader count, kept across the interleaved rounds
             import torch.distributed as dist
 
             dist.init_process_group("gloo", init_method=cmd["init"], rank=cmd["rank"], world_size=cmd["world"])
-            for _ in range(cmd["reps"]):
-                dist.barrier()
-                t0 = time.perf_counter()
-                for t in target.values():
-                    dist.broadcast(t, src=0)
-                dist.barrier()
+            flat = torch.empty(cmd["nbytes"] // 4)
+            res = {"ready": True}
+        elif cmd["op"] == "gloo":
+            dist.barrier()
+            dist.broadcast(flat, src=0)
+            dist.barrier()
             res = {"seconds": time.perf_counter() - t0}
+        elif cmd["op"] == "gloo_end":
             dist.destroy_process_group()
+            res = {"done": True}
         else:
             return
         print(json.dumps(res), flush=True)
@@ -135,26 +146,15 @@ class Reader:
 
 
 # ---------------- measurements ----------------
-def bench_memcpy(sd: dict, reps: int) -> float:
-    dst = {k: torch.empty_like(v) for k, v in sd.items()}
-    keys = list(sd)
-    halves = [keys[0::2], keys[1::2]]
-
-    def run(ks):
-        for k in ks:
-            dst[k].copy_(sd[k])
-
-    times = []
-    for _ in range(reps + 1):
-        t0 = time.perf_counter()
-        ths = [threading.Thread(target=run, args=(h,)) for h in halves]
-        [t.start() for t in ths]
-        [t.join() for t in ths]
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+def bench_memcpy(sd: dict, dst: dict) -> float:
+    """One copy stream of every tensor: what one reader's pull does at the least."""
+    t0 = time.perf_counter()
+    for k, v in sd.items():
+        dst[k].copy_(v)
+    return time.perf_counter() - t0
 
 
-def bench_zmq(sd: dict, readers: list, reps: int, into: bool, curve: bool = False) -> float:
+def bench_zmq(sd: dict, readers: list, reps: int, into: bool = True, curve: bool = False) -> float:
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())
     times = []
     server_pub, server_sec = zmq.curve_keypair()
@@ -170,7 +170,7 @@ def bench_zmq(sd: dict, readers: list, reps: int, into: bool, curve: bool = Fals
             r.send(op="zmq", addr=f"tcp://127.0.0.1:{port}", nbytes=nbytes, into=into,
                    curve=server_pub.decode() if curve else "")
             r.recv()
-        time.sleep(0.2)
+        time.sleep(0.05)  # the readers' connections complete before the clock starts
         t0 = time.perf_counter()
         for t in sd.values():
             buf = t.numpy()
@@ -182,47 +182,67 @@ def bench_zmq(sd: dict, readers: list, reps: int, into: bool, curve: bool = Fals
     return statistics.median(times)
 
 
-def bench_gloo(sd: dict, readers: list, reps: int) -> float:
-    import torch.distributed as dist
+class Gloo:
+    """torch.distributed gloo broadcast of one flat buffer (every byte of the state_dict) to the readers."""
 
-    path = tempfile.mktemp(prefix="rlmesh-gloo-")
-    init = f"file://{path}"
-    for i, r in enumerate(readers):
-        r.send(op="gloo", init=init, rank=i + 1, world=len(readers) + 1, reps=reps)
-    dist.init_process_group("gloo", init_method=init, rank=0, world_size=len(readers) + 1)
-    times = []
-    for _ in range(reps):
-        dist.barrier()
+    def __init__(self, nbytes: int, readers: list) -> None:
+        import torch.distributed as dist
+
+        self.dist, self.readers = dist, readers
+        self.path = tempfile.mktemp(prefix="rlmesh-gloo-")
+        init = f"file://{self.path}"
+        for i, r in enumerate(readers):
+            r.send(op="gloo_init", init=init, rank=i + 1, world=len(readers) + 1, nbytes=nbytes)
+        dist.init_process_group("gloo", init_method=init, rank=0, world_size=len(readers) + 1)
+        [r.recv() for r in readers]
+        self.flat = torch.randn(nbytes // 4)
+
+    def round(self) -> float:
+        for r in self.readers:
+            r.send(op="gloo")
+        self.dist.barrier()
         t0 = time.perf_counter()
-        for t in sd.values():
-            dist.broadcast(t, src=0)
-        dist.barrier()
-        times.append(time.perf_counter() - t0)
-    [r.recv() for r in readers]
-    dist.destroy_process_group()
-    if os.path.exists(path):
-        os.unlink(path)
-    return statistics.median(times)
+        self.dist.broadcast(self.flat, src=0)
+        self.dist.barrier()
+        dt = time.perf_counter() - t0
+        [r.recv() for r in self.readers]
+        return dt
+
+    def close(self) -> None:
+        for r in self.readers:
+            r.send(op="gloo_end")
+        self.dist.destroy_process_group()
+        [r.recv() for r in self.readers]
+        if os.path.exists(self.path):
+            os.unlink(self.path)
 
 
-def bench_rlmesh(pub, sd: dict, transport: str, readers: list, reps: int, version: list,
-                 module: bool = False) -> tuple[float, float, float]:
-    """Median wall time from 'go' until every reader holds the new version; first-round time; median publish.
+def rlmesh_round(pub, sd: dict, transport: str, readers: list, version: list, module: bool = False) -> tuple[float, float]:
+    """One version, published and pulled by every reader: (publish + pull wall seconds, pull seconds).
     ``module``: the readers pull into an ``nn.Module`` (TCP then swaps the verified bytes in) instead of a
     state_dict (copied into)."""
-    walls, pubs = [], []
-    for _ in range(reps + 1):
-        version[0] += 1
-        t0 = time.perf_counter()
-        pub.publish(sd, version=version[0])
-        pubs.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        for r in readers:
-            r.send(op="pull", transport=transport, version=version[0], name=pub.name, module=module)
-        res = [r.recv() for r in readers]
-        walls.append(time.perf_counter() - t0)
-        assert all(x["version"] == version[0] for x in res)
-    return statistics.median(walls[1:]), walls[0], statistics.median(pubs)
+    version[0] += 1
+    t0 = time.perf_counter()
+    pub.publish(sd, version=version[0])
+    t1 = time.perf_counter()
+    for r in readers:
+        r.send(op="pull", transport=transport, version=version[0], name=pub.name, module=module)
+    res = [r.recv() for r in readers]
+    t2 = time.perf_counter()
+    assert all(x["version"] == version[0] for x in res)
+    return t2 - t0, t2 - t1
+
+
+def rotate(rounds: int, methods: dict) -> dict[str, list]:
+    """One untimed warm-up call of every method, then ``rounds`` rounds of all, the order rotating."""
+    names = list(methods)
+    for name in names:
+        methods[name]()
+    out: dict[str, list] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            out[name].append(methods[name]())
+    return out
 
 
 def bench_stall(pub, sd: dict, version: list) -> tuple[float, float]:
@@ -252,126 +272,136 @@ def bench_stall(pub, sd: dict, version: list) -> tuple[float, float]:
     return max(gaps), t_pub
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gib", type=float, default=1.0)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--reader", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--tcp-only", action="store_true",
-                    help="only raw pyzmq recv_into against rlmesh tcp (state_dict and module targets), 1 reader")
-    args = ap.parse_args()
-    if args.reader:
-        return reader_main(args.reader)
-    if args.tcp_only:
-        return tcp_only(args)
-    from rlmesh.transport import Authenticator
-    from rlmesh.weights import Publisher
+def setup_env() -> None:
+    from rlmesh.transport import Authenticator  # deferred: after OMP_NUM_THREADS is set above
 
-    total = int(args.gib * GiB)
-    tmp = tempfile.mkdtemp(prefix="rlmesh-bench-")
-    os.environ.update(RLMESH_WEIGHTS_DIRECTORY=tmp, RLMESH_SECRET=os.environ.get("RLMESH_SECRET")
-                      or Authenticator.new_secret().hex(), RLMESH_JOB_ID=f"bench{os.getpid()}")
-    sd = make_sd(total, fill=True)
-    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
-    readers = [Reader(total, dict(os.environ)) for _ in range(2)]
-    rows = []
-    mc = bench_memcpy(sd, args.reps)
-    rows.append(("memcpy, in-process, 2 threads", 1, mc, None))
-    for n in (1, 2):
-        frames = bench_zmq(sd, readers[:n], args.reps, into=False)
-        into = bench_zmq(sd, readers[:n], args.reps, into=True)
-        rows.append(("raw pyzmq, keep frames", n, frames, None))
-        rows.append(("raw pyzmq, recv_into one buffer", n, into, None))
-        rows.append(("raw pyzmq (floor: faster of the two)", n, min(frames, into), None))
-    for n in (1, 2):
-        rows.append(("raw pyzmq CURVE, keep frames", n, bench_zmq(sd, readers[:n], args.reps, False, curve=True), None))
-    for n in (1, 2):
-        rows.append(("torch.distributed gloo broadcast", n, bench_gloo(sd, readers[:n], args.reps), None))
-    version = [0]
-    with Publisher("bench") as pub:
-        t0 = time.perf_counter()
-        version[0] += 1
-        pub.publish(sd, version=version[0])  # first publish: creates and reserves a slot
-        first_pub = time.perf_counter() - t0
-        version[0] += 1
-        pub.publish(sd, version=version[0])  # second slot (keep=2)
-        stall, t_pub = bench_stall(pub, sd, version)
-        extra = {}
-        for tr in ("shm", "tcp"):
-            for n in (1, 2):
-                wall, first, pub_s = bench_rlmesh(pub, sd, tr, readers[:n], args.reps, version)
-                rows.append((f"rlmesh {tr}", n, wall, first))
-                extra[tr] = pub_s
-    os.environ["RLMESH_TRANSPORT_ENCRYPTION"] = "always"  # what every connection off loopback gets
-    try:
-        with Publisher("bench_curve") as pub:
-            for n in (1, 2):
-                wall, first, _ = bench_rlmesh(pub, sd, "tcp", readers[:n], args.reps, version)
-                rows.append(("rlmesh tcp, CurveZMQ", n, wall, first))
-    finally:
-        os.environ.pop("RLMESH_TRANSPORT_ENCRYPTION", None)
-    for r in readers:
-        r.send(op="quit")
-        r.p.wait(timeout=30)
-
-    gb = nbytes / 1e9
-    print(f"\nweight sync: {nbytes / GiB:.2f} GiB in {len(sd)} tensors; median of {args.reps} rounds")
-    print(f"{'method':36s} {'readers':>7s} {'seconds':>8s} {'GB/s/reader':>12s} {'first round s':>14s}")
-    for name, n, s, first in rows:
-        print(f"{name:36s} {n:7d} {s:8.3f} {gb / s:12.2f} {'' if first is None else f'{first:14.3f}'}")
-    t = {(name, n): s for name, n, s, _ in rows}
-    print("\nratios (bandwidth per reader; targets: shm >= 0.7x memcpy, tcp >= 0.7x raw zmq, both >= 3x gloo)")
-    for n in (1, 2):
-        g = t[("torch.distributed gloo broadcast", n)]
-        tcp = t[("rlmesh tcp", n)]
-        print(f"  {n} reader(s): shm/memcpy {mc / t[('rlmesh shm', n)]:.2f}x   tcp/zmq-floor "
-              f"{t[('raw pyzmq (floor: faster of the two)', n)] / tcp:.2f}x (vs frames "
-              f"{t[('raw pyzmq, keep frames', n)] / tcp:.2f}x, vs recv_into {t[('raw pyzmq, recv_into one buffer', n)] / tcp:.2f}x)"
-              f"   shm/gloo {g / t[('rlmesh shm', n)]:.1f}x   tcp/gloo {g / tcp:.1f}x")
-    print("encryption cost (CurveZMQ, used for every connection off loopback; bandwidth ratios per reader)")
-    for n in (1, 2):
-        c = t[("rlmesh tcp, CurveZMQ", n)]
-        print(f"  {n} reader(s): rlmesh tcp CurveZMQ/plain {t[('rlmesh tcp', n)] / c:.2f}x   raw pyzmq CURVE/plain "
-              f"{t[('raw pyzmq, keep frames', n)] / t[('raw pyzmq CURVE, keep frames', n)]:.2f}x   "
-              f"rlmesh CurveZMQ/raw CURVE {t[('raw pyzmq CURVE, keep frames', n)] / c:.2f}x")
-    print(f"\npublish (one copy + checksums into shared memory): {extra['shm']:.3f}s median, first publish "
-          f"(allocating the slot) {first_pub:.3f}s; a concurrent loop in the publishing process stalled at most "
-          f"{stall * 1e3:.0f} ms while one version was published (publish took {t_pub * 1e3:.0f} ms; one memcpy "
-          f"{mc * 1e3:.0f} ms); readers in other procs are not blocked at all")
-    print(f"\nmachine: {platform.node()} {platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}; "
-          f"python {platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}, "
-          f"pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()}); OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
-
-
-def tcp_only(args: argparse.Namespace) -> None:
-    """Issue 16 item 4: rlmesh's TCP pull against raw pyzmq ``recv_into``, one reader, same run."""
-    from rlmesh.transport import Authenticator
-    from rlmesh.weights import Publisher
-
-    total = int(args.gib * GiB)
     os.environ.update(RLMESH_WEIGHTS_DIRECTORY=tempfile.mkdtemp(prefix="rlmesh-bench-"),
                       RLMESH_SECRET=os.environ.get("RLMESH_SECRET") or Authenticator.new_secret().hex(),
                       RLMESH_JOB_ID=f"bench{os.getpid()}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every method")
+    ap.add_argument("--readers", type=int, nargs="+", default=[1, 2], help="reader counts")
+    ap.add_argument("--curve", action="store_true", help="also rlmesh tcp with CurveZMQ against raw pyzmq CURVE")
+    ap.add_argument("--reader", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tcp-only", action="store_true",
+                    help="only raw pyzmq recv_into against rlmesh tcp (state_dict and module targets), 1 reader")
+    add_common_args(ap)
+    args = ap.parse_args()
+    if args.reader:
+        return reader_main(args.reader)
+    if args.smoke:
+        args.gib, args.rounds, args.readers = min(args.gib, 1 / 64), 2, [1]
+    if args.tcp_only:
+        return tcp_only(args)
+    from rlmesh.weights import Publisher  # deferred: after OMP_NUM_THREADS is set above
+
+    banner("weight sync: publish + pull against memcpy, raw pyzmq and gloo, interleaved", "torch")
+    report = Report("weight_sync", smoke=args.smoke, args=vars(args))
+    total = int(args.gib * GiB)
+    setup_env()
+    sd = make_sd(total, fill=True)
+    dst = {k: torch.empty_like(v) for k, v in sd.items()}
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+    gb = nbytes / 1e9
+    readers = [Reader(total, dict(os.environ)) for _ in range(max(args.readers))]
+    version = [0]
+    print(f"\n{nbytes / GiB:.3f} GiB in {len(sd)} tensors; {args.rounds} rounds; GB/s per reader, medians of rounds")
+    print(f"{'method':44s} {'readers':>7s} {'seconds':>8s} {'GB/s/reader':>12s}")
+    with Publisher("bench") as pub:
+        for _ in range(2):  # both slots (keep=2) exist before any round: the first round is warm-up anyway
+            version[0] += 1
+            pub.publish(sd, version=version[0])
+        for n in args.readers:
+            rs = readers[:n]
+            gloo = Gloo(nbytes, rs)
+            res = rotate(args.rounds, {
+                "memcpy": lambda: bench_memcpy(sd, dst),
+                "shm": lambda rs=rs: rlmesh_round(pub, sd, "shm", rs, version),
+                "recv_into": lambda rs=rs: bench_zmq(sd, rs, 1),
+                "tcp": lambda rs=rs: rlmesh_round(pub, sd, "tcp", rs, version),
+                "gloo": gloo.round,
+            })
+            gloo.close()
+            mc, raw, gl = res["memcpy"], res["recv_into"], res["gloo"]
+            shm_all, shm_pull = [w for w, _ in res["shm"]], [p for _, p in res["shm"]]
+            tcp_all, tcp_pull = [w for w, _ in res["tcp"]], [p for _, p in res["tcp"]]
+            med = statistics.median
+            for name, xs in (("memcpy, one copy stream (in-process)", mc), ("rlmesh shm, publish + pull", shm_all),
+                             ("rlmesh shm, pull", shm_pull), ("raw pyzmq recv_into (sender included)", raw),
+                             ("rlmesh tcp, publish + pull", tcp_all), ("rlmesh tcp, pull", tcp_pull),
+                             ("gloo broadcast, one flat buffer", gl)):
+                print(f"{name:44s} {n:7d} {med(xs):8.3f} {gb / med(xs):12.2f}")
+                report.row(method=name, readers=n, seconds=med(xs), gbps_per_reader=gb / med(xs))
+            per = lambda floor, subj: [f / s for f, s in zip(floor, subj)]  # noqa: E731  bandwidth ratio
+            report.ratio(f"shm_publish_pull_vs_memcpy_{n}r", per(mc, shm_all), "GB/s per reader / memcpy GB/s")
+            pull = report.ratio(f"shm_pull_vs_memcpy_{n}r", per(mc, shm_pull), "GB/s per reader / memcpy GB/s")
+            report.target(f"shm_pull_vs_one_copy_stream_{n}r", pull.median, 0.7 if n == 1 else 0.4, at_most=False)
+            report.ratio(f"shm_publish_pull_vs_gloo_{n}r", per(gl, shm_all), "rlmesh GB/s / gloo GB/s")
+            report.ratio(f"tcp_publish_pull_vs_recv_into_{n}r", per(raw, tcp_all), "rlmesh GB/s / raw GB/s")
+            report.ratio(f"tcp_pull_vs_recv_into_{n}r", per(raw, tcp_pull), "rlmesh GB/s / raw GB/s")
+            report.ratio(f"tcp_publish_pull_vs_gloo_{n}r", per(gl, tcp_all), "rlmesh GB/s / gloo GB/s")
+        stall, t_pub = bench_stall(pub, sd, version)
+    if args.curve:
+        os.environ["RLMESH_TRANSPORT_ENCRYPTION"] = "always"  # what every connection off loopback gets
+        try:
+            with Publisher("bench_curve") as pub:
+                res = rotate(args.rounds, {
+                    "raw_curve": lambda: bench_zmq(sd, readers[:1], 1, into=False, curve=True),
+                    "tcp_curve": lambda: rlmesh_round(pub, sd, "tcp", readers[:1], version)[0],
+                })
+        finally:
+            os.environ.pop("RLMESH_TRANSPORT_ENCRYPTION", None)
+        report.ratio("tcp_curve_publish_pull_vs_raw_curve_1r",
+                     [f / s for f, s in zip(res["raw_curve"], res["tcp_curve"])], "rlmesh GB/s / raw CURVE GB/s")
+    for r in readers:
+        r.send(op="quit")
+        r.p.wait(timeout=30)
+    print(f"\npublish: a concurrent loop in the publishing process stalled at most {stall * 1e3:.0f} ms while one "
+          f"version was published (publish took {t_pub * 1e3:.0f} ms); readers in other procs are not blocked")
+    report.row(figure="publish stall ms", stall_ms=stall * 1e3, publish_ms=t_pub * 1e3)
+    report.write(args.json)
+
+
+def tcp_only(args: argparse.Namespace) -> None:
+    """rlmesh's TCP pull against raw pyzmq ``recv_into``, one reader, interleaved rounds, at ``--gib``."""
+    from rlmesh.weights import Publisher  # deferred: after OMP_NUM_THREADS is set above
+
+    banner(f"weight sync over TCP against raw pyzmq recv_into, {args.gib:g} GiB", "torch")
+    report = Report("weight_sync_tcp", smoke=args.smoke, args=vars(args))
+    total = int(args.gib * GiB)
+    setup_env()
     sd = make_sd(total, fill=True)
     nbytes = sum(t.numel() * t.element_size() for t in sd.values())
     reader = Reader(total, dict(os.environ))
     version = [0]
-    into = bench_zmq(sd, [reader], args.reps, into=True)
     with Publisher("bench") as pub:
         for _ in range(2):
             version[0] += 1
             pub.publish(sd, version=version[0])
-        copy, copy_first, _ = bench_rlmesh(pub, sd, "tcp", [reader], args.reps, version)
-        swap, swap_first, _ = bench_rlmesh(pub, sd, "tcp", [reader], args.reps, version, module=True)
+        res = rotate(args.rounds, {
+            "recv_into": lambda: bench_zmq(sd, [reader], 1),
+            "copy": lambda: rlmesh_round(pub, sd, "tcp", [reader], version),
+            "swap": lambda: rlmesh_round(pub, sd, "tcp", [reader], version, module=True),
+        })
     reader.send(op="quit")
     reader.p.wait(timeout=30)
-    gb = nbytes / 1e9
-    print(f"tcp pull, {nbytes / GiB:.2f} GiB in {len(sd)} tensors, 1 reader, median of {args.reps} "
-          f"(load {os.getloadavg()[0]:.1f})")
-    for name, s, first in (("raw pyzmq recv_into one buffer", into, None), ("rlmesh tcp -> state_dict (copy)", copy,
-                           copy_first), ("rlmesh tcp -> nn.Module (swap)", swap, swap_first)):
-        print(f"  {name:34s} {s:7.3f} s {gb / s:6.2f} GB/s  ratio to recv_into {into / s:.2f}x"
-              + ("" if first is None else f"  (first round {first:.3f} s)"))
+    gb, raw = nbytes / 1e9, res["recv_into"]
+    med = statistics.median
+    print(f"tcp pull, {nbytes / GiB:.3f} GiB in {len(sd)} tensors, 1 reader, medians of {args.rounds} rounds")
+    print(f"  {'raw pyzmq recv_into one buffer':40s} {med(raw):7.3f} s {gb / med(raw):6.2f} GB/s")
+    for key, name in (("copy", "rlmesh tcp -> state_dict (copy)"), ("swap", "rlmesh tcp -> nn.Module (swap)")):
+        pull = [p for _, p in res[key]]
+        print(f"  {name + ', pull':40s} {med(pull):7.3f} s {gb / med(pull):6.2f} GB/s")
+        report.row(method=name, seconds=med(pull), gbps=gb / med(pull), raw_seconds=med(raw))
+        r = report.ratio(f"tcp_pull_{key}_vs_recv_into_{args.gib:g}gib", [f / p for f, p in zip(raw, pull)],
+                         "rlmesh GB/s / recv_into GB/s")
+        if key == "swap":
+            report.target(f"tcp_pull_vs_recv_into_{args.gib:g}gib", r.median, 0.9, at_most=False)
+    report.write(args.json)
 
 
 if __name__ == "__main__":
