@@ -1,16 +1,23 @@
-"""Workspace sync: rlmesh chain vs rsync to each receiver in turn vs a raw socket stream.
+"""Workspace sync: rlmesh chain vs rsync (in turn, chained, in a tree, in parallel) vs a raw socket stream.
 
     PYTHONPATH=. python benchmarks/workspace_sync.py --big-mib 256 --files 10000 --n 1 4 8 --repeat 3
+    PYTHONPATH=. python benchmarks/workspace_sync.py --smoke     # loopback, tiny trees, a few seconds
 
 N hosts are simulated as N receiver processes (``python -m rlmesh.workspace.node``), each
 with its own chunk store and destination, on loopback. "rlmesh" times from handing the
 already started receivers their upstream addresses to the last one's tree materialised (the
 manifest walk included, Python start-up not: a mesh's procs are running before a sync).
-"rsync" is ``rsync -a`` (local mode) to each destination in turn. "raw" streams the
+"rsync" is ``rsync -a`` (local mode, or to an ``rsync --daemon`` per receiver started before the
+clock over shaped links) four ways: to each destination in turn ("seq"), along a chain (each
+receiver from the one before, "chain"), in a binary tree (every receiver that has the tree sends
+it on to a new one at each step, "tree"), and to all at once from the source ("par"). The best
+of the four in each sample is the baseline of the ratio. Contenders run in an order that rotates
+sample by sample. "raw" streams the
 bytes over one TCP socket per receiver, in turn, into a file (a floor for one copy).
 Each contender starts after an ``os.sync()`` (untimed), so none pays for the writeback of
 the bytes the one before it wrote (the first sample used to, after ``make_trees``).
-Last: a re-sync after a one-line edit in the small-file tree (warm store, N=1).
+Last: a re-sync after a one-line edit in the small-file tree (warm store, N=1), target <= 0.5 s
+on a 10,000-file tree; target (issue 40): rlmesh ahead of the best rsync on loopback and on links.
 
 ``--link-mbit R`` (root only; iproute2): each receiver, and the source, in a network namespace of
 its own behind a veth shaped to R Mbit/s each way (``benchmarks/_netns.py``), so every simulated
@@ -36,6 +43,7 @@ import tempfile
 import time
 
 import _netns
+from _common import Report, add_common_args, banner
 
 from rlmesh.transport import Authenticator
 from rlmesh.workspace import build_manifest
@@ -97,27 +105,58 @@ def rlmesh_sync(src: str, work: str, n: int, net: Net, transport: str | None = N
     return wall, stats
 
 
-def rsync_seq(src: str, work: str, n: int, net: Net) -> float:
-    """``rsync -a`` to each destination in turn: local mode on loopback; over the links, to an
-    ``rsync --daemon`` in each receiver's namespace (started before the clock, as sshd would be)."""
-    if not net.mbit:
-        t0 = time.perf_counter()
-        for i in range(n):
-            subprocess.run(["rsync", "-a", src + "/", os.path.join(work, f"rsync{i}") + "/"], check=True)
-        return time.perf_counter() - t0
+RSYNC_MODES = ("seq", "chain", "tree", "par")
+
+
+def rsync_steps(n: int, mode: str) -> list[list[tuple[int | None, int]]]:
+    """The transfers of each rsync layout as steps of (from, to) pairs run in parallel; from None = the source."""
+    if mode == "seq":
+        return [[(None, i)] for i in range(n)]
+    if mode == "chain":
+        return [[(None if i == 0 else i - 1, i)] for i in range(n)]
+    if mode == "par":
+        return [[(None, i) for i in range(n)]]
+    steps, have, nxt = [], [None], 0  # tree: each holder sends to one new receiver per step
+    while nxt < n:
+        step = []
+        for holder in list(have):
+            if nxt < n:
+                step.append((holder, nxt))
+                have.append(nxt)
+                nxt += 1
+        steps.append(step)
+    return steps
+
+
+def rsync_fanout(src: str, work: str, n: int, net: Net, mode: str) -> float:
+    """``rsync -a`` to N destinations laid out as ``mode`` (:func:`rsync_steps`): local mode on loopback;
+    over the links, to an ``rsync --daemon`` in each receiver's namespace (started before the clock, as
+    sshd would be), a receiver that passes the tree on running rsync from its own namespace."""
+    def dest(i: int) -> str:
+        return os.path.join(work, f"rsync{i}") + "/"
+
+    def cmd(frm: int | None, to: int) -> list[str]:
+        origin = src + "/" if frm is None else dest(frm)
+        if not net.mbit:
+            return ["rsync", "-a", origin, dest(to)]
+        return [*([] if frm is None else net.prefix(frm)), "rsync", "-a", origin,
+                f"rsync://{net.host(to)}:8730/ws/rsync{to}/"]
+
     daemons = []
     try:
-        for i in range(n):
+        for i in range(n if net.mbit else 0):
             conf = os.path.join(work, f"rsyncd{i}.conf")
             with open(conf, "w") as f:
                 f.write(f"[ws]\npath = {work}\nread only = false\nuse chroot = false\nuid = 0\ngid = 0\n")
             daemons.append(subprocess.Popen([*net.prefix(i), "rsync", "--daemon", "--no-detach", f"--config={conf}",
                                              f"--address={net.host(i)}", "--port=8730"]))
-        for i in range(n):
+        for i in range(n if net.mbit else 0):
             _wait_port(net.host(i), 8730)
         t0 = time.perf_counter()
-        for i in range(n):
-            subprocess.run(["rsync", "-a", src + "/", f"rsync://{net.host(i)}:8730/ws/rsync{i}/"], check=True)
+        for step in rsync_steps(n, mode):
+            running = [subprocess.Popen(cmd(frm, to)) for frm, to in step]
+            if any(p.wait() != 0 for p in running):
+                raise RuntimeError(f"rsync ({mode}) failed")
         return time.perf_counter() - t0
     finally:
         for d in daemons:
@@ -174,13 +213,15 @@ def spread(xs: list[float]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--big-mib", type=int, default=1024)
     ap.add_argument("--files", type=int, default=10000)
     ap.add_argument("--n", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--repeat", type=int, default=3, help="samples per cell (median [min-max] printed)")
     ap.add_argument("--contenders", nargs="+", default=["rlmesh", "rsync", "raw"], choices=["rlmesh", "rsync", "raw"],
                     help="which to time (the sequential baselines to 8 slow links take 8x one's time)")
+    ap.add_argument("--rsync", nargs="+", default=list(RSYNC_MODES), choices=RSYNC_MODES,
+                    help="rsync layouts: in turn, chained, binary tree, all at once")
     ap.add_argument("--trees", nargs="*", default=["big", "small"], choices=["big", "small"])
     ap.add_argument("--transport", default=None, choices=["auto", "tcp", "rdma", "cma"],
                     help="how rlmesh's chunks cross each link (default: RLMESH_WORKSPACE_TRANSPORT, else auto: "
@@ -197,7 +238,10 @@ def main() -> None:
     ap.add_argument("--work-dir", default=None,
                     help="where the receivers' stores and trees (and rsync's and raw's copies) go, e.g. /dev/shm: "
                          "memory as each simulated host's own disk, instead of one disk shared by all of them")
+    add_common_args(ap)
     a = ap.parse_args()
+    if a.smoke:  # loopback only: shaped links need root and network namespaces
+        a.big_mib, a.files, a.n, a.repeat, a.link_mbit, a.host_cpu = 4, 300, [2], 2, 0, 0.0
     os.environ.setdefault("RLMESH_SECRET", Authenticator.new_secret().hex())
     if a.host_cpu and not a.link_mbit:
         ap.error("--host-cpu needs --link-mbit (the CPU shares are per simulated host)")
@@ -209,7 +253,10 @@ def main() -> None:
             _netns.down(max(a.n))
     if a.host_cpu:  # re-run inside the source's namespace: the hosts' shares were made by the parent
         _netns.see_cgroups([_netns.SRC, *range(max(a.n))])
+    banner("workspace sync: rlmesh chain against rsync (seq, chain, tree, parallel) and a raw stream", "duckdb")
+    report = Report("workspace_sync", smoke=a.smoke, args=vars(a))
     net = Net(a.link_mbit)
+    where = f"links{a.link_mbit}" if a.link_mbit else "loopback"
     base = tempfile.mkdtemp(prefix="rlmesh-wsbench-")
     try:
         big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files)
@@ -218,31 +265,45 @@ def main() -> None:
             links += f", each host's CPU {a.host_cpu} of a core (cgroup quota)"
         print(f"big file {a.big_mib} MiB; {a.files} small files; {a.repeat} samples per cell, seconds median [min-max]; "
               f"receivers write to {a.work_dir or base}; {links}")
-        print(f"{'tree':>6} {'N':>3} {'rlmesh':>20} {'max host':>20} {'rsync seq':>20} {'raw seq':>20} {'load':>5}  rlmesh's transport")
+        rs_cols = [m for m in a.rsync if "rsync" in a.contenders]
+        print(f"{'tree':>6} {'N':>3} {'rlmesh':>18} {'max host':>18} "
+              + " ".join(f"{'rsync ' + m:>18}" for m in rs_cols) + f" {'raw seq':>18} {'load':>5}  rlmesh's transport")
         for name, src in [(t, big if t == "big" else small) for t in a.trees]:
             for n in a.n:
-                walls, hosts, rss, raws = [], [], [], []
+                walls, hosts, raws = [], [], []
+                rss: dict[str, list[float]] = {m: [] for m in rs_cols}
                 used: set[str] = set()
-                for _ in range(a.repeat):
+                contenders = ["rlmesh"] * ("rlmesh" in a.contenders) + [f"rsync-{m}" for m in rs_cols] + \
+                    ["raw"] * ("raw" in a.contenders and name == "big")
+                for k in range(a.repeat):
                     work = tempfile.mkdtemp(dir=a.work_dir or base, prefix="rlmesh-wsbench-")
                     try:
-                        os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
-                        if "rlmesh" in a.contenders:
-                            wall, stats = rlmesh_sync(src, work, n, net, a.transport)
-                            used.update(s["transport"] for s in stats)
-                            walls.append(wall)
-                            hosts.append(max(s["duration_s"] for s in stats))
-                        os.sync()
-                        if "rsync" in a.contenders:
-                            rss.append(rsync_seq(src, work, n, net))
-                        os.sync()
-                        if "raw" in a.contenders and name == "big":
-                            raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n, net))
+                        for c in contenders[k % len(contenders):] + contenders[: k % len(contenders)]:
+                            if not a.smoke:  # a few MiB: not worth a sync of a shared machine's disks
+                                os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
+                            if c == "rlmesh":
+                                wall, stats = rlmesh_sync(src, work, n, net, a.transport)
+                                used.update(s["transport"] for s in stats)
+                                walls.append(wall)
+                                hosts.append(max(s["duration_s"] for s in stats))
+                            elif c == "raw":
+                                raws.append(raw_seq(os.path.join(big, "blob.bin"), work, n, net))
+                            else:
+                                rss[c.split("-", 1)[1]].append(rsync_fanout(src, work, n, net, c.split("-", 1)[1]))
                     finally:
                         shutil.rmtree(work, ignore_errors=True)  # a --work-dir in /dev/shm is memory
-                print(f"{name:>6} {n:>3} {spread(walls):>20} {spread(hosts):>20} {spread(rss):>20} {spread(raws):>20} "
-                      f"{os.getloadavg()[0]:5.1f}  {'/'.join(sorted(used))}", flush=True)
+                print(f"{name:>6} {n:>3} {spread(walls):>18} {spread(hosts):>18} "
+                      + " ".join(f"{spread(rss[m]):>18}" for m in rs_cols)
+                      + f" {spread(raws):>18} {os.getloadavg()[0]:5.1f}  {'/'.join(sorted(used))}", flush=True)
+                report.row(tree=name, n=n, where=where, rlmesh=walls, max_host=hosts, raw=raws,
+                           **{f"rsync_{m}": rss[m] for m in rs_cols})
+                if walls and rs_cols:
+                    best = [min(rss[m][k] for m in rs_cols) for k in range(len(walls))]
+                    r = report.ratio(f"{name}_n{n}_{where}_vs_best_rsync", [w / b for w, b in zip(walls, best)],
+                                     "rlmesh s / best rsync s of the same sample")
+                    report.target(f"{name}_n{n}_{where}_ahead_of_best_rsync", r.median, 1.0)
         if "rlmesh" not in a.contenders or "small" not in a.trees:
+            report.write(a.json)
             return
         work = tempfile.mkdtemp(dir=base)
         rlmesh_sync(small, work, 1, net, a.transport)
@@ -257,6 +318,10 @@ def main() -> None:
         print(f"re-sync after a one-line edit: {spread(walls)} s wall (manifest walk included, receiver's Python start-up not), "
               f"host {spread(hosts)} s, {stats[0]['bytes_received']} bytes in {stats[0]['chunks_received']} chunk(s), "
               f"file size {os.path.getsize(path)}; load {os.getloadavg()[0]:.1f}")
+        report.row(figure="re-sync after a one-line edit", files=a.files, seconds=walls)
+        report.target(f"resync_one_line_edit_{a.files}_files", sorted(walls)[len(walls) // 2], 0.5, unit="s",
+                      note="the target is for 10,000 files" if a.files != 10000 else "")
+        report.write(a.json)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
