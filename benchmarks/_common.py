@@ -176,11 +176,12 @@ class Report:
         self.not_run[name] = why
         print(f"baseline {name}: not run: {why}", flush=True)
 
-    def write(self, path: str | None) -> None:
-        """Write the report as JSON to ``path`` (nothing without ``--json``)."""
+    def write(self, path: str | None, extra: dict[str, Any] | None = None) -> None:
+        """Write the report as JSON to ``path`` (nothing without ``--json``), with a script's ``extra`` keys."""
         if not path:
             return
         data = {
+            **(extra or {}),
             "title": self.title, "smoke": self.smoke, "args": self.args,
             "machine": machine(), "versions": versions("rlmesh", "pyzmq", "torch", "duckdb"),
             "load_start": self.load_start, "load_end": load(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -1,7 +1,7 @@
 """``call_one`` against raw pyzmq, interleaved: the ratio with both sides measured at the same moments.
 
     python benchmarks/actor_latency_paired.py [--rounds 10] [--block 500] [--load 0] [--pin none|same|split]
-                                             [--raw same|tcp|ipc]
+                                             [--raw same|tcp|ipc] [--json PATH] [--smoke]
 
 The raw floor runs over the transport rlmesh's data plane uses between local procs (``--raw same``,
 the default: an abstract Unix socket on Linux since 6 Dec 2026, loopback TCP before), so the ratio
@@ -37,7 +37,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner, median, timed  # noqa: E402
+from _common import Report, add_common_args, banner, median, timed  # noqa: E402
 from actor_latency import _zmq_server  # noqa: E402  (the same raw ROUTER server as the sequential script)
 
 
@@ -106,7 +106,11 @@ def main() -> None:
                          "procs, RLMESH_LOCAL_TRANSPORT), or tcp / ipc")
     ap.add_argument("--pin", choices=("none", "same", "split"), default="none",
                     help="same: everything on CPU 0; split: callers on CPU 0, servers on CPU 1")
+    add_common_args(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.block = 2, 100
+    report = Report("actor_latency_paired", smoke=args.smoke, args=vars(args))
     banner(f"call_one vs raw pyzmq, interleaved ({args.rounds} rounds of {args.block}, {args.load} busy loops, "
            f"pin {args.pin})")
     if args.pin != "none" and not hasattr(os, "sched_setaffinity"):
@@ -147,14 +151,19 @@ def main() -> None:
                 for pid in echoes.pid.call().get(timeout=60):
                     pin_process(pid, server_cpus)
             one = echoes.slice(procs=0)
-            _rlmesh_block(one.ping, 500)  # warm both sides before the first round
-            blocks.put(500)
+            _rlmesh_block(one.ping, args.block)  # warm both sides before the first round
+            blocks.put(args.block)
             medians.get(timeout=120)
             print(f"\n{'round':>5}{'load':>7}{'raw zmq':>12}{'call_one':>12}{'ratio':>9}")
             for r in range(1, args.rounds + 1):
-                blocks.put(args.block)
-                raw = medians.get(timeout=600)
-                ours = _rlmesh_block(one.ping, args.block)
+                if r % 2:  # the order alternates round by round
+                    blocks.put(args.block)
+                    raw = medians.get(timeout=600)
+                    ours = _rlmesh_block(one.ping, args.block)
+                else:
+                    ours = _rlmesh_block(one.ping, args.block)
+                    blocks.put(args.block)
+                    raw = medians.get(timeout=600)
                 rows.append((raw, ours))
                 print(f"{r:>5}{os.getloadavg()[0]:>7.1f}{raw * 1e6:>9.1f} µs{ours * 1e6:>9.1f} µs{ours / raw:>8.2f}x",
                       flush=True)
@@ -164,6 +173,10 @@ def main() -> None:
             h.terminate()
         for h in helpers:
             h.join(10)
+    report.ratio(f"call_one_vs_raw_{args.raw}_pin_{args.pin}_load_{args.load}", [o / w for w, o in rows],
+                 "rlmesh µs / raw µs, medians of blocks")
+    report.row(raw_us=[w * 1e6 for w, _ in rows], rlmesh_us=[o * 1e6 for _, o in rows])
+    report.write(args.json)
     ratios = sorted(o / w for w, o in rows)
     raws, ours = sorted(w for w, _ in rows), sorted(o for _, o in rows)
     print(f"\nraw zmq {raws[0] * 1e6:.1f}-{raws[-1] * 1e6:.1f} µs, call_one {ours[0] * 1e6:.1f}-{ours[-1] * 1e6:.1f} µs; "

@@ -28,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner  # noqa: E402
+from _common import Report, add_common_args, banner  # noqa: E402
 from actor_latency import _zmq_server  # noqa: E402  (the raw ROUTER server the latency scripts use)
 from actor_latency_paired import _pinned, echo_actor, pin_process  # noqa: E402
 
@@ -78,7 +78,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="raw-then-rlmesh blocks")
     ap.add_argument("--pin", choices=("same", "split"), default="same",
                     help="same: both ends on CPU 0; split: callers on CPU 0, servers on CPU 1")
+    add_common_args(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.calls, args.rounds = 2000, 2  # CPU times come in 10 ms ticks: fewer calls read as 0
+    report = Report("call_cpu", smoke=args.smoke, args=vars(args))
     if not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"):
         raise SystemExit("needs Linux (/proc and os.sched_setaffinity)")
     if args.pin == "split" and len(os.sched_getaffinity(0)) < 2:
@@ -121,7 +125,7 @@ def main() -> None:
             worker_pid = echo.pid.call().get(timeout=60)[0]
             pin_process(worker_pid, server_cpus)
             one = echo.slice(procs=0)
-            for _ in range(2000):  # warm both ends
+            for _ in range(200 if args.smoke else 2000):  # warm both ends
                 for fn in raw_fns.values():
                     fn()
                 one.ping.call_one().get()
@@ -129,7 +133,8 @@ def main() -> None:
             blocks = [(f"raw {t}", raw_fns[t], raw_servers[t].pid) for t in transports]
             blocks.append(("call_one", lambda: one.ping.call_one().get(), worker_pid))
             for r in range(1, args.rounds + 1):
-                for what, fn, pid in blocks:
+                k = (r - 1) % len(blocks)  # the order rotates round by round
+                for what, fn, pid in blocks[k:] + blocks[:k]:
                     wall, (cm, co), (sm, so) = measure(args.calls, fn, pid)
                     rows[what].append((wall, cm, co, sm, so))
                     print(f"{r:>5} {what:<9}{wall:>9.1f}{cm:>13.1f}{co:>13.1f}{sm:>13.1f}{so:>13.1f}", flush=True)
@@ -146,6 +151,14 @@ def main() -> None:
         ratio = sorted(o[0] / w[0] for o, w in zip(rows["call_one"], rows[f"raw {t}"]))
         print(f"raw {t}: wall {rw[0]:.1f}-{rw[1]:.1f} µs, main threads {rcm[0] + rsm[0]:.1f}-{rcm[1] + rsm[1]:.1f} µs; "
               f"call_one / raw {t}, per round: {ratio[0]:.2f}-{ratio[-1]:.2f}x")
+        report.ratio(f"call_one_wall_vs_raw_{t}_pin_{args.pin}", ratio, "rlmesh wall µs / raw wall µs")
+        cpu = [(o[1] + o[3]) / (w[1] + w[3]) for o, w in zip(rows["call_one"], rows[f"raw {t}"]) if w[1] + w[3] > 0]
+        if cpu:  # a block shorter than a clock tick reads 0 CPU
+            report.ratio(f"call_one_cpu_vs_raw_{t}_pin_{args.pin}", cpu, "main threads' CPU µs per call, rlmesh / raw")
+    for what, rs in rows.items():
+        report.row(what=what, wall_us=[r[0] for r in rs], caller_main_us=[r[1] for r in rs],
+                   server_main_us=[r[3] for r in rs])
+    report.write(args.json)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ from rlmesh.recipes.compose import compose
 from rlmesh.rl.ppo_core import train_ppo
 from rlmesh.rl.rollout import evaluate_greedy
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import Report, add_common_args, banner, have  # noqa: E402
+
 TARGET = 475.0
 EVAL_EPISODES = 20
 
@@ -158,14 +161,20 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", default=["recipe", "core", "core-sync", "sb3"],
                         help="which of recipe, core, core-sync, sb3 to run")
     parser.add_argument("--recipe-args", nargs="*", default=[], help="extra Hydra overrides for the recipe")
+    add_common_args(parser)
     args = parser.parse_args()
+    if args.smoke:  # the in-process core against SB3, one seed, a budget of two evaluations (no target reached)
+        args.seeds, args.eval_every, args.budget, args.only = [0], 1024, 2048, ["core", "sb3"]
     RECIPE_ARGS.extend(args.recipe_args)
     torch.set_num_threads(1)
-
-    import stable_baselines3  # noqa: F401  (fail early with the install hint below)
-
+    banner("CartPole-v1: ppo_cartpole and the in-process PPO core against SB3 PPO", "torch", "gymnasium",
+           "stable-baselines3")
+    report = Report("cartpole_vs_sb3", smoke=args.smoke, args=vars(args))
+    if not have("stable_baselines3") and not args.skip_sb3:
+        report.skipped("sb3", "stable-baselines3 is not installed (pip install stable-baselines3 --no-deps)")
+        args.skip_sb3 = True
     print(f"python {platform.python_version()}  torch {torch.__version__}  gymnasium {gym.__version__}  "
-          f"sb3 {stable_baselines3.__version__}  numpy {np.__version__}")
+          f"numpy {np.__version__}")
     print(f"machine {platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()}  load={os.getloadavg()}")
     print(f"target mean greedy return >= {TARGET} over {EVAL_EPISODES} episodes, eval every {args.eval_every} steps\n")
     runners = {"recipe": run_recipe, "core": run_rlmesh, "core-sync": run_rlmesh_sync, "sb3": run_sb3}
@@ -190,10 +199,19 @@ def main() -> None:
         if rows[name]:
             print(f"{name:9s} median: steps {median(name, 'steps'):.0f}  train s {fmt(median(name, 'train_s'), '.2f')}  "
                   f"total s {median(name, 'total_s'):.2f}")
+    for name in rows:
+        report.row(runner=name, runs=rows[name])
     if "sb3" in rows:
         for name in [n for n in rows if n != "sb3"]:
             for key in ("total_s", "steps"):
-                print(f"ratio {name}/sb3 median {key}: {median(name, key) / median('sb3', key):.3f}")
+                both = [(a[key], b[key]) for a, b in zip(rows[name], rows["sb3"]) if a[key] and b[key]]
+                if not both:
+                    report.skipped(f"{name}_vs_sb3_{key}", f"no seed reached {TARGET:.0f} on both sides in the budget")
+                    continue
+                r = report.ratio(f"{name}_vs_sb3_{key}", [a / b for a, b in both], f"rlmesh {key} / SB3 {key}, per seed")
+                if name == "recipe" and key == "total_s":
+                    report.target("recipe_vs_sb3_time", r.median, 1.0)
+    report.write(args.json)
 
 
 if __name__ == "__main__":

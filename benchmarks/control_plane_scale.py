@@ -24,7 +24,6 @@ of a core at 1,000 procs; death among 1,000 detected as fast as among 8; gather 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import signal
@@ -40,7 +39,7 @@ from rlmesh.actor import hooks  # noqa: E402
 from rlmesh.actor.controller import Controller  # noqa: E402
 from rlmesh.actor.proc_mesh import ProcMesh  # noqa: E402
 
-from _common import banner  # noqa: E402
+from _common import Report, add_common_args, banner  # noqa: E402
 from _sim_peers import SimLauncher  # noqa: E402
 
 
@@ -163,7 +162,7 @@ def measure(n: int, args: argparse.Namespace, deaths: Deaths, sim: SimLauncher |
             if getattr(rec.handle, "exited_at", None) is not None:  # launcher's notice -> event
                 (after_notice if right_after else noticed).append(at - rec.handle.exited_at)
     hang = None
-    if sim is not None and n > args.deaths + 1:
+    if sim is not None and n > args.deaths + 1 and not args.smoke:  # a hang waits out the heartbeat timeout
         pid_ = procs._proc_ids[n - 1]
         t = time.monotonic()
         ctl.procs[pid_].handle.hang()
@@ -191,8 +190,12 @@ def main() -> None:
     ap.add_argument("--beats", choices=["board", "message", "both"], default="both",
                     help="simulated peers beat through the controller's shared-memory board (procs on its host), "
                          "by message (pods, other hosts), or each N both ways")
-    ap.add_argument("--json", action="store_true", help="also print one JSON line per measurement")
+    add_common_args(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.real_max, args.hosts, args.idle_s, args.rounds, args.deaths, args.beats = \
+            "4,64", 4, 2, 0.5, 2, 1, "board"
+    report = Report("control_plane_scale", smoke=args.smoke, args=vars(args))
     banner("control plane scale (issue 16 item 5)")
     print(f"# load at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; heartbeat every "
           f"{os.environ.get('RLMESH_HEARTBEAT_S', '0.2')} s")
@@ -222,12 +225,21 @@ def main() -> None:
                   f"{spread(r['death_right_after_another_s'])}"
                   + (f" (after the launcher's notice {spread(r['death_right_after_another_after_notice_s'])})"
                      if r["death_right_after_another_after_notice_s"] else ""))
-            if args.json:
-                print(json.dumps(r))
+            report.row(**r)
+            label = f"{n}_{r['kind']}_{r['beats']}"
+            report.target(f"idle_cpu_{label}", r["idle_cpu_pct"], 5.0, unit="%")
+            report.target(f"gather_{label}", statistics.median(r["gather_s"]), 0.5, unit="s")
+            base = results[0]
+            if r is not base and r["death_s"] and base["death_s"]:  # the floor: a death among the fewest procs
+                dr = report.ratio(f"death_{label}_vs_{base['n']}_{base['kind']}",
+                                  [d / statistics.median(base["death_s"]) for d in r["death_s"]],
+                                  f"kill -> died s / the median among {base['n']} (not interleaved)")
+                report.target(f"death_{label}_as_fast_as_among_{base['n']}", dr.median, 1.5)
     finally:
         Controller.get().shutdown()
         for sim in sims.values():
             sim.close()
+    report.write(args.json)
 
 
 if __name__ == "__main__":

@@ -22,14 +22,18 @@ import argparse
 import os
 import platform
 import random
+import sys
 import time
 
 import torch
 
-from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig
-from rlmesh.rl.algorithms.grpo import evaluate_heldout, frozen_copy, generate_and_score, grpo_update, sft_warmstart
-from rlmesh.rl.models import Transformer, TransformerConfig
-from rlmesh.rl.tasks import AdditionTask
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import Report, add_common_args, banner  # noqa: E402
+
+from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig  # noqa: E402
+from rlmesh.rl.algorithms.grpo import evaluate_heldout, frozen_copy, generate_and_score, grpo_update, sft_warmstart  # noqa: E402
+from rlmesh.rl.models import Transformer, TransformerConfig  # noqa: E402
+from rlmesh.rl.tasks import AdditionTask  # noqa: E402
 
 
 def main() -> None:
@@ -54,7 +58,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
+    add_common_args(p)
     args = p.parse_args()
+    if args.smoke:
+        args.min_digits, args.max_digits, args.sft_steps, args.steps, args.prompts, args.samples = 1, 1, 60, 2, 8, 4
+        args.max_groups, args.eval_every, args.heldout, args.d_model = 8, 1, 50, 64
+    banner("GRPO on addition in one CPU process: held-out reward after SFT and after GRPO", "torch")
+    report = Report("grpo_cpu", smoke=args.smoke, args=vars(args))
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
 
@@ -103,6 +113,12 @@ def main() -> None:
     print(f"perf/gen_tokens_per_s {tokens / gen_s:.0f}  perf/gen_samples_per_s {rows / gen_s:.0f}  "
           f"perf/train_samples_per_s {trained / train_s:.0f}  (samples = completions; trained = informative "
           f"groups only; generation {gen_s:.0f} s, training {train_s:.0f} s)")
+    report.row(curve=curve, gen_tokens_per_s=tokens / gen_s, train_samples_per_s=trained / max(train_s, 1e-9))
+    if curve[0][2] > 0:  # the floor: the same model after its warm start, before any GRPO step
+        report.ratio("heldout_after_grpo_vs_after_sft", [curve[-1][2] / curve[0][2]], "held-out reward, one run")
+    else:
+        report.skipped("heldout_after_sft", "the held-out reward after SFT is 0: no ratio to it (more --sft-steps)")
+    report.write(args.json)
 
 
 if __name__ == "__main__":

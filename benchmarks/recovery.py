@@ -57,7 +57,7 @@ from typing import Any
 import duckdb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner  # noqa: E402
+from _common import Report, add_common_args, banner  # noqa: E402
 
 from rlmesh.rl.report import WORK_ACCOUNT_SQL  # noqa: E402
 
@@ -215,7 +215,9 @@ def targets(rows: list[dict], grpo: bool) -> None:
               f"{fmt(med, '.2f')} s over {len(r['rec'][role])} restarts ({r['kills']} kills; all: "
               f"{', '.join(f'{x:.2f}' for x in r['rec'][role]) or 'none'})")
     r = good("trainer")
-    if r is None:
+    if "trainer" not in by:
+        pass
+    elif r is None:
         print(f"  NOT met  trainer recovery < {TRAINER_RECOVERY_S:.0f} s + checkpoint load: the run failed")
     else:
         tr, load = _median(r["rec"]["trainer"]), _median(r["ckpt_load"]) or 0.0
@@ -250,7 +252,8 @@ def targets(rows: list[dict], grpo: bool) -> None:
         print(f"  NOT met  wall with generator kills <= {WALL_RATIO}x clean: a run failed")
 
 
-def run_recipe(title: str, base: list[str], roles: list[str], every_s: float, timeout: float, grpo: bool) -> list[dict]:
+def run_recipe(title: str, base: list[str], roles: list[str], every_s: float, timeout: float, grpo: bool,
+               report: Report) -> list[dict]:
     print(f"\n# {title}: rlmesh run {' '.join(base + COMMON)}", flush=True)
     base = base + COMMON
     rows = [run_variant("none", base, timeout)]
@@ -266,6 +269,18 @@ def run_recipe(title: str, base: list[str], roles: list[str], every_s: float, ti
         print_row_line(rows[-1])
     print_table(title, rows, grpo)
     targets(rows, grpo)
+    clean = rows[0] if "failed" not in rows[0] else None
+    for r in rows:
+        report.row(recipe=title, **{k: v for k, v in r.items() if k != "rec"}, recovery_s=r.get("rec"))
+        if clean and r is not clean and "failed" not in r:  # the floor: the same recipe without faults
+            ratio = report.ratio(f"{title.split()[0]}_{r['name']}_kills_wall_vs_clean", [r["wall_s"] / clean["wall_s"]],
+                                 "wall s with faults / clean wall s, one run each")
+            if r["name"] == "generator":
+                report.target(f"{title.split()[0]}_wall_with_generator_kills", ratio.median, WALL_RATIO)
+            rec = r["rec"].get(r["name"]) or []
+            if rec and r["name"] in ("generator", "reward"):
+                report.target(f"{title.split()[0]}_{r['name']}_recovery", statistics.median(rec), GEN_RECOVERY_S,
+                              unit="s")
     return rows
 
 
@@ -279,7 +294,13 @@ def main() -> int:
     parser.add_argument("--every-s", type=float, default=None, help="seconds between generator/reward kills (15)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds before one run counts as failed")
     parser.add_argument("--keep", metavar="DIR", help="keep each run's directory under DIR/<recipe>-<variant>")
+    add_common_args(parser)
     args = parser.parse_args()
+    roles = {"ppo": ["generator", "trainer"], "grpo": ["generator", "trainer", "reward"]}
+    if args.smoke:  # PPO only, clean and with generator kills, a short fixed budget
+        args.only, args.ppo_steps, args.every_s = "ppo", args.ppo_steps or 8192, args.every_s or 1.0
+        roles["ppo"] = ["generator"]
+    report = Report("recovery", smoke=args.smoke, args=vars(args))
     global KEEP
     KEEP = os.path.abspath(args.keep) if args.keep else None
     ppo_steps = args.ppo_steps or (60_000 if args.quick else 300_000)
@@ -293,11 +314,12 @@ def main() -> int:
     rows: list[dict] = []
     if args.only in (None, "ppo"):
         rows += run_recipe("ppo_cartpole", PPO_BASE + [f"trainer.total_steps={ppo_steps}"],
-                           ["generator", "trainer"], every_s, args.timeout, grpo=False)
+                           roles["ppo"], every_s, args.timeout, grpo=False, report=report)
     if args.only in (None, "grpo"):
         rows += run_recipe("grpo_addition (small)",
                            GRPO_BASE + [f"steps={grpo_steps}", f"eval.every={max(20, grpo_steps // 8)}"],
-                           ["generator", "trainer", "reward"], every_s, args.timeout, grpo=True)
+                           roles["grpo"], every_s, args.timeout, grpo=True, report=report)
+    report.write(args.json)
     bad = [r["name"] for r in rows if "failed" in r or r.get("work_lost", 0) > 0]
     if bad:
         print(f"\nexit 1: {len(bad)} run(s) failed or lost work")

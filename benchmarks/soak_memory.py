@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import subprocess
 import sys
@@ -48,7 +47,7 @@ from typing import Any
 import duckdb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner, versions  # noqa: E402
+from _common import Report, banner, versions  # noqa: E402
 
 from rlmesh.telemetry.proc_health import slope  # noqa: E402
 
@@ -126,6 +125,8 @@ def main() -> int:
     ap.add_argument("recipe", nargs="?", default="grpo_addition", help="recipe to run (default grpo_addition)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for the run, e.g. steps=200")
     ap.add_argument("--smoke", action="store_true", help="a few steps only (" + " ".join(SMOKE) + ")")
+    ap.add_argument("--rss-target", type=float, default=1.5,
+                    help="the most a proc's RSS may grow over the run, end / start of training (printed as a target)")
     ap.add_argument("--interval", type=float, help="seconds between proc_health samples (default 2; 0.5 with --smoke)")
     ap.add_argument("--timeout", type=float, default=3600, help="give the run up after this many seconds")
     ap.add_argument("--json", default="soak_memory.json", help="where to write the results (default soak_memory.json)")
@@ -139,6 +140,7 @@ def main() -> int:
         args.interval = 0.5 if args.smoke else 2.0
 
     banner("memory soak: RSS per proc over a recipe run", "torch", "duckdb", "psutil")
+    report = Report("soak_memory", smoke=args.smoke, args=vars(args))
     print(f"# load at start (1/5/15 min): {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     overrides = [f"recipe={args.recipe}", *(SMOKE if args.smoke else []), *args.overrides, "run.progress=false",
                  f"telemetry.proc_health_interval_s={args.interval}"]
@@ -168,9 +170,13 @@ def main() -> int:
     doc = {"benchmark": "soak_memory", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": {
         "cores": os.cpu_count(), "load_at_start": os.getloadavg()}, "versions": versions("rlmesh", "torch", "duckdb"),
         "command": "rlmesh run " + " ".join(overrides), "wall_s": wall, **r}
-    with open(args.json, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    print(f"# results: {args.json}")
+    for p in r["procs"]:  # the floor is the proc itself at the start of training
+        if p["start_mb"]:
+            ratio = report.ratio(f"rss_end_vs_start_{p['proc']}", [p["end_mb"] / p["start_mb"]],
+                                 "RSS at the end / at the start of training, one run")
+            if not args.smoke:  # a few steps say nothing about growth
+                report.target(f"rss_growth_{p['proc']}", ratio.median, args.rss_target)
+    report.write(args.json, extra=doc)
     tmp_ctx.cleanup()
     return 0
 

@@ -20,6 +20,11 @@ Protocol, ``recipe``: ``rlmesh run recipe=ppo_cartpole eval.target=475`` as a su
 rl-zoo's tuned PPO until the same greedy evaluation (20 episodes every 2048 env steps) reaches
 475; both timed by the parent from process start to exit.
 
+``floor`` is the least any framework can do: 4 plain ``python -c`` processes that import pyzmq and
+answer one message each over a DEALER to this child's ROUTER (no framework at all). Rounds rotate
+the order of the frameworks; each ratio is per round (rlmesh's time over the other's in the same
+round), median and p90. Target (issue 40): rlmesh <= 0.5x Monarch, quiet and loaded.
+
 ``rlmesh-popen`` is rlmesh with ``RLMESH_FORKSERVER=0``: every proc a fresh interpreter, as
 before the start-up template (the before/after of issue 16 in one run).
 
@@ -37,9 +42,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner  # noqa: E402
+from _common import Report, add_common_args, banner, have  # noqa: E402
 
-FRAMEWORKS = ("rlmesh", "rlmesh-popen", "monarch", "ray")
+FRAMEWORKS = ("rlmesh", "rlmesh-popen", "monarch", "ray", "floor")
+PACKAGES = {"monarch": "monarch", "ray": "ray"}
 N = 4
 
 
@@ -65,6 +71,28 @@ def spawn_rlmesh_popen() -> dict:
     """rlmesh as before the start-up template: every proc a fresh ``python -m rlmesh.worker``."""
     os.environ["RLMESH_FORKSERVER"] = "0"
     return spawn_rlmesh()
+
+
+def spawn_floor() -> dict:
+    """4 plain Python processes started, each answering one zmq message: no framework at all."""
+    t0 = time.perf_counter()
+    import zmq
+
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    code = ("import sys, zmq; s = zmq.Context().socket(zmq.DEALER); s.connect(sys.argv[1]); s.send(b'up'); "
+            "s.recv(); s.send(b'bye')")
+    kids = [subprocess.Popen([sys.executable, "-c", code, f"tcp://127.0.0.1:{port}"]) for _ in range(N)]
+    t1 = time.perf_counter()
+    idents = [router.recv_multipart()[0] for _ in range(N)]
+    for ident in idents:
+        router.send_multipart([ident, b"ping"])
+    for _ in range(N):
+        router.recv_multipart()
+    t2 = time.perf_counter()
+    for k in kids:
+        k.wait()
+    return {"procs_s": t1 - t0, "first_call_s": t2 - t0, "teardown_s": time.perf_counter() - t2}
 
 
 def spawn_monarch() -> dict:
@@ -113,7 +141,8 @@ def sb3_whole(seed: int) -> dict:
     return run_sb3(seed, 2048, 100_000)
 
 
-SPAWNS = {"rlmesh": spawn_rlmesh, "rlmesh-popen": spawn_rlmesh_popen, "monarch": spawn_monarch, "ray": spawn_ray}
+SPAWNS = {"rlmesh": spawn_rlmesh, "rlmesh-popen": spawn_rlmesh_popen, "monarch": spawn_monarch, "ray": spawn_ray,
+          "floor": spawn_floor}
 
 
 def child(args: list[str], timeout: float = 600) -> tuple[dict | None, float]:
@@ -140,7 +169,10 @@ def spread(xs: list[float]) -> str:
     return f"{statistics.median(xs):6.2f}  ({min(xs):.2f}–{max(xs):.2f})"
 
 
-def bench_spawn(runs: int, which: list[str]) -> None:
+def bench_spawn(runs: int, which: list[str], report: Report) -> None:
+    for f in [f for f in which if f in PACKAGES and not have(PACKAGES[f])]:
+        report.skipped(f, f"{f} is not installed (pip install -e '.[bench]')")
+        which = [w for w in which if w != f]
     res: dict[str, dict[str, list[float]]] = {f: {"first_call_s": [], "teardown_s": [], "process_s": [],
                                                   "procs_s": []} for f in which}
     loads = []
@@ -148,7 +180,7 @@ def bench_spawn(runs: int, which: list[str]) -> None:
     for f in which:  # untimed: writes bytecode caches, and reads every framework's files into the page cache
         child(["--child", f])
     for i in range(runs):
-        for f in which:
+        for f in which[i % len(which):] + which[: i % len(which)]:  # the order rotates run by run
             loads.append(os.getloadavg()[0])
             r, wall = child(["--child", f])
             if r is None:
@@ -164,12 +196,19 @@ def bench_spawn(runs: int, which: list[str]) -> None:
     for f in which:
         r = res[f]
         print(f"{f:<14}{spread(r['first_call_s']):>24}{spread(r['teardown_s']):>24}{spread(r['process_s']):>24}")
+    for f in which:
+        report.row(framework=f, **res[f])
     base = res.get("rlmesh", {}).get("first_call_s")
-    for other in ("rlmesh-popen", "monarch", "ray"):
+    for other in ("rlmesh-popen", "monarch", "ray", "floor"):
         o = res.get(other, {}).get("first_call_s")
-        if base and o:
-            target = "  (target <= 0.5)" if other == "monarch" else ""
-            print(f"rlmesh / {other} first call, medians: {statistics.median(base) / statistics.median(o):.2f}{target}")
+        if base and o and len(o) == len(base):
+            r = report.ratio(f"first_call_vs_{other}", [b / x for b, x in zip(base, o)], f"rlmesh s / {other} s")
+            wp = report.ratio(f"whole_process_vs_{other}",
+                              [b / x for b, x in zip(res["rlmesh"]["process_s"], res[other]["process_s"])],
+                              f"rlmesh s / {other} s")
+            if other == "monarch":
+                report.target("start_up_vs_monarch", r.median, 0.5, note=f"load {min(loads):.1f}-{max(loads):.1f}")
+                report.target("whole_process_vs_monarch", wp.median, 0.5)
 
 
 def compile_rlmesh() -> None:
@@ -182,7 +221,7 @@ def compile_rlmesh() -> None:
     compileall.compile_dir(os.path.dirname(rlmesh.__file__), quiet=1)
 
 
-def bench_recipe(seeds: list[int]) -> None:
+def bench_recipe(seeds: list[int], report: Report) -> None:
     from cartpole_vs_sb3 import run_recipe  # deferred: imports torch and the recipes
 
     compile_rlmesh()
@@ -202,6 +241,9 @@ def bench_recipe(seeds: list[int]) -> None:
     print(f"  rlmesh ppo_cartpole {spread(rec_w)} s")
     print(f"  SB3 PPO             {spread(sb3_w)} s")
     print(f"  recipe / SB3 medians: {statistics.median(rec_w) / statistics.median(sb3_w):.2f}  (target <= 1)")
+    report.row(recipe_process_s=rec_w, sb3_process_s=sb3_w)
+    r = report.ratio("recipe_vs_sb3_whole_process", [a / b for a, b in zip(rec_w, sb3_w)], "rlmesh s / SB3 s")
+    report.target("recipe_vs_sb3_whole_process", r.median, 1.0)
 
 
 def main() -> None:
@@ -212,6 +254,7 @@ def main() -> None:
     ap.add_argument("--only", choices=("spawn", "recipe"))
     ap.add_argument("--child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     ap.add_argument("--child-sb3", type=int, help=argparse.SUPPRESS)
+    add_common_args(ap)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(SPAWNS[args.child]()), flush=True)
@@ -221,10 +264,21 @@ def main() -> None:
         return
     banner("start-up: spawn_procs + first call, and a whole recipe process", "torch", "ray", "torchmonarch",
            "stable-baselines3")
+    report = Report("startup", smoke=args.smoke, args=vars(args))
+    if args.smoke:  # the floor only: Monarch's and Ray's runtimes take seconds each, the recipe trains to 475
+        args.runs, args.only = 2, "spawn"
+        for f in ("monarch", "ray"):
+            if f in args.frameworks:
+                report.skipped(f, "--smoke runs rlmesh against the plain-process floor only")
+        args.frameworks = ["rlmesh", "floor"]
     if args.only in (None, "spawn"):
-        bench_spawn(args.runs, args.frameworks)
+        bench_spawn(args.runs, args.frameworks, report)
     if args.only in (None, "recipe"):
-        bench_recipe(args.seeds)
+        if have("stable_baselines3"):
+            bench_recipe(args.seeds, report)
+        else:
+            report.skipped("sb3", "stable-baselines3 is not installed (pip install -e '.[bench]')")
+    report.write(args.json)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 import rlmesh as rm  # noqa: E402
-from _common import banner  # noqa: E402
+from _common import Report, add_common_args, banner  # noqa: E402
 
 BATCH = 1000
 TABLE = "bench_writers"
@@ -84,7 +84,7 @@ def count_rows() -> int:
         return 0
 
 
-def measure(n: int, hosts: int, seconds: float) -> dict:
+def measure(n: int, hosts: int, seconds: float, settle_s: float = 3.0) -> dict:
     before = count_rows()
     env = {k: v for k, v in rm.telemetry.api.worker_env().items()}
     env["RLMESH_SECRET"] = os.environ["RLMESH_SECRET"]
@@ -101,7 +101,7 @@ def measure(n: int, hosts: int, seconds: float) -> dict:
         p.join(60)
     offered, dropped = sum(r[0] for r in results), sum(r[1] for r in results)
     landed, last_change, last = before, time.monotonic(), -1
-    while time.monotonic() - last_change < 3.0:  # until the count has not moved for 3 s
+    while time.monotonic() - last_change < settle_s:  # until the count has not moved for settle_s
         landed = count_rows()
         if landed != last:
             last, last_change = landed, time.monotonic()
@@ -112,15 +112,20 @@ def measure(n: int, hosts: int, seconds: float) -> dict:
 
 
 def floor(seconds: float) -> float:
-    """DuckDB's own append rate for the same batches in this process (no service, no network)."""
-    con = duckdb.connect()
-    t = batch(0, 0)
+    """DuckDB's own append rate for the same batches into a file, in this process (no service, no network)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="rlmesh-bench-floor-"), "floor.duckdb")
+    con = duckdb.connect(path)
+    t = batch(0, 0)  # noqa: F841 - read by name in the SQL below (DuckDB replacement scan)
     con.execute(f"CREATE TABLE {TABLE} AS SELECT * FROM t LIMIT 0")
     rows, t0 = 0, time.monotonic()
     while time.monotonic() - t0 < seconds:
         con.execute(f"INSERT INTO {TABLE} SELECT * FROM t")
         rows += BATCH
-    return rows / (time.monotonic() - t0)
+    con.execute("CHECKPOINT")
+    rate = rows / (time.monotonic() - t0)
+    con.close()
+    os.unlink(path)
+    return rate
 
 
 def main() -> None:
@@ -128,20 +133,34 @@ def main() -> None:
     ap.add_argument("--sizes", default="8,64,256")
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--rounds", type=int, default=2, help="floor and writers alternated, per size")
+    add_common_args(ap)
     args = ap.parse_args()
+    settle = 3.0
+    if args.smoke:
+        args.sizes, args.hosts, args.seconds, args.rounds, settle = "4", 2, 1.0, 2, 0.5
     banner("telemetry rows/s with N writers", "duckdb", "pyarrow")
-    print(f"# load average at start: {os.getloadavg()[0]:.1f}")
+    report = Report("telemetry_writers", smoke=args.smoke, args=vars(args))
     rm.telemetry.start_run()
-    base = floor(args.seconds / 2)
-    print(f"floor: DuckDB appends in one process: {base:,.0f} rows/s")
-    print("| N writers | rows offered | rows landed | rows/s landed | / floor | dropped by writers |")
-    print("|---|---|---|---|---|---|")
+    print("| N writers | rows offered | rows landed | rows/s landed | floor rows/s | / floor | dropped by writers |")
+    print("|---|---|---|---|---|---|---|")
     for n in (int(x) for x in args.sizes.split(",")):
-        r = measure(n, min(args.hosts, n), args.seconds)
-        print(f"| {n} | {r['offered']:,} | {r['landed']:,} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] / base:.2f} | "
-              f"{r['dropped']:,} |", flush=True)
+        ratios = []
+        for i in range(args.rounds):
+            if i % 2 == 0:
+                base = floor(args.seconds / 2)
+                r = measure(n, min(args.hosts, n), args.seconds, settle)
+            else:
+                r = measure(n, min(args.hosts, n), args.seconds, settle)
+                base = floor(args.seconds / 2)
+            ratios.append(r["rows_per_s"] / base)
+            print(f"| {n} | {r['offered']:,} | {r['landed']:,} | {r['rows_per_s']:,.0f} | {base:,.0f} | "
+                  f"{r['rows_per_s'] / base:.2f} | {r['dropped']:,} |", flush=True)
+            report.row(**r, floor_rows_per_s=base)
+        report.ratio(f"writers_{n}_vs_duckdb", ratios, "rows/s landed / DuckDB's own append rows/s")
     print(f"# load average at end: {os.getloadavg()[0]:.1f}")
     rm.telemetry.end_run()
+    report.write(args.json)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner, median, timed  # noqa: E402
+from _common import Report, add_common_args, banner, median, timed  # noqa: E402
 
 CHUNK = 1 << 20
 
@@ -148,18 +148,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--mib", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of all four, the order rotating")
+    add_common_args(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.n, args.mib, args.rounds = 100, 4, 2
     banner("TLS 1.3 vs CurveZMQ between two processes")
     print(f"# {ssl.OPENSSL_VERSION}")
-    rows = [("plain TCP socket", bench_tcp(args.n, args.mib, tls=False)),
-            ("TLS 1.3 over TCP (Python ssl)", bench_tcp(args.n, args.mib, tls=True)),
-            ("zmq, no security", bench_zmq(args.n, args.mib, curve=False)),
-            ("zmq CURVE (CurveZMQ)", bench_zmq(args.n, args.mib, curve=True))]
-    print(f"\n{'transport':<34}{'16 B round trip':>16}{f'{args.mib} MiB':>12}{'GB/s':>8}")
-    for name, r in rows:
-        extra = f"  ({r['cipher']})" if r.get("cipher") else ""
-        print(f"{name:<34}{r['rtt_s'] * 1e6:>13.1f} µs{r['big_s'] * 1e3:>9.1f} ms"
-              f"{(args.mib << 20) / r['big_s'] / 1e9:>8.2f}{extra}")
+    report = Report("tls_vs_curve", smoke=args.smoke, args=vars(args))
+    benches = {"plain TCP socket": lambda: bench_tcp(args.n, args.mib, tls=False),
+               "TLS 1.3 over TCP (Python ssl)": lambda: bench_tcp(args.n, args.mib, tls=True),
+               "zmq, no security": lambda: bench_zmq(args.n, args.mib, curve=False),
+               "zmq CURVE (CurveZMQ)": lambda: bench_zmq(args.n, args.mib, curve=True)}
+    names = list(benches)
+    res: dict[str, list[dict]] = {k: [] for k in names}
+    for i in range(args.rounds):
+        for name in names[i % 4:] + names[: i % 4]:
+            res[name].append(benches[name]())
+    print(f"\n{'transport, medians of rounds':<34}{'16 B round trip':>16}{f'{args.mib} MiB':>12}{'GB/s':>8}")
+    for name in names:
+        rtt, big = median([r["rtt_s"] for r in res[name]]), median([r["big_s"] for r in res[name]])
+        cipher = res[name][0].get("cipher")
+        print(f"{name:<34}{rtt * 1e6:>13.1f} µs{big * 1e3:>9.1f} ms{(args.mib << 20) / big / 1e9:>8.2f}"
+              + (f"  ({cipher})" if cipher else ""))
+        report.row(transport=name, rtt_us=rtt * 1e6, big_ms=big * 1e3)
+    per = lambda a, b, k: [x[k] / y[k] for x, y in zip(res[a], res[b])]  # noqa: E731
+    report.ratio("curve_vs_tls_rtt", per("zmq CURVE (CurveZMQ)", "TLS 1.3 over TCP (Python ssl)", "rtt_s"),
+                 "CurveZMQ µs / TLS µs")
+    report.ratio("curve_vs_tls_bulk", per("zmq CURVE (CurveZMQ)", "TLS 1.3 over TCP (Python ssl)", "big_s"),
+                 "CurveZMQ s / TLS s")
+    report.ratio("curve_vs_plain_zmq_bulk", per("zmq CURVE (CurveZMQ)", "zmq, no security", "big_s"),
+                 "CurveZMQ s / plain zmq s")
+    report.write(args.json)
     print(f"\nload average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
