@@ -134,7 +134,8 @@ class PPORecipeConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
     launcher: Dict[str, Any] = field(default_factory=dict)
-    """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields)."""
+    """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields;
+    ``slurm``: ``SlurmConfig`` fields)."""
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     """Built-in fault injection (``faults=generator_kill``, ``faults.kill=trainer``); off by default."""
@@ -301,7 +302,8 @@ class GRPORecipeConfig:
     prompts_per_step: int = 128
     """Prompts generated per train step, split evenly over ``generator.replicas`` work items."""
     launcher: Dict[str, Any] = field(default_factory=dict)
-    """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields)."""
+    """The ``launcher`` group (``local``: nothing to set; ``kubernetes``: ``KubernetesConfig`` fields;
+    ``slurm``: ``SlurmConfig`` fields)."""
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     """Built-in fault injection (``faults=generator_kill``, ``faults.kill=reward``); off by default."""

@@ -1,6 +1,6 @@
 """Where a recipe's procs come from and what runs in them: the ``launcher`` config group turned
-into something with ``spawn_procs`` (``rm.this_host()`` or a Kubernetes namespace), so the same
-recipe runs locally or on a cluster with ``launcher=kubernetes``; and each role's ``_target_``
+into something with ``spawn_procs`` (``rm.this_host()``, a Kubernetes namespace or a Slurm job), so
+the same recipe runs locally or on a cluster with ``launcher=kubernetes`` or ``launcher=slurm``; and each role's ``_target_``
 turned into the actor class to spawn (:func:`actor_class`); the procs of a trainer mesh
 (:func:`trainer_procs`) and the controller's calls to it (:func:`call_trainer`)."""
 
@@ -12,17 +12,22 @@ from typing import Any
 import rlmesh as rm
 from rlmesh.actor.future import Future, gather_futures
 from rlmesh.launch.kubernetes import KubernetesCluster
+from rlmesh.launch.slurm import SlurmCluster
 from rlmesh.rl.train.recovery import restart_together
 
 
 def place(launcher: str, settings: dict[str, Any] | None = None) -> Any:
     """``launcher='local'``: this host. ``'kubernetes'``: a ``KubernetesCluster`` built from
-    ``settings`` (the ``launcher`` group, fields of ``KubernetesConfig``)."""
+    ``settings`` (the ``launcher`` group, fields of ``KubernetesConfig``). ``'slurm'``: a
+    ``SlurmCluster`` (fields of ``SlurmConfig``): the job the controller runs in, or one it asks for."""
     if launcher == "local":
         return rm.this_host()
     if launcher == "kubernetes":
         return KubernetesCluster(dict(settings or {}))
-    raise rm.ConfigError(f"launcher={launcher!r} is not a launcher; use launcher=local or launcher=kubernetes")
+    if launcher == "slurm":
+        return SlurmCluster(dict(settings or {}))
+    raise rm.ConfigError(f"launcher={launcher!r} is not a launcher; use launcher=local, launcher=kubernetes "
+                         f"or launcher=slurm")
 
 
 def actor_class(config: Any, key: str) -> type:
