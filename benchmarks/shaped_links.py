@@ -116,6 +116,7 @@ def run(a: argparse.Namespace, net: HostNetwork, rtts: list[float | None], repor
                       f"{row['pub_cpu_s_per_gb']:>12.2f} | {row['ws_s']:>11.3f} {row['rsync_s']:>13.3f} "
                       f"{row['ws_ratio']:>5.2f} | {load():.1f}", flush=True)
     finally:
+        far.stop()  # before the hosts go (HostNetwork.close SIGKILLs what still runs on them)
         shutil.rmtree(work, ignore_errors=True)
 
 
