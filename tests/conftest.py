@@ -32,6 +32,7 @@ _HEAVY_FILES = {
     "tests/integration/actor/test_forkserver.py": 26,
     "tests/integration/rl/test_agentic.py": 24,
     "tests/integration/dashboard/test_browser.py": 23,
+    "tests/integration/slurm/test_slurm.py": 60,
     "tests/integration/kubernetes/test_workspace.py": 23,
     "tests/integration/actor/test_faults.py": 18,
     "tests/integration/vllm/test_agentic_vllm.py": 18,
