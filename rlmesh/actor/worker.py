@@ -179,10 +179,14 @@ class ControlLink(threading.Thread):
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self.efd, zmq.POLLIN)
+        if w.parent_fd is not None:  # a pidfd of the controller: readable the moment it exits
+            poller.register(w.parent_fd, zmq.POLLIN)
         last_hb = 0.0
         last_heard = time.monotonic()
         while not self.stopping:
             for s, _ in poller.poll(int(self.hb_s * 1000)):
+                if s == w.parent_fd:
+                    controller_gone(f"the controller (pid {w.parent_pid}) is gone")
                 if s == self.efd:
                     try:
                         os.eventfd_read(self.efd)
@@ -216,7 +220,7 @@ class ControlLink(threading.Thread):
                 # lives from its parent (the kernel kills it, or reparents it, when that dies), and a
                 # controller starved on a busy host must not make its live workers quit.
                 controller_gone(f"no word from the controller for {now - last_heard:.0f}s")
-            if w.parent_pid > 0 and os.getppid() != w.parent_pid:  # reparented: the launching process died
+            if w.parent_pid > 0 and w.parent_fd is None and os.getppid() != w.parent_pid and not _alive(w.parent_pid):
                 controller_gone(f"the process that launched this one (pid {w.parent_pid}) is gone")
         flush()
         sock.close(linger=200)
@@ -279,9 +283,10 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 class Worker:
-    def __init__(self, controller: str, proc: ProcInfo, parent_pid: int = 0):
+    def __init__(self, controller: str, proc: ProcInfo, parent_pid: int = 0, parent_fd: int | None = None):
         self.controller = controller
         self.parent_pid = parent_pid
+        self.parent_fd = parent_fd  # a pidfd of parent_pid when this proc was forked from a template
         self.proc = proc
         self.auth = Authenticator.from_env()
         self.loop = new_event_loop()
@@ -417,19 +422,41 @@ def prctl(option: int, arg: object) -> bool:
     return True
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Linux: be SIGKILLed the moment the process that launched us dies (no orphans, nothing written).
+def _die_with_parent(parent_pid: int) -> int | None:
+    """Linux: exit the moment the controller that launched us dies (no orphans, nothing written).
 
-    ``PR_SET_PDEATHSIG`` fires when the launching *thread* ends: the controller launches from its
-    supervisor thread, which lives as long as the controller; a relaunched proc's parent is its
-    mesh's fork server (single-threaded; itself SIGKILLed when the controller's thread ends), so
-    the chain reaches every worker. SIGKILL rather than SIGTERM: a trainer must not run
-    ``on_stop`` (a checkpoint save) for a controller that is gone. Elsewhere, the control
-    thread's parent-pid check and the controller-silence timeout do the same, more slowly."""
-    if parent_pid <= 0 or not prctl(1, signal.SIGKILL):  # PR_SET_PDEATHSIG
-        return
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    Started by the controller itself (a fresh Python): ``PR_SET_PDEATHSIG`` with SIGKILL. It fires
+    when the launching *thread* ends: the controller launches from its supervisor thread, which
+    lives as long as the controller. SIGKILL rather than SIGTERM: a trainer must not run
+    ``on_stop`` (a checkpoint save) for a controller that is gone.
+
+    Forked from a warm template (the launcher passes the controller's pid, not the template's):
+    no death signal, since it would tie this proc to the template, and a template's death must
+    cost the procs it forked nothing (a SIGKILLed template used to take every one of them down).
+    Instead a pidfd of the controller, which the control thread polls with its sockets and exits
+    on at once; returned here. Where pidfds are missing, the control thread checks the pid."""
+    if parent_pid <= 0:
+        return None
+    if os.getppid() == parent_pid:
+        if prctl(1, signal.SIGKILL) and os.getppid() != parent_pid:  # PR_SET_PDEATHSIG; died before it took effect
+            os._exit(3)
+        return None
+    try:
+        return os.pidfd_open(parent_pid)
+    except ProcessLookupError:
         os._exit(3)
+    except (OSError, AttributeError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,9 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--proc-mesh", default="procs")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--incarnation", type=int, default=0)
-    ap.add_argument("--parent-pid", type=int, default=0, help="exit when this pid dies (local launcher)")
+    ap.add_argument("--parent-pid", type=int, default=0, help="exit when this pid (the controller) dies (local launcher)")
     args = ap.parse_args(argv)
-    _die_with_parent(args.parent_pid)
+    parent_fd = _die_with_parent(args.parent_pid)
     _name_process(f"{args.proc_id}/{args.incarnation}")
     proc = ProcInfo(proc_id=args.proc_id, proc_mesh=args.proc_mesh, rank=args.rank, pid=os.getpid(),
                     host=socket.gethostname(), incarnation=args.incarnation,
@@ -454,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             h.addFilter(_WhereFilter(proc))
     quiet_storage_tracebacks()  # a full disk: one line (an on_stop's final checkpoint), not a traceback
     debugger.install()  # breakpoint() in an endpoint pauses that actor for `rlmesh debug`
-    code = Worker(args.controller, proc, args.parent_pid).run()
+    code = Worker(args.controller, proc, args.parent_pid, parent_fd).run()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -17,13 +17,15 @@ This module is the controller's side, and imports nothing of the worker runtime:
 process runs :mod:`rlmesh.launch.fork_template`.
 
 Rules the server keeps so that ``fork()`` is safe: it starts no rlmesh runtime
-(no sockets, no threads of its own), it dies with the controller
-(``PR_SET_PDEATHSIG`` plus exit when its request pipe closes), and its children
-die with it (they set ``PR_SET_PDEATHSIG`` relative to the server). Children are
-not the controller's children, so the server reaps them and reports
-``pid -> (exit_code, signal)`` on a status pipe; :class:`ForkServer` (the
-controller's side) reads it on a thread, and :class:`ForkedProcHandle` answers
-``poll()`` from that table without blocking.
+(no sockets, no threads of its own), and it dies with the controller
+(``PR_SET_PDEATHSIG`` plus exit when its request pipe closes). Its children die with the
+controller, not with it: each holds a pidfd of the controller and exits when that becomes
+readable (:func:`rlmesh.actor.worker._die_with_parent`), so a template that dies (a SIGKILL, the
+OOM killer) costs nothing that is already running. Children are not the controller's children,
+so the server reaps them and reports ``pid -> (exit_code, signal)`` on a status pipe;
+:class:`ForkServer` (the controller's side) reads it on a thread, and :class:`ForkedProcHandle`
+answers ``poll()`` from that table without blocking; once the server is dead, from whether the
+pid still exists. The next launch that needs a dead template starts a new one.
 
 A mesh's restart template is forked from the start-up template of the same environment where one
 runs (``ForkServer(parent=...)``): it then has the worker runtime, and torch where the controller
@@ -150,7 +152,7 @@ class ForkedProcHandle:
             return st
         if s.dead:  # nobody reports its exit any more: look whether it still exists
             if not _exists(pid):
-                return (None, None, "exited after its fork server died")
+                return (None, None, "exited after its fork server died (its exit status went with it)")
         return None
 
     def kill(self) -> None:

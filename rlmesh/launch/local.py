@@ -215,7 +215,7 @@ class LocalLauncher:
         try:
             if any(m not in srv.preloaded for m in want):  # imported before the forks queued after this
                 srv.preload([m for m in want if m not in srv.preloaded], now=True)
-            return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd(),
+            return srv.fork(argv + ["--parent-pid", str(os.getpid())], {**env, **(child_env or {})}, os.getcwd(),
                             wait_s=0.0, fallback=fallback)
         except OSError:
             srv.dead = True
@@ -260,7 +260,10 @@ class LocalLauncher:
         (it has the worker runtime and torch imported already), else started as a fresh Python."""
         with self._lock:
             srv = self._servers.get(req.proc_mesh)
-            if srv is None and req.incarnation == 0:
+            replace = srv is not None and srv.dead and srv.ready.is_set() and req.incarnation > 0
+            if replace:  # it served, then died (killed): its procs run on; a new one takes its place
+                logger.warning("fork server of %s died; starting a new one (its procs run on)", req.proc_mesh)
+            if (srv is None and req.incarnation == 0) or replace:
                 try:
                     self._servers[req.proc_mesh] = ForkServer(
                         self.python, env, os.getcwd(), self.fork_preload, name=req.proc_mesh,
@@ -273,7 +276,7 @@ class LocalLauncher:
             return None
         if srv.usable:
             try:
-                return srv.fork(argv + ["--parent-pid", str(srv.pid)], {**env, **(child_env or {})}, os.getcwd(),
+                return srv.fork(argv + ["--parent-pid", str(os.getpid())], {**env, **(child_env or {})}, os.getcwd(),
                                 fallback=fallback)
             except OSError:
                 srv.dead = True

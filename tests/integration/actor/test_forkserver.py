@@ -20,7 +20,7 @@ from rlmesh.actor import hooks
 from rlmesh.actor.payload import modules_in_payload
 from rlmesh.launch import starters
 from rlmesh.transport.serialization import dumps
-from proc_checks import gone, wait_gone  # noqa: E402
+from proc_checks import wait_gone  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -160,7 +160,10 @@ def test_a_forked_child_collects_only_its_own_objects(probe, events):
     assert info["uss_growth"] < 16 * 2**20
 
 
-def test_a_dead_fork_server_takes_its_children_and_restarts_fall_back(probe, events, caplog):
+def test_a_dead_fork_server_costs_its_running_children_nothing_and_is_replaced(probe, events, caplog):
+    """A SIGKILLed template used to take every proc forked from it down ("exited after its fork
+    server died"). Now they run on, watched; the next restart starts from the start-up template
+    while a new restart template starts, and the restart after that is forked from it."""
     with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=3)) as procs:
         p = procs.spawn("probe", probe)
         launcher = launcher_of(procs)
@@ -170,20 +173,28 @@ def test_a_dead_fork_server_takes_its_children_and_restarts_fall_back(probe, eve
         wait_event(events, "restarted", 1, 0)
         forked = p.info.call().get(timeout=30).values()[0]
         assert forked["ppid"] == server_pid
-        os.kill(server_pid, signal.SIGKILL)  # its children die with it (PR_SET_PDEATHSIG) ...
+        os.kill(server_pid, signal.SIGKILL)
+        wait_gone([server_pid], 10)
+        again = p.info.call().get(timeout=30).values()[0]  # the same proc, still serving
+        assert again["pid"] == forked["pid"] and again["incarnation"] == 1
+        assert not [e for e in events if e.kind == "died" and e.incarnation == 1]
+        os.kill(forked["pid"], signal.SIGKILL)
         wait_event(events, "died", 1, 0)
-        wait_event(events, "restarted", 2, 0, timeout=30)  # ... and the next replacement comes from the
-        info = p.info.call().get(timeout=30).values()[0]   # start-up template (no torch preloaded there)
-        starter_pids = [s.pid for s in starters.STARTERS.values()]
-        assert info["incarnation"] == 2 and info["ppid"] in starter_pids and info["ppid"] != server_pid
-        assert gone(forked["pid"])
-    assert any("fork server" in r.getMessage() and "gone" in r.getMessage() for r in caplog.records)
+        wait_event(events, "restarted", 2, 0, timeout=30)
+        info = p.info.call().get(timeout=30).values()[0]
+        assert info["incarnation"] == 2 and info["ppid"] in [s.pid for s in starters.STARTERS.values()]
+        assert launcher.wait_fork_server(procs._name, 30), "no new restart template"
+        new_server = launcher._servers[procs._name].pid
+        assert new_server != server_pid
+        os.kill(info["pid"], signal.SIGKILL)
+        wait_event(events, "restarted", 3, 0, timeout=30)
+        assert p.info.call().get(timeout=30).values()[0]["ppid"] == new_server
+    assert any("fork server" in r.getMessage() and "died" in r.getMessage() for r in caplog.records)
 
 
-def test_a_killed_start_up_template_takes_the_restart_template_forked_from_it_and_restarts_still_come_up(
-        probe, events):
-    """The restart template is the start-up template's child and dies with it (as the procs forked
-    from either do); the proc's next incarnation comes from a new start-up template instead."""
+def test_a_killed_start_up_template_costs_its_procs_nothing_and_restarts_still_come_up(probe, events):
+    """The restart template is the start-up template's child and dies with it; the procs forked
+    from either run on. The proc's next incarnation comes from a new start-up template."""
     with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=3)) as procs:
         p = procs.spawn("probe", probe)
         launcher = launcher_of(procs)
@@ -191,11 +202,12 @@ def test_a_killed_start_up_template_takes_the_restart_template_forked_from_it_an
         server_pid = launcher._servers[procs._name].pid
         starter, first = psutil.Process(server_pid).ppid(), procs.pids[0]
         os.kill(starter, signal.SIGKILL)
-        wait_gone([server_pid, first], 10)
+        wait_gone([server_pid, starter], 10)
+        assert p.info.call().get(timeout=30).values()[0]["pid"] == first  # still serving
+        os.kill(first, signal.SIGKILL)
         wait_event(events, "restarted", 1, 0, timeout=60)
         info = p.info.call().get(timeout=30).values()[0]
         assert info["incarnation"] == 1 and info["pid"] != first and info["ppid"] not in (starter, server_pid)
-        assert launcher._servers[procs._name].dead
 
 
 def test_a_restart_template_that_cannot_be_forked_starts_as_its_own_python(probe, events, tmp_path, monkeypatch):
