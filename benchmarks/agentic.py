@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks._common import banner  # noqa: E402
+from benchmarks._common import Report, add_common_args, banner  # noqa: E402
 from rlmesh.rl.agentic.calculator import CalculatorEnv, MultiplicationTask  # noqa: E402
 from rlmesh.rl.agentic.env_actor import LocalEnvClient  # noqa: E402
 from rlmesh.rl.agentic.episodes import EpisodeLimits, run_episodes  # noqa: E402
@@ -67,7 +67,7 @@ class SleepToolEnv(TextEnv):
         return StepResult("(42)", 0.0, False)
 
 
-def throughput(args: argparse.Namespace) -> None:
+def throughput(args: argparse.Namespace, report: Report) -> None:
     task = MultiplicationTask(2, 2)
     tok = task.tokenizer
     cfg = TransformerConfig(vocab_size=tok.vocab_size, max_seq_len=8 + args.turns * (args.turn_tokens + 4) + 4,
@@ -115,6 +115,12 @@ def throughput(args: argparse.Namespace) -> None:
             med = statistics.median(r)
             print(f"tool {ms:4.0f} ms: multi-turn, {name:26s} {med:8.0f}  [{min(r):.0f}-{max(r):.0f}]  "
                   f"ratio {med / base:.2f}x")
+            key = name.replace(", ", "_").replace(" ", "_")
+            ratio = report.ratio(f"tool_{ms:g}ms_{key}", [x / b for x, b in zip(r, single)],
+                                 "multi-turn model tokens/s / single-turn tokens/s, same rep")
+            if ms == 10 and "cohorts" in name:
+                report.target("tool_10ms_throughput", ratio.median, 0.8, at_most=False)
+            report.row(tool_ms=ms, variant=name, tokens_per_s=r, single_turn_tokens_per_s=single)
     pc = backend.prefixes
     print(f"prefix cache: {pc.hits} prompt tokens found in it, {pc.misses} not")
 
@@ -184,17 +190,22 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=150)
     ap.add_argument("--grpo-steps", type=int, default=20)
     ap.add_argument("--skip", nargs="*", default=[], choices=["throughput", "partial", "tools"])
+    add_common_args(ap)
     args = ap.parse_args()
+    if args.smoke:  # throughput at one latency and the partial-rollout count; no training
+        args.episodes, args.reps, args.latencies_ms, args.skip = 8, 1, [10.0], ["tools"]
     torch.set_num_threads(1)
     banner("agentic rollouts", "torch")
+    report = Report("agentic", smoke=args.smoke, args=vars(args))
     print(f"# load average at start: {os.getloadavg()[0]:.1f}")
     if "throughput" not in args.skip:
-        throughput(args)
+        throughput(args, report)
     if "partial" not in args.skip:
         partial_rollouts(args)
     if "tools" not in args.skip:
         tools_vs_none(args)
     print(f"# load average at end: {os.getloadavg()[0]:.1f}")
+    report.write(args.json)
 
 
 if __name__ == "__main__":

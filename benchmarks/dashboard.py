@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
-from _common import banner, median, p90  # noqa: E402
+from _common import Report, add_common_args, banner, median, p90  # noqa: E402
 
 TOKEN = "benchmark-token-0123456789"
 
@@ -163,7 +163,12 @@ def _cpu_cost(run_id: str, repeats: int) -> None:
     if con is None:
         print("  (CPU cost: the service's connection is not reachable here; skipped)")
         return
-    con.execute("SET threads = 1")
+    try:
+        con.execute("SET threads = 1")
+        threads = "1 DuckDB thread"
+    except duckdb.InvalidInputException:  # the store locks its configuration: measure at its own setting
+        n = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+        threads = f"the store's {n} DuckDB threads"
     walls, cpus = [], []
     for _ in range(repeats + 1):
         q = charts.memoized(lambda sql: con.sql(sql).to_arrow_table())
@@ -172,12 +177,13 @@ def _cpu_cost(run_id: str, repeats: int) -> None:
             charts.evaluate(spec, q)
         walls.append(time.perf_counter() - w)
         cpus.append(time.process_time() - c)
-    con.execute("RESET threads")
+    if threads.startswith("1 "):
+        con.execute("RESET threads")
     con.close()
     walls, cpus = walls[1:], cpus[1:]
-    print(f"  run page, in the service's process, 1 DuckDB thread: wall median {median(walls) * 1e3:.1f} ms, "
+    print(f"  run page, in the service's process, {threads}: wall median {median(walls) * 1e3:.1f} ms, "
           f"CPU median {median(cpus) * 1e3:.1f} ms (min {min(cpus) * 1e3:.1f}, max {max(cpus) * 1e3:.1f})")
-    del tm, duckdb
+    del tm
 
 
 PPO = ["recipe=ppo_cartpole", "eval.target=null", "run.progress=false", "telemetry.health_interval_s=1"]
@@ -290,7 +296,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--client", choices=("browser", "http"), default="browser")
     p.add_argument("--skip", choices=("refresh", "overhead"), action="append", default=[])
+    add_common_args(p)
     a = p.parse_args()
+    if a.smoke:  # 10k rows, two refreshes each; one pair of 1024-step runs with an HTTP poller (no browser)
+        a.rows, a.repeats, a.pairs, a.steps, a.client = 10_000, 2, 1, 1024, "http"
+    report = Report("dashboard", smoke=a.smoke, args=vars(a))
     rows = a.rows or (100_000 if a.quick else 1_000_000)
     pairs = a.pairs or (2 if a.quick else 5)
     steps = a.steps or (4096 if a.quick else 20_000)
@@ -300,17 +310,25 @@ def main() -> None:
     os.environ["RLMESH_HEALTH_INTERVAL"] = "0"
     if "refresh" not in a.skip:
         print(f"\n## refresh of a run with {rows:,} rollouts rows (target < 200 ms)")
-        refresh_benchmark(rows, a.repeats)
+        out = refresh_benchmark(rows, a.repeats)
+        for key, times in out.items():
+            report.row(figure=f"refresh {key} s", seconds=times)
+        run_page = median(out["run page, live"])
+        report.target("run_page_live_refresh", run_page * 1e3, 200, unit=" ms",
+                      note=f"{rows:,} rows" + ("; the target is for 1 M" if rows != 1_000_000 else ""))
     if "overhead" not in a.skip:
         print(f"\n## ppo_cartpole, {steps} env steps: wall time with the dashboard and a {a.client} client vs none "
               f"(target < 2 %)")
         base, att = overhead_benchmark(pairs, steps, a.client)
         ratios = [b2 / b1 - 1 for b1, b2 in zip(base, att)]
+        r = report.ratio("ppo_with_dashboard_vs_without", [1 + x for x in ratios], "wall with a client / without, pairs")
+        report.target("dashboard_overhead", r.median, 1.02)
         print(f"  no dashboard: median {statistics.median(base):.2f} s (min {min(base):.2f}, max {max(base):.2f})")
         print(f"  attached:     median {statistics.median(att):.2f} s (min {min(att):.2f}, max {max(att):.2f})")
         print(f"  overhead per pair: {', '.join(f'{r * 100:+.1f} %' for r in ratios)}; "
               f"median {statistics.median(ratios) * 100:+.1f} %")
     print(f"# load average at end: {os.getloadavg()}")
+    report.write(a.json)
 
 
 if __name__ == "__main__":

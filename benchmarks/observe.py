@@ -25,7 +25,9 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-import rlmesh as rm
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rlmesh as rm  # noqa: E402
+from _common import Report, add_common_args, banner  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 PARTS = ("capture", "stacks", "snapshot", "live", "mcp")
@@ -271,34 +273,45 @@ def _ms(xs: list[float]) -> str:
     return f"median {statistics.median(xs) * 1e3:.1f} ms (min {xs[0] * 1e3:.1f}, max {xs[-1] * 1e3:.1f})"
 
 
-def main(quick: bool = QUICK) -> None:
-    rounds, lines = (5, 20_000) if quick else (7, 50_000)
+def main(quick: bool = QUICK, report: Report | None = None, smoke: bool = False) -> None:
+    """Every part named in ``ONLY``; ``smoke``: each at its smallest size (a few seconds in all)."""
+    report = report or Report("observe", smoke=smoke)
+    rounds, lines = (2, 2_000) if smoke else (5, 20_000) if quick else (7, 50_000)
     if rm.telemetry.current_run() is None:  # run alone (not after benchmarks/telemetry.py): this is the run
         rm.telemetry.start_run(config={"benchmark": "observe"})
     if "capture" in ONLY:
-        _capture(rounds, lines)
+        _capture(rounds, lines, report)
     if "stacks" in ONLY:
-        st = bench_stacks(8, 3 if quick else 5)
-        print(f"stacks of 8 live procs into the stacks table:  {_ms(st)}")
+        procs = 2 if smoke else 8
+        st = bench_stacks(procs, 1 if smoke else 3 if quick else 5)
+        print(f"stacks of {procs} live procs into the stacks table:  {_ms(st)}")
+        report.row(figure=f"stacks of {procs} procs s", seconds=st)
     if "snapshot" in ONLY:
-        n = 1_000_000 if quick else 5_000_000
+        n = 100_000 if smoke else 1_000_000 if quick else 5_000_000
         full, idle = bench_snapshot(n)
-        print(f"Parquet snapshot (live read path): {n / 1e6:.0f} M new rollouts rows {full * 1e3:.0f} ms "
+        print(f"Parquet snapshot (live read path): {n / 1e6:.1f} M new rollouts rows {full * 1e3:.0f} ms "
               f"({n / full / 1e6:.1f} M rows/s); nothing new {idle * 1e3:.1f} ms")
+        report.row(figure="snapshot", rows=n, full_s=full, idle_s=idle)
     if "live" in ONLY:
-        snap, direct, flight = bench_live_paths(5 if quick else 10)
+        snap, direct, flight = bench_live_paths(2 if smoke else 5 if quick else 10)
         print(f"a new row readable: Parquet snapshot (pandas/polars) after {_ms(snap)}\n"
               f"                    rm.telemetry.query (flush + query) {_ms(direct)}\n"
               f"                    Arrow Flight DoGet of the same query (stand-in for Flight SQL) {_ms(flight)}")
+        report.row(figure="a new row readable s", snapshot=snap, query=direct, flight=flight)
     if "mcp" in ONLY:
-        inproc, cli, mcp = bench_mcp(5 if quick else 15)
+        inproc, cli, mcp = bench_mcp(1 if smoke else 5 if quick else 15)
         print(f"one query round trip: MCP tool call {_ms(mcp)}\n"
               f"                      rlmesh sql --format json (new process) {_ms(cli)}\n"
               f"                      rm.telemetry.query in the controller {_ms(inproc)}")
+        report.ratio("mcp_query_vs_sql_cli", [statistics.median(mcp) / statistics.median(cli)],
+                     "MCP round trip / rlmesh sql process, medians (not interleaved)")
+        report.row(figure="one query round trip s", mcp=mcp, cli=cli, inproc=inproc)
 
 
-def _capture(rounds: int, lines: int) -> None:
+def _capture(rounds: int, lines: int, report: Report) -> None:
     cc = bench_capture(rounds, lines)
+    report.ratio("log_capture_on_vs_off", [1 + r for r in cc.wall_ratios], "time per line with capture / without")
+    report.target("log_capture_on_vs_off", statistics.median([1 + r for r in cc.wall_ratios]), 1.05)
     med = statistics.median
     print(f"log capture, proc printing ~{1 / WORK_PER_LINE_S:,.0f} lines/s, {rounds} paired rounds of {lines:,} lines "
           f"(load {os.getloadavg()[0]:.1f}):\n"
@@ -314,6 +327,15 @@ def _capture(rounds: int, lines: int) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("RLMESH_RUNS_DIR", __import__("tempfile").mkdtemp(prefix="rlmesh-bench-runs-"))
     os.environ.setdefault("RLMESH_HEARTBEAT_TIMEOUT_S", "10")  # a loaded VM must not cut a measurement short
-    print(f"# rlmesh observability benchmark{' (--quick)' if QUICK else ''} | load {os.getloadavg()[0]:.1f}")
-    main()
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    for part in PARTS:
+        ap.add_argument(f"--{part}", action="store_true", help=f"the {part} part (none named: all)")
+    add_common_args(ap)
+    cli_args = ap.parse_args()
+    banner("rlmesh observability: log capture, stacks, snapshots, live reads, MCP", "duckdb", "pyarrow", "mcp")
+    main(cli_args.quick, rep := Report("observe", smoke=cli_args.smoke, args=vars(cli_args)), smoke=cli_args.smoke)
     print(f"# load at the end {os.getloadavg()[0]:.1f}")
+    rep.write(cli_args.json)

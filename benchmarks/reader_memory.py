@@ -40,7 +40,7 @@ os.environ.setdefault("RLMESH_TELEMETRY", "0")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner  # noqa: E402
+from _common import Report, banner  # noqa: E402
 
 MiB = 1 << 20
 TENSORS = 64
@@ -113,6 +113,7 @@ def main() -> None:
                       RLMESH_SECRET=os.environ.get("RLMESH_SECRET") or Authenticator.new_secret().hex(),
                       RLMESH_JOB_ID=f"readermem{os.getpid()}")
     banner("weight-sync reader memory", "torch")
+    report = Report("reader_memory", smoke=args.smoke, args=vars(args))
     sd = state(total, 0.0)
     rows = []
     version = 0
@@ -156,9 +157,11 @@ def main() -> None:
     for r in rows:
         print(f"{r['transport']:9s} {r['target']:7s} {r['runtime_mb']:10.0f} {r['held_x']:6.2f} {r['peak_x']:6.2f} "
               f"{r['shared_x']:7.2f} {r['mb_per_round']:9.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        # the floor: what a reader cannot do without, its runtime and its target
+        report.ratio(f"peak_vs_runtime_and_target_{r['transport']}_{r['target']}",
+                     [1 + r["peak_x"] * total / (r["runtime_mb"] * MiB + total)], "peak RSS / (runtime + target)")
+        report.row(**r)
+    report.write(args.json)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import add_common_args, banner, load, median, p90  # noqa: E402
+from _common import Report, add_common_args, banner, load, median, p90  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -190,9 +190,12 @@ def main() -> None:
               f"{r['sharded_publish_median']:>8.3f} {r['sharded_pull_median']:>7.3f} | {r['gathered_over_sharded']:>16.2f}")
     print("(medians of the timed rounds, p90 in brackets; publish: every rank done; pull: the generator's pull_into; "
           "gathered/sharded > 1: sharded is faster)")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "load_start": load_start, "load_end": load(),
-                                               "rows": rows}, indent=1))
+    report = Report("shard_publish", smoke=args.smoke, args=vars(args), load_start=load_start)
+    for r in rows:  # per round: the gathered floor's time over the sharded one's (> 1: sharded is faster)
+        report.ratio(f"gathered_over_sharded_{r['size']}_{r['ranks']}r_{r['transport']}",
+                     [g / s for g, s in zip(r["gathered_total_s"], r["sharded_total_s"])], "gathered s / sharded s")
+        report.row(**r)
+    report.write(args.json)
     print(json.dumps({"cells": [[r["size"], r["ranks"], r["transport"], round(r["gathered_over_sharded"], 3)]
                                 for r in rows]}))
 

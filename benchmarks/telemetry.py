@@ -270,7 +270,8 @@ def main() -> None:
     if not args.smoke:
         import observe  # deferred: benchmarks/observe.py, run after these (log capture, stacks, MCP)
 
-        observe.main(args.quick)
+        observe.main(args.quick, report)
+        report.write(args.json)
 
 
 if __name__ == "__main__":
