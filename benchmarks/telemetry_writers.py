@@ -121,8 +121,7 @@ def floor(seconds: float) -> float:
     while time.monotonic() - t0 < seconds:
         con.execute(f"INSERT INTO {TABLE} SELECT * FROM t")
         rows += BATCH
-    con.execute("CHECKPOINT")
-    rate = rows / (time.monotonic() - t0)
+    rate = rows / (time.monotonic() - t0)  # each INSERT committed to the WAL, as the service's are
     con.close()
     os.unlink(path)
     return rate
