@@ -4,6 +4,7 @@ process; this one listens on the cluster's bridge). The last stdout line is a JS
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -35,6 +36,24 @@ def step_id(job: str, name: str) -> str:
     out = subprocess.run(["squeue", "--steps", f"--jobs={job}", "--noheader", "--format=%i %j"],
                          capture_output=True, text=True, check=True).stdout
     return next(line.split()[0] for line in out.splitlines() if line.split()[1:] == [name])
+
+
+def slurm_dir() -> str:
+    return os.path.dirname(os.path.dirname(os.environ["SLURM_CONF"]))
+
+
+def worker_pids(ns: str) -> list[str]:
+    """Pids of rlmesh workers in network namespace ``ns``."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"rlmesh.worker" in f.read():
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
 
 
 def wait_for(pred, timeout: float, what: str):
@@ -82,6 +101,21 @@ def mesh() -> dict:
         back = wait_for(lambda: (lambda r: r if r["incarnation"] >= 1 else None)(r2.where.call_one().get()), 60,
                         "rank 2 restarted elsewhere")
         out["lost_node"] = {**back, "node": lost, "recovery_s": time.monotonic() - t2}
+        # slurmd alone stopped on rlsn2 (its worker lives on): a dead host all the same; the old worker,
+        # still connected, is fenced by the controller once its replacement serves, and exits
+        stopped = out["hosts"][1]
+        ns = f"rlslurm-n{stopped[-1]}"
+        slurmd = subprocess.run(["cat", f"{slurm_dir()}/slurmd-{stopped}.pid"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        old_worker = worker_pids(ns)
+        t3 = time.monotonic()
+        subprocess.run(["kill", "-9", slurmd], check=True)
+        r1 = actors.slice(procs=1)
+        back = wait_for(lambda: (lambda r: r if r["incarnation"] >= 1 else None)(r1.where.call_one().get()), 60,
+                        "rank 1 restarted elsewhere")
+        gone = wait_for(lambda: not (set(worker_pids(ns)) & set(old_worker)) or None, 30, "the old worker to exit")
+        out["slurmd_stopped"] = {**back, "node": stopped, "recovery_s": time.monotonic() - t3,
+                                 "old_worker_seen": bool(old_worker), "old_worker_gone": bool(gone)}
         out["all_after"] = [r["host"] for r in actors.where.call().get()]
         out["lost_seen"] = sorted(cluster.launcher.lost)
         job = cluster.job_id

@@ -1,5 +1,6 @@
 """launcher=slurm on a real Slurm cluster (three slurmd nodes, each in a network namespace of its
-own): a mesh of job steps across the nodes, a killed step and a lost node recovered, and the
+own): a mesh of job steps across the nodes, a killed step, a lost node and a node whose slurmd
+alone stopped recovered, and the
 ppo_cartpole recipe run with ``sbatch``, preempted by a higher-priority job and resumed."""
 
 from __future__ import annotations
@@ -58,10 +59,16 @@ def test_mesh_of_steps_recovers_a_killed_step_and_a_lost_node(slurm, tmp_path):
     # every process of rlsn3 killed (slurmd, slurmstepd, the worker): a lost host, its proc restarted elsewhere
     assert r["lost_node"]["host"] in ("rlsn1", "rlsn2") and r["lost_node"]["restarted"]
     assert "rlsn3 lost" in died["w.2"]["reason"], died
-    assert r["lost_seen"] == ["rlsn3"] and "rlsn3" not in r["all_after"]
+    # slurmd alone killed on rlsn2: a dead host too; the old worker (alive, connected) is fenced and exits
+    assert r["slurmd_stopped"]["host"] == "rlsn1" and r["slurmd_stopped"]["restarted"]
+    assert "rlsn2 lost" in died["w.1"]["reason"], died
+    assert r["slurmd_stopped"]["old_worker_seen"] and r["slurmd_stopped"]["old_worker_gone"]
+    assert r["lost_seen"] == ["rlsn2", "rlsn3"] and r["all_after"] == ["rlsn1"] * 3
     assert r["job_left"] in ("", "CG") or "CG" in r["job_left"]  # the allocation it asked for is cancelled
     print(f"\n[slurm] mesh ready {r['ready_s']:.2f}s, killed step back in {r['killed_step']['recovery_s']:.2f}s, "
-          f"lost node's proc back in {r['lost_node']['recovery_s']:.2f}s")
+          f"lost node's proc back in {r['lost_node']['recovery_s']:.2f}s, slurmd-stopped node's proc back in "
+          f"{r['slurmd_stopped']['recovery_s']:.2f}s")
+    slurm.node_up("rlsn2")
     slurm.node_up("rlsn3")
 
 
