@@ -1,9 +1,10 @@
-"""Where procs come from: ``local`` (child processes of the controller) and ``kubernetes`` (pods).
+"""Where procs come from: ``local`` (child processes of the controller), ``kubernetes`` (pods) and
+``slurm`` (job steps).
 
 ``this_host()`` is the front door for local procs: it starts their start-up template before it
 imports the launcher. Names load on first use: ``rlmesh.launch.kubernetes`` (the kubernetes
-client) only in programs that launch pods, ``rlmesh.launch.local`` (the controller side) only
-where procs are launched, so a worker that needs only :mod:`rlmesh.launch.output` does not load
+client) only in programs that launch pods, ``rlmesh.launch.slurm`` only in programs that start
+job steps, ``rlmesh.launch.local`` (the controller side) only where procs are launched, so a worker that needs only :mod:`rlmesh.launch.output` does not load
 the launchers.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["HostMesh", "LocalLauncher", "kubernetes", "this_host"]
+__all__ = ["HostMesh", "LocalLauncher", "kubernetes", "slurm", "this_host"]
 
 _LOCAL = {"HostMesh", "LocalLauncher"}
 
@@ -32,8 +33,8 @@ def this_host(**launcher_opts: Any) -> "HostMesh":
 
 
 def __getattr__(name: str) -> Any:
-    if name == "kubernetes":
-        return importlib.import_module("rlmesh.launch.kubernetes")
+    if name in ("kubernetes", "slurm"):
+        return importlib.import_module(f"rlmesh.launch.{name}")
     if name in _LOCAL:
         value = getattr(importlib.import_module("rlmesh.launch.local"), name)
         globals()[name] = value
