@@ -4,8 +4,8 @@
 ``this_host()`` is the front door for local procs: it starts their start-up template before it
 imports the launcher. Names load on first use: ``rlmesh.launch.kubernetes`` (the kubernetes
 client) only in programs that launch pods, ``rlmesh.launch.slurm`` only in programs that start
-job steps, ``rlmesh.launch.local`` (the controller side) only where procs are launched, so a worker that needs only :mod:`rlmesh.launch.output` does not load
-the launchers.
+job steps, ``rlmesh.launch.local`` (the controller side) only where procs are launched, so a
+worker that needs only :mod:`rlmesh.launch.output` does not load the launchers.
 """
 
 from __future__ import annotations
