@@ -85,7 +85,7 @@ class SlurmCluster:
         dims = dict(per_host or {"procs": 1})
         if not dims:
             raise ValueError("per_host needs at least one dimension, e.g. per_host={'procs': 4}")
-        nodes = [n for n in self.launcher.refresh_nodes() if n.usable]
+        nodes = [n for n in self.launcher.refresh_nodes() if n.usable and n.name not in self.launcher.lost]
         if not nodes:
             raise ConfigError(f"no usable node in Slurm job {self.job_id} (`sinfo -N` says why)")
         per_node = 0
