@@ -1,12 +1,15 @@
 """Cross-host paths between simulated hosts on shaped links: call_one, weight pulls, workspace sync.
 
-    sudo PYTHONPATH=. .venv/bin/python benchmarks/shaped_links.py --json shaped_links.json   # ~5 min quiet
+    sudo PYTHONPATH=. .venv/bin/python benchmarks/shaped_links.py --json shaped_links.json   # ~10 min quiet
     sudo PYTHONPATH=. .venv/bin/python benchmarks/shaped_links.py --smoke                     # a few seconds
 
 Each host is a network namespace on a bridge (:mod:`rlmesh.launch.netns`) whose link is shaped by
-``tc`` to 1 and 10 Gbit/s each way (``tbf``), and, where the kernel has ``netem``, to 0.2, 2 and
-20 ms of round trip between two hosts (a quarter of it on each end of each host's link; the
-controller's host is the bridge itself, so a call from it crosses one host link: half the RTT).
+``tc`` to 1 and 10 Gbit/s each way (``tbf``), at the link's own round trip and at 0.2, 2 and 20 ms
+between two hosts (a quarter of it on each end of each host's link; the controller's host is the
+bridge itself, so a call from it crosses one host link: half the RTT). The delay is ``netem``'s
+where the kernel has it, else the delay line's (``HostNetwork(delay_line=True)``: TAP links through
+a forwarding process, whose own latency and CPU add to every figure: the 'measured' column is a
+UDP echo's round trip host to host).
 This process is the controller, listening on the bridge; its ``far`` mesh has one proc per host.
 Per cell, interleaved round by round with its baseline:
 
@@ -66,17 +69,16 @@ def main() -> None:
     add_common_args(ap)
     a = ap.parse_args()
     if a.smoke:
-        a.hosts, a.gbit, a.rtt_ms, a.rounds, a.calls = 2, [1.0], [2.0], 1, 50
+        a.hosts, a.gbit, a.rtt_ms, a.rounds, a.calls = 2, [1.0], [], 1, 50
         a.weights_mib, a.tree_mib, a.tree_files = 4, 2, 20
     report = Report("shaped links: call_one, weight pulls, workspace sync between network-namespace hosts",
                     smoke=a.smoke, args=vars(a))
     banner(report.title, "torch")
     netem = has_netem()
-    rtts: list[float | None] = list(a.rtt_ms) if netem else [None]
-    if not netem:
-        report.skipped("rtt", "this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM): links are shaped in rate "
-                              "only, at the veth's own round trip (run on a kernel with netem for the RTT rows)")
-    with HostNetwork(a.hosts) as net:
+    rtts: list[float | None] = [None, *a.rtt_ms]
+    print(f"# delay: {'netem' if netem else 'the delay line (this kernel has no netem): TAP links through a forwarding process'}"
+          f"; rates: tbf. The RTT column is the target host to host, 'base' none added; 'measured' a UDP echo's")
+    with HostNetwork(a.hosts, delay_line=not netem) as net:
         os.environ[settings.BIND_HOST.name] = net.address  # the controller listens on the bridge
         run(a, net, rtts, report)
     report.write(a.json)
@@ -100,7 +102,7 @@ def run(a: argparse.Namespace, net: HostNetwork, rtts: list[float | None], repor
     work = tempfile.mkdtemp(prefix="rlmesh-shaped-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     src = make_tree(os.path.join(work, "src"), a.tree_mib, a.tree_files)
     version = 0
-    print(f"{'Gbit/s':>6} {'RTT ms':>6} | {'call_one far/near µs':>21} {'x':>5} | {'pull 1 s':>8} {'raw s':>6} {'x':>5} "
+    print(f"{'Gbit/s':>6} {'RTT ms':>6} {'measured':>8} | {'call_one far/near µs':>21} {'x':>5} | {'pull 1 s':>8} {'raw s':>6} {'x':>5} "
           f"{'pull N-1 s':>10} {'pub CPU s/GB':>12} | {'ws rlmesh s':>11} {'rsync chain s':>13} {'x':>5} | load")
     try:
         for gbit in a.gbit:
@@ -110,7 +112,7 @@ def run(a: argparse.Namespace, net: HostNetwork, rtts: list[float | None], repor
                 row = cell(a, net, far, peers, near, pub_pid, src, work, version, report, gbit, rtt)
                 version = row.pop("version")
                 report.row(kind="cell", gbit=gbit, rtt_ms=rtt, **row)
-                print(f"{gbit:>6g} {('veth' if rtt is None else f'{rtt:g}'):>6} | "
+                print(f"{gbit:>6g} {('base' if rtt is None else f'{rtt:g}'):>6} {row['rtt_measured_ms']:>8.2f} | "
                       f"{row['call_far_us']:>10.0f}/{row['call_near_us']:<10.0f} {row['call_ratio']:>5.2f} | "
                       f"{row['pull1_s']:>8.3f} {row['raw_s']:>6.3f} {row['pull_ratio']:>5.2f} {row['pull_all_s']:>10.3f} "
                       f"{row['pub_cpu_s_per_gb']:>12.2f} | {row['ws_s']:>11.3f} {row['rsync_s']:>13.3f} "
@@ -122,13 +124,15 @@ def run(a: argparse.Namespace, net: HostNetwork, rtts: list[float | None], repor
 
 def cell(a: argparse.Namespace, net: HostNetwork, far, peers, near, pub_pid: int, src: str, work: str, version: int,
          report: Report, gbit: float, rtt: float | None) -> dict:
-    name = f"{gbit:g} Gbit/s, {'veth' if rtt is None else f'{rtt:g} ms'}"
+    name = f"{gbit:g} Gbit/s, {'base RTT' if rtt is None else f'{rtt:g} ms RTT'}"
     far0 = peers.slice(procs=0)
+    n_calls = a.calls if not rtt else max(20, min(a.calls, int(1000 / rtt)))  # about a second a side at 20 ms
+    rtt_measured = udp_rtt(net)
 
     def calls(actor) -> float:
         actor.ping.call_one().get()
         ts = []
-        for _ in range(a.calls):
+        for _ in range(n_calls):
             t = time.perf_counter()
             actor.ping.call_one().get()
             ts.append(time.perf_counter() - t)
@@ -184,7 +188,7 @@ def cell(a: argparse.Namespace, net: HostNetwork, far, peers, near, pub_pid: int
     rsyncs, wss = interleave(a.rounds, rs, ws)
     wsr = report.ratio(f"workspace sync rlmesh chain / rsync chain, {len(net.hosts)} hosts, {name}",
                        [w / r for w, r in zip(wss, rsyncs)])
-    return {"version": version, "call_far_us": statistics.median(far_us), "call_near_us": statistics.median(near_us),
+    return {"version": version, "rtt_measured_ms": rtt_measured * 1000, "call_far_us": statistics.median(far_us), "call_near_us": statistics.median(near_us),
             "call_ratio": call.median, "pull1_s": statistics.median(pulls), "raw_s": statistics.median(raws),
             "pull_ratio": pull.median, "pull_all_s": statistics.median(pull_all),
             "pub_cpu_s_per_gb": statistics.median(cpu_per_gb), "ws_s": statistics.median(wss),
@@ -228,6 +232,27 @@ def raw_stream(net: HostNetwork, nbytes: int) -> float:
     took, got = out.stdout.split()
     assert int(got) == nbytes, (got, nbytes)
     return float(took)
+
+
+def udp_rtt(net: HostNetwork, n: int = 20) -> float:
+    """Median seconds of a UDP echo from host 1 to host 0: the links' round trip as shaped (with
+    the delay line's own latency, where it is the delay)."""
+    a, b = net.hosts[0], net.hosts[1]
+    echo = subprocess.Popen([*a.prefix(), sys.executable, "-c", (
+        "import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind((sys.argv[1],0))\n"
+        "print(s.getsockname()[1],flush=True)\nwhile 1:\n d,p=s.recvfrom(100)\n s.sendto(d,p)\n"), a.address],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        port = echo.stdout.readline().strip()
+        out = subprocess.run([*b.prefix(), sys.executable, "-c", (
+            "import socket,sys,time,statistics\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.settimeout(5)\n"
+            "ts=[]\nfor i in range(int(sys.argv[3])):\n t=time.perf_counter(); s.sendto(b'x',(sys.argv[1],int(sys.argv[2])))\n"
+            " s.recv(10); ts.append(time.perf_counter()-t)\nprint(statistics.median(ts))\n"), a.address, port, str(n)],
+            capture_output=True, text=True, check=True)
+        return float(out.stdout)
+    finally:
+        echo.kill()
+        echo.wait()
 
 
 def rsync_chain(net: HostNetwork, src: str, work: str) -> float:

@@ -6,7 +6,8 @@ debugger from another host, a host that drops off the network while its procs li
 a network interface with latency, loss or a bandwidth limit. Here each "host" is a namespace with
 an address of its own on a bridge, a hostname of its own (a UTS namespace per proc start, so
 same-host shortcuts such as shared-memory weights are not taken), and a link whose delay, loss and
-rate are set by ``tc`` (``netem`` with a ``tbf`` under it) and changed while procs run. Cutting a
+rate are set by ``tc`` (``netem`` with a ``tbf`` under it; on a kernel without ``netem``, a delay
+line of this module's own: ``HostNetwork(delay_line=True)``) and changed while procs run. Cutting a
 host (:meth:`HostNetwork.cut`) takes its link down with its procs still running: a partition, not a
 crash. The CPU, memory and file system are still this machine's.
 
@@ -25,11 +26,17 @@ left behind is removed by the next one that takes the same ``K``.
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import logging
 import os
+import random
+import selectors
 import signal
+import struct
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -38,6 +45,9 @@ SUBNET_BASE = "10.80"
 """Networks are ``10.80.K.0/24``, K in 0..255 (benchmarks/workspace_sync uses 10.78, Slurm's nodes 10.79)."""
 LOCK_DIR = "/run/rlmesh-netns"
 CGROUP_V1 = "/sys/fs/cgroup/cpu"
+WIRE_MTU = 64000
+"""The MTU of a delay line's TAPs: a TAP takes no segmentation offload, so large frames keep the
+frames per second (each crosses user space) low."""
 
 
 class NetnsError(RuntimeError):
@@ -113,10 +123,21 @@ class HostNetwork:
     gives each host a CPU share of that many cores (a cgroup CFS quota), so per-host work runs side
     by side at one host's speed rather than adding up on this machine's cores. ``labels`` names the
     hosts (default ``"0".."n-1"``; at most 5 characters each: interface names have 15).
+
+    ``delay_line``: links of TAP devices joined by a forwarding process of this module (one for all
+    hosts) that holds each frame for the link's delay and drops its share of loss, instead of veths
+    shaped by ``netem``. Why: a kernel without ``netem`` has no other way to delay a packet. The cost:
+    the forwarder's CPU (every frame crosses user space; MTU 64,000, so a frame carries up to 64 KB)
+    and its own scheduling latency, which adds to every delay (tens of µs on a quiet machine, ms at
+    load 20); rates are still ``tbf`` in the kernel.
     """
 
-    def __init__(self, n: int = 0, link: Link | None = None, cpu: float = 0.0, labels: list[str] | None = None):
+    def __init__(self, n: int = 0, link: Link | None = None, cpu: float = 0.0, labels: list[str] | None = None,
+                 delay_line: bool = False):
         self.labels = list(labels) if labels is not None else [str(i) for i in range(n)]
+        self.delay_line = delay_line
+        self._wire: subprocess.Popen | None = None
+        self._wire_fds: list[tuple[str, int, int]] = []  # (label, host end fd, bridge end fd) until handed over
         if any(len(x) > 5 or not x.replace("-", "").isalnum() for x in self.labels):
             raise ValueError(f"host labels {self.labels!r}: use up to 5 letters, digits or '-' each")
         self._lock_fd, self.k = self._take_subnet()
@@ -132,7 +153,10 @@ class HostNetwork:
             _run(["ip", "link", "set", self.bridge, "up"])
             for i, label in enumerate(self.labels):
                 self.hosts.append(self._add_host(label, 10 + i, cpu))
-                self.shape(self.hosts[-1], link or Link())
+            if delay_line:
+                self._start_wire()
+            for h in self.hosts:
+                self.shape(h, link or Link())
         except BaseException:
             self.close()
             raise
@@ -154,7 +178,13 @@ class HostNetwork:
         ns = f"rln{self.k}-{label}"
         here, there = ns + "b", ns + "h"  # the bridge's end, the host's end
         _run(["ip", "netns", "add", ns])
-        _run(["ip", "link", "add", here, "type", "veth", "peer", "name", there])
+        if self.delay_line:
+            fd_there, fd_here = _tap(there), _tap(here)
+            self._wire_fds.append((label, fd_there, fd_here))
+            for dev in (here, there):
+                _run(["ip", "link", "set", dev, "mtu", str(WIRE_MTU)])
+        else:
+            _run(["ip", "link", "add", here, "type", "veth", "peer", "name", there])
         _run(["ip", "link", "set", there, "netns", ns])
         _run(["ip", "link", "set", here, "master", self.bridge])
         _run(["ip", "link", "set", here, "up"])
@@ -179,10 +209,38 @@ class HostNetwork:
 
     # ---------------------------------------------------------------- shaping, cutting
     def shape(self, host: NetnsHost | str | int, link: Link) -> None:
-        """Set ``host``'s link to ``link`` now (:func:`shape`)."""
+        """Set ``host``'s link to ``link`` now (:func:`shape`; with a delay line, its delay and loss
+        go to the forwarder and its rate to a ``tbf`` at each end)."""
         h = host if isinstance(host, NetnsHost) else self.host(host)
-        shape(h, link)
+        if self._wire is not None:
+            shape(h, Link(mbit=link.mbit))
+            assert self._wire.stdin is not None
+            self._wire.stdin.write(f"{h.label} {link.delay_ms / 1000:.9f} {link.loss_pct / 100:.6f}\n")
+            self._wire.stdin.flush()
+            if not self._wire_ack():
+                raise NetnsError(f"the delay line did not take {h.label}'s new link (it exited)")
+        else:
+            shape(h, link)
         self._links[h.label] = link
+
+    def _start_wire(self) -> None:
+        """Start the forwarder with every host's two TAP fds (its own copies; ours are closed: the TAPs
+        then live exactly as long as it does)."""
+        specs = [f"{label}:{a}:{b}" for label, a, b in self._wire_fds]
+        fds = [fd for _, a, b in self._wire_fds for fd in (a, b)]
+        try:
+            self._wire = subprocess.Popen([sys.executable, "-m", "rlmesh.launch.netns", "wire", *specs], pass_fds=fds,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            self._wire_fds = []
+        if not self._wire_ack():
+            raise NetnsError("the delay line's forwarder did not start")
+
+    def _wire_ack(self) -> bool:
+        assert self._wire is not None and self._wire.stdout is not None
+        return self._wire.stdout.readline().strip() == "ok"
 
     def link_of(self, host: NetnsHost | str | int) -> Link:
         """How ``host``'s link was last shaped."""
@@ -204,6 +262,14 @@ class HostNetwork:
         if self._lock_fd < 0:
             return
         self._remove(self.k, [h.cgroup for h in self.hosts])
+        for _, a, b in self._wire_fds:
+            os.close(a)
+            os.close(b)
+        self._wire_fds = []
+        if self._wire is not None:
+            self._wire.kill()
+            self._wire.wait()
+            self._wire = None
         self.hosts = []
         os.close(self._lock_fd)
         self._lock_fd = -1
@@ -311,3 +377,80 @@ def _cpu_share(path: str, cores: float, root: str) -> None:
     else:
         with open(os.path.join(path, "cpu.max"), "w") as f:
             f.write(f"{quota} 100000")
+
+
+_TUNSETIFF, _IFF_TAP, _IFF_NO_PI = 0x400454CA, 0x0002, 0x1000
+
+
+def _tap(name: str) -> int:
+    """A TAP device ``name`` and the fd that is its wire (it exists while some process holds the fd)."""
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    try:
+        fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH", name.encode(), _IFF_TAP | _IFF_NO_PI))
+    except OSError as exc:
+        os.close(fd)
+        raise NetnsError(f"could not make TAP device {name}: {exc} (needs root and /dev/net/tun)") from exc
+    return fd
+
+
+def _wire_main(specs: list[str]) -> None:
+    """The delay line: for each host, frames read from one end of its link are written to the other
+    ``delay`` seconds later, a ``loss`` share dropped. Per direction the frames keep their order (a
+    FIFO; a delay made shorter waits behind the frames already held). Commands on stdin,
+    ``<label> <delay s> <loss 0..1>``, each answered ``ok``."""
+    sel = selectors.DefaultSelector()
+    rule: dict[str, list[float]] = {}
+    held: list[collections.deque] = []  # per direction: (due, out fd, frame)
+    for spec in specs:
+        label, a, b = spec.split(":")
+        rule[label] = [0.0, 0.0]
+        for src, dst in ((int(a), int(b)), (int(b), int(a))):
+            q: collections.deque = collections.deque()
+            held.append(q)
+            sel.register(src, selectors.EVENT_READ, (label, dst, q))
+    sel.register(sys.stdin, selectors.EVENT_READ, None)
+    print("ok", flush=True)
+    while True:
+        due = min((q[0][0] for q in held if q), default=None)
+        now = time.monotonic()
+        for key, _ in sel.select(None if due is None else max(0.0, due - now)):
+            if key.data is None:
+                line = sys.stdin.readline()
+                if not line:
+                    return  # our owner is gone
+                label, delay, loss = line.split()
+                rule[label] = [float(delay), float(loss)]
+                print("ok", flush=True)
+                continue
+            label, dst, q = key.data
+            delay, loss = rule[label]
+            now = time.monotonic()
+            for _ in range(256):
+                try:
+                    frame = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    break
+                except OSError:  # the link is down: nothing to read until it is back
+                    break
+                if loss and random.random() < loss:
+                    continue
+                if not delay and not q:
+                    _send(dst, frame)
+                else:
+                    q.append((max(now + delay, q[-1][0] if q else 0.0), dst, frame))
+        now = time.monotonic()
+        for q in held:
+            while q and q[0][0] <= now:
+                _, dst, frame = q.popleft()
+                _send(dst, frame)
+
+
+def _send(fd: int, frame: bytes) -> None:
+    try:
+        os.write(fd, frame)
+    except OSError:  # the other end is down or full: the frame is lost, as on a wire
+        pass
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["wire"]:
+    _wire_main(sys.argv[2:])
