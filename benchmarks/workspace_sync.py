@@ -20,7 +20,7 @@ Last: a re-sync after a one-line edit in the small-file tree (warm store, N=1), 
 on a 10,000-file tree; target (issue 40): rlmesh ahead of the best rsync on loopback and on links.
 
 ``--link-mbit R`` (root only; iproute2): each receiver, and the source, in a network namespace of
-its own behind a veth shaped to R Mbit/s each way (``benchmarks/_netns.py``), so every simulated
+its own behind a veth shaped to R Mbit/s each way (``rlmesh.launch.netns``), so every simulated
 host has a link of its own, as real hosts do. The chain then runs over CurveZMQ (off
 loopback), rsync goes to an ``rsync --daemon`` in each receiver's namespace, and the raw
 stream crosses the same links. On loopback all N "hosts" share one memory copy and two
@@ -33,6 +33,7 @@ hosts' processing at R fits in the cores (the load column says when it did not).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -42,12 +43,15 @@ import sys
 import tempfile
 import time
 
-import _netns
 from _common import Report, add_common_args, banner
 
+from rlmesh.launch.netns import HostNetwork, Link, NetnsHost, see_cgroups
 from rlmesh.transport import Authenticator
 from rlmesh.workspace import build_manifest
 from rlmesh.workspace.serve import ChunkServer, source_lookup
+
+SRC = "s"  # the source's simulated host (the others are "0".."n-1")
+HOSTS_ENV = "RLWS_HOSTS"  # the hosts, from the parent that built them to the run inside the source's namespace
 
 
 def make_trees(base: str, big_mib: int, files: int) -> tuple[str, str]:
@@ -66,16 +70,18 @@ def make_trees(base: str, big_mib: int, files: int) -> tuple[str, str]:
 
 class Net:
     """Where each simulated host runs and which address it serves on: loopback (``mbit`` 0) or a network
-    namespace of its own behind a shaped link (``_netns``; the benchmark itself then runs in the source's)."""
+    namespace of its own behind a shaped link (``rlmesh.launch.netns``; the benchmark itself then runs in
+    the source's, host ``SRC``). The hosts come from the parent process, in ``HOSTS_ENV``."""
 
     def __init__(self, mbit: int):
         self.mbit = mbit
+        self.hosts = {h["label"]: NetnsHost(**h) for h in json.loads(os.environ.get(HOSTS_ENV, "[]"))}
 
     def host(self, i: int | str) -> str:
-        return _netns.address(i) if self.mbit else "127.0.0.1"
+        return self.hosts[str(i)].address if self.mbit else "127.0.0.1"
 
     def prefix(self, i: int) -> list[str]:
-        return _netns.prefix(i) if self.mbit else []
+        return self.hosts[str(i)].prefix() if self.mbit else []
 
 
 def rlmesh_sync(src: str, work: str, n: int, net: Net, transport: str | None = None) -> tuple[float, list[dict]]:
@@ -89,7 +95,7 @@ def rlmesh_sync(src: str, work: str, n: int, net: Net, transport: str | None = N
     addrs = [p.stdout.readline().strip() for p in procs]
     t0 = time.perf_counter()
     m = build_manifest(src)
-    server = ChunkServer(m.to_json(), source_lookup(src, m), host=net.host(_netns.SRC) if net.mbit else None)
+    server = ChunkServer(m.to_json(), source_lookup(src, m), host=net.host(SRC) if net.mbit else None)
     for p, up in zip(procs, [server.addr, *addrs[:-1]]):
         p.stdin.write(up + "\n")
         p.stdin.flush()
@@ -188,7 +194,7 @@ def raw_seq(path: str, work: str, n: int, net: Net, tries: int = 3) -> float:
 
 def _raw_seq(path: str, work: str, n: int, net: Net) -> float:
     t0 = time.perf_counter()
-    src = net.host(_netns.SRC)
+    src = net.host(SRC)
     for i in range(n):
         srv = socket.create_server((src, 0))
         port = srv.getsockname()[1]
@@ -229,7 +235,7 @@ def main() -> None:
                          "this machine (loopback only)")
     ap.add_argument("--link-mbit", type=int, default=0,
                     help="give each simulated host (and the source) a network namespace of its own behind a link "
-                         "shaped to this many Mbit/s each way (root; see benchmarks/_netns.py); 0: all on loopback")
+                         "shaped to this many Mbit/s each way (root; see rlmesh/launch/netns.py); 0: all on loopback")
     ap.add_argument("--host-cpu", type=float, default=0.0,
                     help="with --link-mbit: each simulated host (and the source) also gets a CPU share of this many "
                          "cores (a cgroup CFS quota), so per-host work runs in parallel at one host's speed, as on "
@@ -246,13 +252,12 @@ def main() -> None:
     if a.host_cpu and not a.link_mbit:
         ap.error("--host-cpu needs --link-mbit (the CPU shares are per simulated host)")
     if a.link_mbit and not a.in_netns:  # build the hosts and their links, then run this inside the source's
-        _netns.up(max(a.n), a.link_mbit, a.host_cpu)
-        try:
-            sys.exit(subprocess.call([*_netns.prefix(_netns.SRC), sys.executable, *sys.argv, "--in-netns"]))
-        finally:
-            _netns.down(max(a.n))
+        with HostNetwork(labels=[SRC, *map(str, range(max(a.n)))], link=Link(mbit=a.link_mbit), cpu=a.host_cpu) as hn:
+            env = {**os.environ, HOSTS_ENV: json.dumps([dataclasses.asdict(h) for h in hn.hosts])}
+            code = subprocess.call([*hn.host(SRC).prefix(), sys.executable, *sys.argv, "--in-netns"], env=env)
+        sys.exit(code)
     if a.host_cpu:  # re-run inside the source's namespace: the hosts' shares were made by the parent
-        _netns.see_cgroups([_netns.SRC, *range(max(a.n))])
+        see_cgroups(list(Net(a.link_mbit).hosts.values()))
     banner("workspace sync: rlmesh chain against rsync (seq, chain, tree, parallel) and a raw stream", "duckdb")
     report = Report("workspace_sync", smoke=a.smoke, args=vars(a))
     net = Net(a.link_mbit)

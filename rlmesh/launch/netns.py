@@ -361,6 +361,25 @@ def has_netem() -> bool:
         _run(["ip", "link", "del", a], check=False)
 
 
+def see_cgroups(hosts: list[NetnsHost]) -> None:
+    """Let :meth:`NetnsHost.prefix` join the hosts' CPU shares from inside a host's namespace.
+
+    Why: ``ip netns exec`` mounts a sysfs of the namespace's own, without the cgroup mounts, so a
+    program re-run on a host (a benchmark that runs as its source host) would not find the shares
+    :class:`HostNetwork` made. This mounts the CPU controller's hierarchy again where they live, in
+    this process's mount namespace only. When: once, inside the namespace, before starting procs on
+    the other hosts; nothing to do for hosts without a CPU share."""
+    paths = [h.cgroup for h in hosts if h.cgroup]
+    if not paths or os.path.isdir(paths[0]):
+        return
+    if paths[0].startswith(CGROUP_V1 + "/"):
+        _run(["mount", "-t", "tmpfs", "none", "/sys/fs/cgroup"])
+        os.makedirs(CGROUP_V1, exist_ok=True)
+        _run(["mount", "-t", "cgroup", "-o", "cpu", "cgroup", CGROUP_V1])
+    else:
+        _run(["mount", "-t", "cgroup2", "none", "/sys/fs/cgroup"])
+
+
 def _cgroup_root() -> str:
     """Where CPU shares go: cgroup v1's ``cpu`` hierarchy, else the v2 root."""
     return CGROUP_V1 if os.path.exists(os.path.join(CGROUP_V1, "cgroup.procs")) else "/sys/fs/cgroup"
