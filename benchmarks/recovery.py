@@ -31,7 +31,9 @@ reward" (GRPO) the mean of ``rollout/reward_mean`` over the last 10% of the trai
 least 5); the work
 columns :data:`rlmesh.rl.report.WORK_ACCOUNT_SQL`; "kills" the ``fault_injected`` rows;
 recovery the ``recovery_s`` of ``actors`` ``restarted`` rows, split by the role the proc hosts
-(its ``actors`` column); "ckpt load s" the ``checkpoints`` ``load`` rows.
+(its ``actors`` column); "ckpt load s" the ``checkpoints`` ``load`` rows; and for the trainer, the
+seconds from its ``restarted`` row (the replacement serving) to the next ``train_steps`` row, the time
+a trainer that is back but not training yet costs the run.
 
 It measures, it does not assert speed: it exits 0 whatever the targets say, and 1 only if a
 run failed or lost work (``lost`` > 0).
@@ -96,6 +98,11 @@ def read_run(db: str, result: dict) -> dict:
         restarts = _rows(con, "SELECT r.proc, r.mesh, r.rank, r.recovery_s, "
                               "(SELECT max(a.actors) FROM actors a WHERE a.proc = r.proc AND a.actors IS NOT NULL) "
                               "AS hosted FROM actors r WHERE r.event = 'restarted' ORDER BY r.ts")
+        # seconds from each restart (its replacement serving) to the next train step: a restarted trainer
+        # that serves but does not train stalls the run while recovery_s says it is back
+        to_step = [r["gap"] for r in _rows(con, "SELECT (SELECT epoch(min(s.ts)) FROM train_steps s WHERE s.ts > r.ts) "
+                                               "- epoch(r.ts) AS gap FROM actors r WHERE r.event = 'restarted' "
+                                               "ORDER BY r.ts")]
         loads = [r["duration_s"] for r in _rows(con, "SELECT duration_s FROM checkpoints WHERE event = 'load' "
                                                      "ORDER BY ts")]
         n_steps = _rows(con, "SELECT count(*) AS n FROM train_steps")[0]["n"]
@@ -104,12 +111,15 @@ def read_run(db: str, result: dict) -> dict:
     finally:
         con.close()
     rec: dict[str, list[float]] = {"generator": [], "reward": [], "trainer": [], "other": []}
-    for r in restarts:
+    trainer_to_step: list[float] = []
+    for r, gap in zip(restarts, to_step):
         hosted = (r["hosted"] or "").split(",")
         role = next((role for role in ("trainer", "generator", "reward")
                      if any(a.strip().startswith(role) for a in hosted)), "other")
         if r["recovery_s"] is not None:
             rec[role].append(float(r["recovery_s"]))
+        if role == "trainer" and gap is not None:
+            trainer_to_step.append(float(gap))
     rewards = []
     for m in metrics:
         m = json.loads(m) if isinstance(m, str) else (m or {})
@@ -118,7 +128,7 @@ def read_run(db: str, result: dict) -> dict:
     return {**work, "wall_s": result.get("wall_s"), "kills": int(kills), "restarts": len(restarts),
             "eval": last[0]["value"] if last else None, "eval_metric": last[0]["metric"] if last else None,
             "train_reward": statistics.mean(rewards) if rewards else None,
-            "rec": rec, "ckpt_load": loads}
+            "rec": rec, "ckpt_load": loads, "trainer_to_step": trainer_to_step}
 
 
 def run_variant(name: str, overrides: list[str], timeout: float) -> dict:
@@ -224,6 +234,8 @@ def targets(rows: list[dict], grpo: bool) -> None:
         print(f"  {ok(tr is not None and tr < TRAINER_RECOVERY_S + load)}  trainer recovery < "
               f"{TRAINER_RECOVERY_S:.0f} s + checkpoint load: {fmt(tr, '.2f')} s, checkpoint load "
               f"{fmt(_median(r['ckpt_load']), '.2f')} s ({len(r['rec']['trainer'])} restarts, {r['kills']} kills)")
+        print(f"  (info)   then to the first train step: "
+              f"{', '.join(f'{x:.2f}' for x in r['trainer_to_step']) or 'none'} s after each restarted trainer served")
     done = [r for r in rows if "failed" not in r]
     failed = [r["name"] for r in rows if "failed" in r]
     lost = {r["name"]: r["work_lost"] for r in done}

@@ -25,6 +25,9 @@ class ReplayBuffer(BufferActor):
         self.core = ReplayBufferCore(config or BufferConfig())
         self.version = 0
         """The trainer's version as of its last ``sample`` call (for drops at ``add`` time)."""
+        self._sampler = 0
+        """How many leased ``sample`` calls came so far: the newest one is the trainer's, any older one
+        still waiting belongs to an incarnation that died (or a call it gave up)."""
 
     @rm.endpoint
     async def add(self, rollout_id: str, policy_version: int, data: Any, num_samples: int = 1) -> str:
@@ -47,16 +50,28 @@ class ReplayBuffer(BufferActor):
         and ``durable`` (the cursor its newest checkpoint holds), the batch is leased and
         earlier leases are settled (:meth:`ReplayBufferCore.settle`): a restarted trainer
         gets back what its dead incarnation sampled after its checkpoint.
+
+        A leased call supersedes any earlier leased call still waiting, which then returns empty
+        without taking anything: only one trainer samples, so that call's caller is gone (a trainer
+        killed mid-sample, whose call the buffer keeps serving). Left waiting, it took the next
+        batch onto a lease nobody would train, and the restarted trainer waited a generation round
+        (4.5-6.5 s) for the one after it.
         """
         self.version = max(self.version, current_version)
         requeued: list[str] = []
+        me = 0
         if cursor is not None:
+            self._sampler += 1
+            me = self._sampler
+            self.notify()  # a superseded call still waiting returns now
             requeued = [r.rollout_id for r in self.core.settle(cursor, cursor if durable is None else durable)]
         dropped: list[Dropped] = []
         last = SampleResult([])
 
         def ready() -> bool:  # each try may drop stale rollouts on the way: report them as they go
             nonlocal last
+            if me and me != self._sampler:
+                return True  # superseded by a newer trainer call: take nothing, return empty
             last = self.core.sample(batch_size, current_version, lease=cursor is not None)
             dropped.extend(last.dropped)
             self._report(last.dropped)
