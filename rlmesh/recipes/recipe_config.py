@@ -326,8 +326,6 @@ class GRPORecipeConfig:
                   self.generator.max_new_tokens,
                   f"answers need up to task.max_digits + 2 = {self.task.max_digits + 2} tokens (digits, carry, EOS)")
         check_task_and_model(self.task, self.model, bool(self.launcher))
-        check(self.model.lora.r == 0 or self.trainer.ranks == 1, "model.lora.r", self.model.lora.r,
-              "LoRA trains on one trainer rank: use trainer.ranks=1 (adapters are small enough), or model.lora.r=0")
         if self.trainer.lr_decay_steps is None and self.trainer.lr_schedule != "constant":
             self.trainer.lr_decay_steps = self.steps
 

@@ -133,7 +133,7 @@ class Trainer(rm.Actor):
         else:
             self.publisher = Publisher(self.weights) if group.rank == 0 else None  # type: ignore[assignment]  # None on ranks that do not publish
         if self.publisher is not None:
-            self.publisher.reserve(self.model.state_dict())
+            self.publisher.reserve(self.published_state())
         self.optimizer = self.build_optimizer()
         newest = self.newest_checkpoint()
         if newest is None:
@@ -144,7 +144,8 @@ class Trainer(rm.Actor):
         if self.shards is not None:
             from rlmesh.rl.train.publishing import local_pieces  # deferred: it imports DTensor; one rank skips it
 
-            self.shards.reserve(local_pieces(self.model, group.rank, group.world))
+            keys = self._published_keys()
+            self.shards.reserve({k: p for k, p in local_pieces(self.model, group.rank, group.world).items() if k in keys})
         self.optimizer = self.build_optimizer()  # over the sharded parameters
         self.clock.attach(self.model, self.optimizer)
         if newest is None:
@@ -360,6 +361,8 @@ class Trainer(rm.Actor):
             state = self.group.full_state_dict(self.model)  # every rank: FSDP gathers the shards to rank 0
             version = 0
             if self.publisher is not None:
+                keys = self._published_keys()
+                state = {k: v for k, v in (state or {}).items() if k in keys}
                 newest = self._newest_published()
                 version = self.step if newest is None or self.step > newest else newest + 1
                 kv.put(self._version_key(), version)
@@ -387,7 +390,17 @@ class Trainer(rm.Actor):
             version = self.step if newest is None or self.step > newest else newest + 1
             kv.put(self._version_key(), version)  # first: a kill mid-publish must not let a version number repeat
         self.version = version = group.broadcast_int(version)
-        self.clock.publish_bytes += shards.publish(local_pieces(self.model, group.rank, group.world), version).bytes
+        keys = self._published_keys()
+        pieces = {k: p for k, p in local_pieces(self.model, group.rank, group.world).items() if k in keys}
+        self.clock.publish_bytes += shards.publish(pieces, version).bytes
+
+    def _published_keys(self) -> set[str]:
+        """On a trainer mesh: the names, in the unwrapped module's state dict, of what :meth:`published_state`
+        selects (the whole model, or a LoRA trainer's adapters); read from the keys alone, no collective."""
+        from rlmesh.rl.train.distributed import unwrap  # deferred: FSDP's import costs ~2 s; one rank skips it
+
+        wrapped = unwrap(self.model) is not self.model  # DDP's state dict names start with "module."
+        return {k.removeprefix("module.") if wrapped else k for k in self.published_state()}
 
     def _version_key(self) -> str:
         return f"rlmesh.rl/weights/{self.weights}/newest_version"

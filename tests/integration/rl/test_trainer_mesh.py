@@ -23,8 +23,10 @@ from rlmesh.rl.algorithms.grpo import GRPOTrainer
 from rlmesh.rl.backends.base import Completion
 from rlmesh.rl.buffer import BufferedRollout, SampleResult
 from rlmesh.rl.checkpoint import read
-from rlmesh.rl.config import GRPOConfig
+from rlmesh.rl.backends.torch_backend import build_policy_model
+from rlmesh.rl.config import GRPOConfig, LoRAConfig
 from rlmesh.rl.models import TransformerConfig
+from rlmesh.rl.models.hf import adapter_state_dict
 from rlmesh.rl.models.transformer import Transformer
 from rlmesh.rl.placement import call_trainer, trainer_procs
 from rlmesh.rl.train.layout import newest, verify
@@ -32,6 +34,7 @@ from rlmesh.weights import Subscriber
 from _support.waiting import wait_for
 
 MODEL = TransformerConfig(vocab_size=16, max_seq_len=12, d_model=32, n_layers=2, n_heads=4)
+LORA = LoRAConfig(r=4)
 
 
 def scored_items(seed: int, items: int = 2, groups: int = 6, group_size: int = 4) -> list[dict]:
@@ -265,6 +268,47 @@ def test_a_model_folder_exported_from_two_ranks_is_the_whole_model(tmp_path):
     assert set(got) == set(want)
     for k in want:
         torch.testing.assert_close(got[k], want[k])
+
+
+class LoraPuller(rm.Actor):
+    """A generator of a LoRA policy: its own copy of the folder with the adapters the trainer's seed
+    gives, into which it pulls the adapters (all a version carries)."""
+
+    def __init__(self, folder: str, weights: str) -> None:
+        torch.manual_seed(0)  # the trainer's seed: the adapters of its version 0
+        self.model = build_policy_model(None, folder, "float32", LORA)[0]
+        self.start = {k: t.clone() for k, t in adapter_state_dict(self.model).items()}
+        self.sub = Subscriber(weights)
+
+    @rm.endpoint
+    def pull(self, min_version: int) -> tuple[int, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        target = adapter_state_dict(self.model)
+        for t in target.values():
+            t.data.fill_(7.0)
+        v = self.sub.pull_into(target, min_version=min_version, timeout=60)  # keys must match: adapters only
+        return int(v), {k: t.clone() for k, t in target.items()}, self.start
+
+
+@pytest.mark.timeout(180)
+def test_a_lora_mesh_trains_and_publishes_its_adapters_in_shards(tmp_path):
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / "src")
+    src = str(tmp_path / "src")
+    with rm.this_host().spawn_procs(per_host={"procs": 3}) as procs:
+        buffer = procs.slice(procs=0).spawn("buffer_lora", FixedBuffer, [scored_items(8)])
+        mesh = trainer_procs(procs, 1, 2).spawn("lora2", GRPOTrainer, config(tmp_path / "ck", 2, sft_steps=0),
+                                                buffer, None, src, weights="lora2", seed=0, lora=LORA)
+        puller = procs.slice(procs=0).spawn("lora_puller", LoraPuller, src, "lora2")
+        v, got, start = puller.pull.call_one(0).get(timeout=60)
+        assert v == 0 and set(got) == set(start) and all("lora_" in k for k in got)
+        assert all(torch.equal(got[k], start[k]) for k in start)  # every rank's part, bit for bit
+        assert call_trainer(mesh, "train", 4, 10.0).get(timeout=120).policy_version == 1
+        v, got, _ = puller.pull.call_one(1).get(timeout=60)
+        assert v == 1 and any(not torch.equal(got[k], start[k]) for k in start)  # the adapters trained
 
 
 def hold_while(marks: Path) -> None:
