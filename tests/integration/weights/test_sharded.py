@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rlmesh.actor.kv import LocalKV
-from rlmesh.weights import Subscriber, WeightSyncError
+from rlmesh.weights import Subscriber, WeightSyncError, rdma_plan
 from rlmesh.weights.directory import FileDirectory
 from rlmesh.weights.sharded import ShardPiece, ShardPublisher
 from rlmesh.weights.slots import cleanup_segments
@@ -79,6 +79,27 @@ def test_a_subscriber_assembles_every_rank_s_parts_bit_equal(ranks, transport):
         assert sub.pull_into(target, min_version=2, timeout=10) == 2
         assert same(target, want)
         assert sub.latest_version() == 2
+
+
+@pytest.mark.timeout(60)
+def test_every_rank_s_part_arrives_by_rdma_read_over_emulated_verbs(monkeypatch):
+    import fake_pyverbs
+
+    fake_pyverbs.install(monkeypatch)  # the RDMA reader's real code, over verbs that check the rules
+    rdma_plan.available.cache_clear()
+    d = LocalKV()
+    pubs = [ShardPublisher("sharded-rdma", r, 2, "set-a", directory=d) for r in range(2)]
+    try:
+        want = publish(pubs, 1)
+        before = fake_pyverbs.stats["reads"]
+        with Subscriber("sharded-rdma", "rdma", directory=d) as sub:
+            got, v = sub.pull(min_version=1, timeout=10)
+        assert v == 1 and v.stats.transport == "rdma" and same(got, want)
+        assert fake_pyverbs.stats["reads"] - before >= 2  # at least one READ from each rank's region
+    finally:
+        for p in pubs:
+            p.close()
+        rdma_plan.available.cache_clear()
 
 
 @pytest.mark.timeout(60)
