@@ -128,8 +128,9 @@ class HostNetwork:
     hosts) that holds each frame for the link's delay and drops its share of loss, instead of veths
     shaped by ``netem``. Why: a kernel without ``netem`` has no other way to delay a packet. The cost:
     the forwarder's CPU (every frame crosses user space; MTU 64,000, so a frame carries up to 64 KB)
-    and its own scheduling latency, which adds to every delay (tens of µs on a quiet machine, ms at
-    load 20); rates are still ``tbf`` in the kernel.
+    and its own wake-up latency, which adds to every delay; it runs at real-time priority
+    (``SCHED_FIFO``, lowest level) so that a busy machine does not turn 0.05 ms into several ms.
+    Rates are still ``tbf`` in the kernel.
     """
 
     def __init__(self, n: int = 0, link: Link | None = None, cpu: float = 0.0, labels: list[str] | None = None,
@@ -428,6 +429,10 @@ def _wire_main(specs: list[str]) -> None:
             held.append(q)
             sel.register(src, selectors.EVENT_READ, (label, dst, q))
     sel.register(sys.stdin, selectors.EVENT_READ, None)
+    try:  # wake on time at any load: a normal process on a busy machine oversleeps a 0.05 ms timeout by ms
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (PermissionError, AttributeError, OSError):
+        logger.warning("the delay line runs at normal priority: on a busy machine it adds its wake-up latency")
     print("ok", flush=True)
     while True:
         due = min((q[0][0] for q in held if q), default=None)
