@@ -45,6 +45,10 @@ GATHER_S = 0.01  # after a wake-up, wait this long before reading: batches lines
 
 DIR_PREFIX = "rlmesh-capture-"
 _DIR_NAME = re.compile(rf"{DIR_PREFIX}(\d+)-\w+")
+_PIDLESS_NAME = re.compile(rf"{DIR_PREFIX}[a-z0-9_]{{8}}")  # mkdtemp's suffix alone: made before the pid was in the name
+PIDLESS_IDLE_S = 3600.0
+"""A folder without a pid in its name is reclaimed once no process holds a file in it open and it
+has not changed for this long (a controller adds a FIFO to it at each launch)."""
 
 _echo: TerminalEcho | None = None
 _echo_lock = threading.Lock()
@@ -52,7 +56,9 @@ _echo_lock = threading.Lock()
 
 def reclaim_dead_capture_dirs(tmp: str | None = None) -> list[str]:
     """Remove the FIFO folders (``rlmesh-capture-<pid>-*`` in the temporary folder) of this user's
-    controllers that are gone: a SIGKILLed controller runs no cleanup. Returns the folders removed.
+    controllers that are gone: a SIGKILLed controller runs no cleanup. Folders made before the pid
+    was in the name (``rlmesh-capture-<8 characters>``) go once abandoned (:func:`_abandoned`).
+    Returns the folders removed.
     Called by ``rlmesh clean`` and by each ``rlmesh run`` (a resume included)."""
     tmp = tmp or tempfile.gettempdir()
     removed: list[str] = []
@@ -64,7 +70,12 @@ def reclaim_dead_capture_dirs(tmp: str | None = None) -> list[str]:
         m = _DIR_NAME.fullmatch(name)
         path = os.path.join(tmp, name)
         try:
-            if m is None or os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+            if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+                continue
+            if m is None:
+                if _PIDLESS_NAME.fullmatch(name) and _abandoned(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path)
                 continue
             os.kill(int(m.group(1)), 0)  # alive (or another user's pid: PermissionError): kept
         except ProcessLookupError:
@@ -73,6 +84,29 @@ def reclaim_dead_capture_dirs(tmp: str | None = None) -> list[str]:
         except (OSError, OverflowError):
             continue
     return removed
+
+
+def _abandoned(path: str) -> bool:
+    """True when the pid-less folder ``path`` is unchanged for :data:`PIDLESS_IDLE_S` and no process
+    has a file in it open (a live controller holds the read end of each of its procs' FIFOs)."""
+    if time.time() - os.stat(path).st_mtime < PIDLESS_IDLE_S:
+        return False
+    inside = path.rstrip(os.sep) + os.sep
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:  # gone, or another user's: that user's processes cannot open this user's 0700 folder
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(os.path.join(fd_dir, fd)).startswith(inside):
+                    return False
+            except OSError:
+                continue
+    return True
 
 
 def capture_enabled() -> bool:
