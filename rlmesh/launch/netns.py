@@ -27,6 +27,7 @@ left behind is removed by the next one that takes the same ``K``.
 from __future__ import annotations
 
 import collections
+import ctypes
 import fcntl
 import logging
 import os
@@ -433,11 +434,15 @@ def _wire_main(specs: list[str]) -> None:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     except (PermissionError, AttributeError, OSError):
         logger.warning("the delay line runs at normal priority: on a busy machine it adds its wake-up latency")
+    timer = _Timer()  # epoll's own timeout is whole milliseconds: 4 crossings made a 0.2 ms round trip 4 ms
+    sel.register(timer.fd, selectors.EVENT_READ, "timer")
     print("ok", flush=True)
     while True:
-        due = min((q[0][0] for q in held if q), default=None)
-        now = time.monotonic()
-        for key, _ in sel.select(None if due is None else max(0.0, due - now)):
+        timer.arm(min((q[0][0] for q in held if q), default=None))
+        for key, _ in sel.select(None):
+            if key.data == "timer":
+                timer.clear()
+                continue
             if key.data is None:
                 line = sys.stdin.readline()
                 if not line:
@@ -467,6 +472,42 @@ def _wire_main(specs: list[str]) -> None:
             while q and q[0][0] <= now:
                 _, dst, frame = q.popleft()
                 _send(dst, frame)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class _Timer:
+    """A ``timerfd`` on the monotonic clock (``time.monotonic``'s), armed at an absolute time with ns
+    resolution: the delay line's wake-ups, where epoll's own timeout rounds up to a millisecond.
+    (Python 3.11 has no ``os.timerfd_create``.)"""
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.timerfd_create(time.CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "timerfd_create")
+
+    def arm(self, when: float | None) -> None:
+        """Fire at monotonic time ``when`` (at once if it has passed); ``None`` disarms."""
+        if when is None:
+            spec = _Itimerspec()
+        else:
+            when = max(when, 1e-6)  # an all-zero value would disarm
+            sec = int(when)
+            spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, int((when - sec) * 1e9)))
+        self._libc.timerfd_settime(self.fd, 1, ctypes.byref(spec), None)  # 1: TFD_TIMER_ABSTIME
+
+    def clear(self) -> None:
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:
+            pass
 
 
 def _send(fd: int, frame: bytes) -> None:
