@@ -171,7 +171,7 @@ def resume_config(spec: str, overrides: list[str]) -> tuple[Any, str]:
     problem = finished_without_more_budget(run_dir, base, cfg, overrides)
     if problem:
         raise RecipeConfigError(f"resume={spec}: {problem}")
-    pin_to_run_dir(cfg, run_dir, overrides)
+    pin_to_run_dir(cfg, run_dir, overrides, info.get("id"))
     return validate(cfg), saved["launcher"]
 
 
@@ -196,16 +196,19 @@ def finished_without_more_budget(run_dir: Path, saved: Any, cfg: Any, overrides:
             "or start a new run")
 
 
-def pin_to_run_dir(cfg: Any, run_dir: Path, overrides: list[str]) -> None:
+def pin_to_run_dir(cfg: Any, run_dir: Path, overrides: list[str], original_id: str | None = None) -> None:
     """A resume acts only on the run directory it resolved (a copy of a run resumes the copy):
     ``telemetry.runs_dir`` becomes that directory's parent, and a checkpoint directory that was
     the original run's own (``<run dir>/checkpoints``, the default) becomes the resolved one's. An
-    explicit ``trainer.checkpoint_dir=`` override is kept."""
+    explicit ``trainer.checkpoint_dir=`` override is kept. ``original_id``: the id the run was
+    started under (its ``run.json``), which a copy under another name still carries: its default
+    checkpoint folder is ``<original_id>/checkpoints``."""
     cfg.telemetry.runs_dir = str(run_dir.parent)
     ck = cfg.trainer.checkpoint_dir
     if any(o.startswith("trainer.checkpoint_dir=") for o in overrides):
         return
-    if ck is None or (Path(ck).name == "checkpoints" and Path(ck).parent.name == run_dir.name):
+    own = {run_dir.name, original_id} - {None}
+    if ck is None or (Path(ck).name == "checkpoints" and Path(ck).parent.name in own):
         cfg.trainer.checkpoint_dir = str(run_dir / "checkpoints")
 
 

@@ -92,6 +92,25 @@ def test_a_copied_run_resumes_the_copy_not_the_original(runs_dir, tmp_path):
     assert mine.trainer.checkpoint_dir == "/somewhere/else"          # an explicit choice is kept
 
 
+def test_a_renamed_copy_of_a_run_resumes_into_its_own_checkpoints(runs_dir, tmp_path):
+    """A copy under another name kept the original's checkpoint folder in its saved config, and a
+    resume of it wrote into the ORIGINAL run's checkpoints."""
+    orig_root = tmp_path / "original"
+    orig_root.mkdir()
+    d = make_run(orig_root, "20260101-000000-aaaa")
+    saved = json.loads((d / RECIPE_JSON).read_text())
+    cfg = OmegaConf.create(saved["config"])
+    cfg.trainer.checkpoint_dir = str(d / "checkpoints")              # the default begin() filled in
+    saved["config"] = OmegaConf.to_yaml(cfg)
+    (d / RECIPE_JSON).write_text(json.dumps(saved))
+    import shutil
+
+    shutil.copytree(d, runs_dir / "20260101-000000-copy")            # its run.json still says aaaa
+    got, _ = resume_config("20260101-000000-copy", [])
+    assert got.run.resume == "20260101-000000-copy"
+    assert got.trainer.checkpoint_dir == str(runs_dir / "20260101-000000-copy" / "checkpoints")
+
+
 def test_a_finished_run_resumes_only_with_a_larger_budget(runs_dir):
     """Issue 11 item 15: resume of a run that finished silently trained more."""
     make_run(runs_dir, "20260101-000000-aaaa", status="ok")
