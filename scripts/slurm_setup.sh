@@ -8,8 +8,8 @@
 #   bash scripts/slurm_setup.sh down     # stop it and remove everything `up` made
 #
 # The cluster: slurmctld (hostname rlsctl, in its own UTS namespace) on 10.79.0.1, the address of
-# the bridge rlslurmbr on this host, and three nodes rlsn1..rlsn3, each a slurmd in a network
-# namespace of its own (rlslurm-n1..3, 10.79.0.11..13 on a veth to the bridge) with its own
+# the bridge rlslurmbr on this host, and four nodes rlsn1..rlsn4, each a slurmd in a network
+# namespace of its own (rlslurm-n1..4, 10.79.0.11..14 on a veth to the bridge) with its own
 # hostname (a UTS namespace inside it), spool directory, pid and log file. Debian's slurmd is
 # not built for several slurmds per host, so each node is a host of its own as far as the network
 # and its name go. One munged serves all of them (they share the filesystem, so its socket).
@@ -22,7 +22,7 @@ set -euo pipefail
 dir="${RLMESH_SLURM_DIR:-$HOME/.cache/rlmesh/slurm}"
 bridge=rlslurmbr
 subnet=10.79.0
-nodes=(1 2 3)
+nodes=(1 2 3 4)
 ctl_port=16817
 node_port=16818
 mkdir -p "$dir"
@@ -73,7 +73,7 @@ write_conf() {
   mkdir -p "$dir/etc" "$dir/state" "$dir/log"
   for i in "${nodes[@]}"; do mkdir -p "$dir/spool/rlsn$i"; done
   cat > "$dir/etc/slurm.conf" <<CONF
-# Written by scripts/slurm_setup.sh up: three nodes in network namespaces on $bridge ($subnet.0/24).
+# Written by scripts/slurm_setup.sh up: four nodes in network namespaces on $bridge ($subnet.0/24).
 ClusterName=rlmesh
 SlurmctldHost=rlsctl($subnet.1)
 SlurmctldPort=$ctl_port

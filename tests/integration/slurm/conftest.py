@@ -1,4 +1,4 @@
-"""The cluster fixture: a real Slurm (slurmctld, three slurmd nodes in network namespaces, munge)
+"""The cluster fixture: a real Slurm (slurmctld, four slurmd nodes in network namespaces, munge)
 started by ``scripts/slurm_setup.sh up`` for this directory's one test module and stopped after it.
 
 Module scope, and all Slurm tests in one file: under pytest-xdist (``--dist loadfile``) that file
@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 SETUP = ROOT / "scripts" / "slurm_setup.sh"
 DIR = Path(os.environ.get("RLMESH_SLURM_DIR", str(Path.home() / ".cache" / "rlmesh" / "slurm")))
-NODES = ("rlsn1", "rlsn2", "rlsn3")
+NODES = ("rlsn1", "rlsn2", "rlsn3", "rlsn4")
 
 
 @dataclass

@@ -76,46 +76,53 @@ def mesh() -> dict:
                          if ev.kind == "died" else None)
     out: dict = {}
     t0 = time.monotonic()
-    with SlurmCluster(nodes=3, job_name=JOB_NAME) as cluster:
+    with SlurmCluster(nodes=4, job_name=JOB_NAME) as cluster:
         out["job_owned"] = cluster.launcher.alloc.owned
-        procs = cluster.spawn_procs(per_host={"procs": 3}, restart=rm.Restart(max_restarts=5), name="w")
+        procs = cluster.spawn_procs(per_host={"procs": 4}, restart=rm.Restart(max_restarts=5), name="w")
         actors = procs.spawn("where", Where)
         out["hosts"] = [r["host"] for r in actors.where.call().get()]
         out["ready_s"] = time.monotonic() - t0
 
+        def back(rank: int, incarnation: int, what: str, since: float) -> dict:
+            one = actors.slice(procs=rank)
+            got = wait_for(lambda: (lambda r: r if r["incarnation"] >= incarnation else None)(one.where.call_one().get()),
+                           60, what)
+            return {**got, "recovery_s": time.monotonic() - since}
+
         # a killed step: SIGKILL to rank 0's task through Slurm
-        t1 = time.monotonic()
+        t = time.monotonic()
         subprocess.run(["scancel", "--signal=KILL", step_id(cluster.job_id, f"{JOB_NAME}.w.0.0")], check=True)
-        r0 = actors.slice(procs=0)
-        back = wait_for(lambda: (lambda r: r if r["incarnation"] == 1 else None)(r0.where.call_one().get()), 60,
-                        "rank 0 restarted")
-        out["killed_step"] = {**back, "recovery_s": time.monotonic() - t1}
+        out["killed_step"] = back(0, 1, "rank 0 restarted", t)
+
+        # a node set DOWN in Slurm (scontrol): its steps end with srun's "Node failure" and, with --no-kill,
+        # the node leaves the job; rank 1 restarts on the usable node with the fewest of the run's steps
+        down = out["hosts"][1]
+        t = time.monotonic()
+        subprocess.run(["scontrol", "update", f"nodename={down}", "state=DOWN", "reason=rlmesh-test"], check=True)
+        out["node_down"] = {**back(1, 1, "rank 1 restarted off the DOWN node", t), "node": down}
 
         # a lost node: every process of rlsn3's namespace (slurmd, slurmstepd, the worker) killed at once
         lost = out["hosts"][2]
         pids = subprocess.run(["ip", "netns", "pids", f"rlslurm-n{lost[-1]}"], capture_output=True, text=True,
                               check=True).stdout.split()
-        t2 = time.monotonic()
+        t = time.monotonic()
         subprocess.run(["kill", "-9", *pids], check=True)
-        r2 = actors.slice(procs=2)
-        back = wait_for(lambda: (lambda r: r if r["incarnation"] >= 1 else None)(r2.where.call_one().get()), 60,
-                        "rank 2 restarted elsewhere")
-        out["lost_node"] = {**back, "node": lost, "recovery_s": time.monotonic() - t2}
-        # slurmd alone stopped on rlsn2 (its worker lives on): a dead host all the same; the old worker,
-        # still connected, is fenced by the controller once its replacement serves, and exits
-        stopped = out["hosts"][1]
+        out["lost_node"] = {**back(2, 1, "rank 2 restarted elsewhere", t), "node": lost}
+
+        # slurmd alone stopped on rlsn4, where ranks 3 and (now) 2 run: a dead host all the same; the old
+        # workers, alive and connected, are fenced by the controller once their replacements serve, and exit
+        stopped = out["hosts"][3]
         ns = f"rlslurm-n{stopped[-1]}"
         slurmd = subprocess.run(["cat", f"{slurm_dir()}/slurmd-{stopped}.pid"], capture_output=True, text=True,
                                 check=True).stdout.strip()
-        old_worker = worker_pids(ns)
-        t3 = time.monotonic()
+        old_workers = worker_pids(ns)
+        t = time.monotonic()
         subprocess.run(["kill", "-9", slurmd], check=True)
-        r1 = actors.slice(procs=1)
-        back = wait_for(lambda: (lambda r: r if r["incarnation"] >= 1 else None)(r1.where.call_one().get()), 60,
-                        "rank 1 restarted elsewhere")
-        gone = wait_for(lambda: not (set(worker_pids(ns)) & set(old_worker)) or None, 30, "the old worker to exit")
-        out["slurmd_stopped"] = {**back, "node": stopped, "recovery_s": time.monotonic() - t3,
-                                 "old_worker_seen": bool(old_worker), "old_worker_gone": bool(gone)}
+        out["slurmd_stopped"] = {**back(3, 1, "rank 3 restarted elsewhere", t), "node": stopped,
+                                 "old_workers": len(old_workers)}
+        out["slurmd_stopped"]["rank2"] = back(2, 2, "rank 2 restarted again", t)["host"]
+        out["slurmd_stopped"]["old_workers_gone"] = bool(wait_for(
+            lambda: not (set(worker_pids(ns)) & set(old_workers)) or None, 30, "the old workers to exit"))
         out["all_after"] = [r["host"] for r in actors.where.call().get()]
         out["lost_seen"] = sorted(cluster.launcher.lost)
         job = cluster.job_id
