@@ -310,7 +310,7 @@ def main() -> int:
     args = parser.parse_args()
     roles = {"ppo": ["generator", "trainer"], "grpo": ["generator", "trainer", "reward"]}
     if args.smoke:  # PPO only, clean and with generator kills, a short fixed budget
-        args.only, args.ppo_steps, args.every_s = "ppo", args.ppo_steps or 8192, args.every_s or 1.0
+        args.only, args.ppo_steps, args.every_s = "ppo", args.ppo_steps or 4096, args.every_s or 0.5
         roles["ppo"] = ["generator"]
     report = Report("recovery", smoke=args.smoke, args=vars(args))
     global KEEP
