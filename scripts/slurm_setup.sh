@@ -61,6 +61,7 @@ munge_up() {
   mkdir -p /run/munge /var/log/munge /var/lib/munge
   chown munge:munge /run/munge /var/log/munge /var/lib/munge
   runuser -u munge -- /usr/sbin/munged
+  touch "$dir/munged.ours"  # `down` stops it; a munged that was already running is left alone
   for _ in $(seq 50); do
     munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && return 0
     sleep 0.1
@@ -177,6 +178,10 @@ down() {
     rm -f "$dir/slurmctld.pid"
   fi
   ip link del "$bridge" 2>/dev/null || true
+  if [ -e "$dir/munged.ours" ] && [ -s /run/munge/munged.pid ]; then
+    kill "$(cat /run/munge/munged.pid)" 2>/dev/null || true
+    rm -f "$dir/munged.ours"
+  fi
   rm -rf "$dir/state" "$dir/spool" "$dir"/slurmd-*.pid
   log "down"
 }
