@@ -144,13 +144,16 @@ def srun_argv(config: SlurmConfig, job_id: str, node: str, step_name: str, comma
               gpus: int = 0) -> list[str]:
     """``srun`` for one worker: one task on ``node``, as a step of job ``job_id``.
 
-    ``--overlap``: steps share the allocation's CPUs with each other and with the controller's own
-    step (without it a step waits for CPUs a long-lived worker holds). ``--kill-on-bad-exit=0`` and
-    one task per step: a proc's death ends only its own step, and the controller decides what to
-    do. ``--input=none``: workers read no stdin.
+    ``--overlap`` (CPU-only workers): steps share the allocation's CPUs with each other and with the
+    controller's own step (without it a step waits for CPUs a long-lived worker holds). A worker
+    bound to GPUs runs as an ``--exact`` step instead: overlapping steps share GRES too, so eight
+    ``--gres=gpu:1`` steps with ``--overlap`` could all be handed the same GPU; the job must then
+    hold the GPUs and CPUs (``sbatch --gpus-per-node=8 --ntasks-per-node=8``, or ``--exclusive``).
+    ``--kill-on-bad-exit=0`` and one task per step: a proc's death ends only its own step, and the
+    controller decides what to do. ``--input=none``: workers read no stdin.
     """
-    argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}",
-            f"--job-name={step_name}", "--kill-on-bad-exit=0", "--input=none", "--quiet"]
+    argv = ["srun", f"--jobid={job_id}", "--exact" if gpus > 0 else "--overlap", "--nodes=1", "--ntasks=1",
+            f"--nodelist={node}", f"--job-name={step_name}", "--kill-on-bad-exit=0", "--input=none", "--quiet"]
     if config.cpus_per_task:
         argv.append(f"--cpus-per-task={config.cpus_per_task}")
     if gpus > 0:

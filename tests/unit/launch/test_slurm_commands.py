@@ -48,11 +48,13 @@ def test_salloc_and_srun_argv():
     assert salloc_argv(cfg, 4) == ["salloc", "--no-shell", "--no-kill", "--nodes=4", "--job-name=rlmesh",
                                    "--immediate=120", "--partition=gpu", "--account=rl", "--time=02:00:00",
                                    "--qos=high"]
-    argv = srun_argv(cfg, "77", "n3", "rlmesh.gen.1.0", ["python", "-m", "rlmesh.worker"], gpus=1)
+    argv = srun_argv(cfg, "77", "n3", "rlmesh.gen.1.0", ["python", "-m", "rlmesh.worker"])
     assert argv[:10] == ["srun", "--jobid=77", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=n3",
                          "--job-name=rlmesh.gen.1.0", "--kill-on-bad-exit=0", "--input=none", "--quiet"]
-    assert argv[10:] == ["--cpus-per-task=4", "--gres=gpu:1", "--mem-per-cpu=4G", "--", "python", "-m",
-                         "rlmesh.worker"]
+    assert argv[10:] == ["--cpus-per-task=4", "--mem-per-cpu=4G", "--", "python", "-m", "rlmesh.worker"]
+    # a GPU-bound worker does not overlap: overlapping steps would share the GPUs too
+    gpu = srun_argv(cfg, "77", "n3", "rlmesh.gen.1.0", ["python"], gpus=1)
+    assert "--overlap" not in gpu and gpu[2] == "--exact" and "--gres=gpu:1" in gpu
     assert parse_granted("salloc: Granted job allocation 123\n") == "123"
     assert parse_granted("salloc: Pending job allocation 124\nsalloc: error: Unable to allocate resources") is None
 
