@@ -29,7 +29,8 @@ class WorkspaceConfig:
     """Whether and what of the controller's folder the recipe's procs import (docs/workspace.md)."""
 
     sync: Optional[bool] = None
-    """null: on for launcher=kubernetes, off for launcher=local; true/false decide for every launcher."""
+    """null: on for launcher=kubernetes, off for launcher=local and launcher=slurm (a cluster's shared
+    filesystem already holds the project); true/false decide for every launcher."""
     path: str = "."
     """The folder synced (relative to where ``rlmesh run`` starts)."""
     exclude: List[str] = field(default_factory=list)
