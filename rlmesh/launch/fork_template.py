@@ -106,17 +106,29 @@ def _take_environment(msg: dict) -> None:
     _forget_modules_under([p for p in env.get(FRESH_IMPORTS_ENV, "").split(os.pathsep) if p])
 
 
+def reseed_global_rngs() -> None:
+    """Give a forked child fresh global random states (numpy's, torch's), as a fresh process has
+    (Python's ``random`` reseeds itself at fork).
+
+    Why torch's too: a child inherits the template's state, and the template imports torch, so every proc
+    forked from one template drew the same torch numbers: two gym generator replicas sampled identical
+    action noise and epsilon-greedy choices (correlated exploration, whatever their env seeds). An actor
+    that wants reproducible draws seeds them itself, from its config."""
+    for name, reseed in (("numpy", lambda m: m.random.seed()), ("torch", lambda m: m.seed())):
+        module = sys.modules.get(name)
+        if module is not None:
+            try:
+                reseed(module)
+            except Exception:  # noqa: BLE001 - a broken optional module must not stop the worker
+                pass
+
+
 def _child(msg: dict, close_fds: list[int]) -> None:
     """In the forked child: become the worker a fresh ``python -m rlmesh.worker`` would have been."""
     _leave_template(close_fds)
     _take_environment(msg)
     sys.argv = ["rlmesh.worker", *msg["argv"]]
-    np = sys.modules.get("numpy")
-    if np is not None:  # a fresh process would not share the template's global RNG state
-        try:
-            np.random.seed()
-        except Exception:  # noqa: BLE001
-            pass
+    reseed_global_rngs()
     actor_worker.main(msg["argv"])  # ends with os._exit
 
 
