@@ -24,6 +24,7 @@ import zmq
 from rlmesh.telemetry import limits, wire
 from rlmesh.telemetry.errors import ReadOnlyQueryError, ServiceUnavailableError, TelemetryError
 from rlmesh.transport import Authenticator, connect_channel
+from rlmesh.transport.sockets import max_message_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -48,24 +49,37 @@ def telemetry_context() -> zmq.Context:
     return _ctx
 
 
+def message_budget() -> int:
+    """Bytes of rows one message carries at most: a quarter of what the service's ingest socket takes
+    (``RLMESH_MAX_MESSAGE_MB``), so wide rows (samples, logs) travel as several messages, never as
+    one the socket would drop unread."""
+    return max(1, max_message_bytes() // 4)
+
+
 def split_messages(batches: list[tuple[str, Any]]) -> list[list[tuple[str, Any]]]:
-    """Group batches into messages of at most MAX_ROWS_PER_MESSAGE rows (slices are zero-copy).
-    Raw rows (:class:`~rlmesh.telemetry.wire.RawRows`, a small flush's) are never split."""
+    """Group batches into messages of at most MAX_ROWS_PER_MESSAGE rows and about
+    :func:`message_budget` bytes (slices are zero-copy). Raw rows
+    (:class:`~rlmesh.telemetry.wire.RawRows`, a small flush's) are never split."""
+    budget = message_budget()
     out: list[list[tuple[str, Any]]] = []
     cur: list[tuple[str, Any]] = []
-    rows = 0
+    rows, size = 0, 0.0
     for table, tbl in batches:
         if isinstance(tbl, wire.RawRows):
             cur.append((table, tbl))
             rows += tbl.num_rows
             continue
-        for off in range(0, max(tbl.num_rows, 1), MAX_ROWS_PER_MESSAGE):
-            part = tbl.slice(off, MAX_ROWS_PER_MESSAGE)
-            if cur and rows + part.num_rows > MAX_ROWS_PER_MESSAGE:
+        per_row = tbl.nbytes / tbl.num_rows if tbl.num_rows else 0.0
+        step = max(1, min(MAX_ROWS_PER_MESSAGE, int(budget // per_row) if per_row else MAX_ROWS_PER_MESSAGE))
+        for off in range(0, max(tbl.num_rows, 1), step):
+            part = tbl.slice(off, step)
+            nbytes = part.num_rows * per_row
+            if cur and (rows + part.num_rows > MAX_ROWS_PER_MESSAGE or size + nbytes > budget):
                 out.append(cur)
-                cur, rows = [], 0
+                cur, rows, size = [], 0, 0.0
             cur.append((table, part))
             rows += part.num_rows
+            size += nbytes
     if cur:
         out.append(cur)
     return out
@@ -113,6 +127,9 @@ class RemoteSink:
         while self._backlog:
             seq, head = self._backlog[0]
             frames = wire.encode_batches(self._out, self.origin, head, (self._id, seq))
+            if sum(memoryview(getattr(f, "buffer", f)).nbytes for f in frames) > max_message_bytes():
+                self._too_large(head)  # a row wider than the service takes: it would drop the message unread
+                continue
             try:
                 sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
@@ -124,6 +141,15 @@ class RemoteSink:
         if self._failing_since is not None and self._warned:
             logger.info("telemetry service %s reachable again", self.addr)
         self._failing_since, self._warned = None, False
+
+    def _too_large(self, head: list[tuple[str, Any]]) -> None:
+        self._backlog.popleft()
+        n = sum(t.num_rows for _, t in head)
+        self._backlog_rows -= n
+        self.dropped_rows += n
+        logger.warning("telemetry: dropped %d rows of %s: one message of them is over the %d MB the service takes "
+                       "(RLMESH_MAX_MESSAGE_MB); record smaller rows, or raise it for the whole job", n,
+                       ", ".join(sorted({t for t, _ in head})), max_message_bytes() >> 20)
 
     def _unreachable(self) -> None:
         now = time.monotonic()

@@ -40,7 +40,7 @@ from rlmesh.telemetry.client import telemetry_context
 from rlmesh.telemetry.errors import TelemetryError
 from rlmesh.telemetry.schema import SchemaError
 from rlmesh.transport import AuthError, Authenticator, bind_channel
-from rlmesh.transport.sockets import tune
+from rlmesh.transport.sockets import limit_messages, tune
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -154,8 +154,10 @@ class TelemetryService:
     def start(self, wait: bool = False) -> "TelemetryService":
         """Bind the sockets and return; the opener thread opens the file (``wait``: until it has)."""
         ctx = telemetry_context()
-        self._pull = tune(ctx.socket(zmq.PULL))
-        self._router = tune(ctx.socket(zmq.ROUTER))
+        # frames over RLMESH_MAX_MESSAGE_MB are dropped at their size header, before any is buffered:
+        # both sockets read before they authenticate (senders split their rows to fit: client.py)
+        self._pull = limit_messages(tune(ctx.socket(zmq.PULL)))
+        self._router = limit_messages(tune(ctx.socket(zmq.ROUTER)))
         self.ingest_addr, self._ingest_in = bind_channel(self._pull, self.auth, "telemetry ingest")
         self.query_addr, self._query_in = bind_channel(self._router, self.auth, "telemetry queries")
         info = {"run_id": self.run_id, "ingest_addr": self.ingest_addr, "query_addr": self.query_addr,
