@@ -94,25 +94,32 @@ class SlurmLauncher:
         ``SlurmdTimeout``. A refused connection says the host is gone within a second."""
         misses: dict[str, int] = {}
         while not self._stop.wait(NODE_PROBE_S):
-            with self._lock:
-                live: dict[str, list[StepHandle]] = {}
-                for h in self.handles.values():
-                    if h.popen is not None and h.poll() is None:
-                        live.setdefault(h.node, []).append(h)
-                nodes = {name: self.nodes.get(name) for name in live}
-            for name, info in nodes.items():
-                if info is None or self.alloc.answers(info, timeout=1.0):
-                    misses.pop(name, None)
-                    continue
-                misses[name] = misses.get(name, 0) + 1
-                if misses[name] < NODE_MISSES:
-                    continue
-                if name not in self.lost:
-                    self.lost.add(name)
-                    logger.warning("Slurm node %s (%s) does not answer: a lost host; its procs restart elsewhere",
-                                   name, info.addr)
-                for h in live[name]:
-                    h.lose(f"Slurm node {name} lost: its slurmd ({info.addr}) does not answer")
+            try:
+                self._probe_nodes(misses)
+            except Exception:  # noqa: BLE001 - the watch must outlive any one bad round
+                logger.exception("probing the Slurm nodes failed; probing again in %.1f s", NODE_PROBE_S)
+
+    def _probe_nodes(self, misses: dict[str, int]) -> None:
+        """One round of :meth:`_watch_nodes`."""
+        with self._lock:
+            live: dict[str, list[StepHandle]] = {}
+            for h in list(self.handles.values()):  # poll() may end a step, which removes it from the dict
+                if h.popen is not None and h.poll() is None:
+                    live.setdefault(h.node, []).append(h)
+            nodes = {name: self.nodes.get(name) for name in live}
+        for name, info in nodes.items():
+            if info is None or self.alloc.answers(info, timeout=1.0):
+                misses.pop(name, None)
+                continue
+            misses[name] = misses.get(name, 0) + 1
+            if misses[name] < NODE_MISSES:
+                continue
+            if name not in self.lost:
+                self.lost.add(name)
+                logger.warning("Slurm node %s (%s) does not answer: a lost host; its procs restart elsewhere",
+                               name, info.addr)
+            for h in live[name]:
+                h.lose(f"Slurm node {name} lost: its slurmd ({info.addr}) does not answer")
 
     def _start(self, handle: StepHandle, req: LaunchRequest) -> None:
         try:
@@ -162,7 +169,7 @@ class SlurmLauncher:
             return None
         with self._lock:
             load = {n.name: 0 for n in usable}
-            for h in self.handles.values():
+            for h in list(self.handles.values()):  # poll() may end a step, which removes it from the dict
                 if h.node in load and h.poll() is None:
                     load[h.node] += 1
         best = min(usable, key=lambda n: (load[n.name], nodes.index(n)))
@@ -254,7 +261,7 @@ class SlurmLauncher:
                 return
             self.closed = True
             self._stop.set()
-            live = [h for h in self.handles.values() if h.popen is not None and h.popen.poll() is None]
+            live = [h for h in list(self.handles.values()) if h.popen is not None and h.popen.poll() is None]
         if live:
             self._cancel_all([h.step_name for h in live])
         for h in live:

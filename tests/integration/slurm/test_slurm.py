@@ -77,7 +77,7 @@ def test_mesh_of_steps_recovers_a_killed_step_and_a_lost_node(slurm, tmp_path):
     assert sorted(d[0] for d in died[3:]) == ["w.2", "w.3"] and all(dead_host(d[1], "rlsn4") for d in died[3:]), died
     assert r["slurmd_stopped"]["host"] == "rlsn1" and r["slurmd_stopped"]["rank2"] == "rlsn1"
     assert r["slurmd_stopped"]["old_workers"] == 2 and r["slurmd_stopped"]["old_workers_gone"]
-    assert r["all_after"] == ["rlsn1"] * 4 and len(died) == 5
+    assert r["lost_seen"] == ["rlsn3", "rlsn4"] and r["all_after"] == ["rlsn1"] * 4 and len(died) == 5
     assert r["job_left"] in ("", "CG") or "CG" in r["job_left"]  # the allocation it asked for is cancelled
     print(f"\n[slurm] mesh ready {r['ready_s']:.2f}s, killed step back in {r['killed_step']['recovery_s']:.2f}s, "
           f"DOWN node's proc back in {r['node_down']['recovery_s']:.2f}s, lost node's proc back in {r['lost_node']['recovery_s']:.2f}s, slurmd-stopped node's proc back in "
