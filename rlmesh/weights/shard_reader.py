@@ -54,14 +54,16 @@ class ShardSetReader:
         self.name = "shm"
 
     # ---- the readers of the ranks ----
-    def _reader(self, rank: int) -> ReaderTransport:
+    def _reader(self, rank: int, wait: float | None = None) -> ReaderTransport:
+        """Rank ``rank``'s reader, its record waited for up to ``wait`` s (default ``lookup_s``)."""
         r = self._readers[rank]
         if r is None:
+            wait = self.lookup_s if wait is None else wait
             try:
-                rec = self.directory.get(publisher_key(self.names[rank]), self.lookup_s)
+                rec = self.directory.get(publisher_key(self.names[rank]), wait)
             except KeyError:
                 raise WeightSyncError(f"rank {rank} of sharded {self.pub_name!r} published no record within "
-                                      f"{self.lookup_s:g} s; did every rank of the trainer mesh start?") from None
+                                      f"{wait:g} s; did every rank of the trainer mesh start?") from None
             r = self._readers[rank] = self.make(rec)
             kinds = {x.name for x in self._readers if x is not None}
             self.name = kinds.pop() if len(kinds) == 1 else "mixed"
@@ -105,9 +107,11 @@ class ShardSetReader:
         return sorted(set.intersection(*held), reverse=True)
 
     def warm(self) -> int:
-        """Map (shm) or connect every rank's publisher now, so the first pull only moves bytes."""
+        """Map (shm) or connect every rank's publisher now, so the first pull only moves bytes; raises
+        :class:`WeightSyncError` at once, waiting for nothing, while a rank has no record yet (a
+        ``Subscriber.prepare`` then leaves it to the first pull)."""
         def one(r: int) -> int:
-            w = getattr(self._reader(r), "warm", None)
+            w = getattr(self._reader(r, wait=0), "warm", None)
             return int(w()) if w is not None else 0
         return sum(self._each(one))
 
