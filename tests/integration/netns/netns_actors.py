@@ -3,7 +3,7 @@
 import os
 import socket
 
-import torch
+import numpy as np
 
 import rlmesh as rm
 
@@ -34,12 +34,13 @@ class Peer(rm.Actor):
 
     @rm.endpoint
     def publish(self, mib: int, version: int) -> float:
-        gen = torch.Generator().manual_seed(version)
-        self.weights = {"w": torch.rand(mib * (1 << 18), generator=gen), "b": torch.arange(7.0) * version}
+        # numpy arrays, not torch tensors: no proc of these tests imports torch (seconds of CPU each)
+        w = np.random.default_rng(version).random(mib * (1 << 18), dtype=np.float32)
+        self.weights = {"w": w, "b": np.arange(7, dtype=np.float32) * version}
         if not hasattr(self, "pub"):
             self.pub = rm.weights.Publisher("netns-policy")
         self.pub.publish(self.weights, version=version)
-        return float(self.weights["w"].double().sum())
+        return float(w.astype(np.float64).sum())
 
     @rm.endpoint
     def pull(self, min_version: int) -> dict:
@@ -49,7 +50,7 @@ class Peer(rm.Actor):
         finally:
             sub.close()
         return {"version": int(v), "transport": str(v.stats.transport), "bytes": v.stats.bytes,
-                "sum": float(sd["w"].double().sum()), "b": sd["b"].tolist(), "host": socket.gethostname()}
+                "sum": float(sd["w"].astype(np.float64).sum()), "b": sd["b"].tolist(), "host": socket.gethostname()}
 
     @rm.endpoint
     def imported(self) -> str:
