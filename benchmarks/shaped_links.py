@@ -78,6 +78,9 @@ def main() -> None:
     rtts: list[float | None] = [None, *a.rtt_ms]
     print(f"# delay: {'netem' if netem else 'the delay line (this kernel has no netem): TAP links through a forwarding process'}"
           f"; rates: tbf. The RTT column is the target host to host, 'base' none added; 'measured' a UDP echo's")
+    # the hosts' procs quit after this much silence from their controller, which shares this machine's
+    # cores with them: at load 45-50 one heard nothing for 16 s and quit (default 10 s)
+    os.environ.setdefault(settings.CONTROLLER_TIMEOUT_S.name, "120")
     with HostNetwork(a.hosts, delay_line=not netem) as net:
         os.environ[settings.BIND_HOST.name] = net.address  # the controller listens on the bridge
         run(a, net, rtts, report)
