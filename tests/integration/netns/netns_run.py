@@ -18,7 +18,10 @@ def scenario_env(net: HostNetwork, runs_dir: Path, extra: dict[str, str] | None 
                                 "RLMESH_WORKER_PLUGINS", "RLMESH_BIND_HOST", "RLMESH_ADVERTISE_HOST"))}
     env.update({"RLMESH_RUNS_DIR": str(runs_dir), "RLMESH_BIND_HOST": net.address,
                 "NETNS_TEST_HOSTS": json.dumps([dataclasses.asdict(h) for h in net.hosts]),
-                "PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])})
+                "PYTHONPATH": os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
+                # the hosts' procs quit after this much silence from their controller (10 s by default, as on
+                # real hosts); here it shares two cores with them, and at load 45-50 one heard nothing for 16 s
+                "RLMESH_CONTROLLER_TIMEOUT_S": "120"})
     env.update(extra or {})
     return env
 
