@@ -18,7 +18,7 @@ import pytest
 from _support.waiting import wait_for
 
 HERE = Path(__file__).resolve().parent
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(300)  # two recipe runs under sbatch: ~110 s at load 54 on 2 cores
 
 
 def clean_env(runs_dir: Path) -> dict[str, str]:
