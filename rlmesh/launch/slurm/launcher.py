@@ -123,6 +123,13 @@ class SlurmLauncher:
 
     def _start(self, handle: StepHandle, req: LaunchRequest) -> None:
         try:
+            self._start_step(handle, req)
+        except Exception as exc:  # noqa: BLE001 - a step that cannot start is a dead proc, never a silent one
+            logger.exception("starting the step of %s failed", req.proc_id)
+            handle.fail(f"its step could not start: {type(exc).__name__}: {exc}")
+
+    def _start_step(self, handle: StepHandle, req: LaunchRequest) -> None:
+        try:
             node = self._node_for(req)
         except SlurmError as exc:
             handle.fail(str(exc))
@@ -174,7 +181,8 @@ class SlurmLauncher:
                     load[h.node] += 1
         best = min(usable, key=lambda n: (load[n.name], nodes.index(n)))
         if want is not None:
-            logger.warning("%s restarts on Slurm node %s: its node %s is lost", req.proc_id, best.name, want)
+            logger.warning("%s restarts on Slurm node %s: its node %s is lost or not usable", req.proc_id,
+                           best.name, want)
         return best
 
     def _answers(self, node: NodeInfo) -> bool:
