@@ -64,15 +64,20 @@ def reader_main(total: int) -> None:
     from rlmesh.weights import Subscriber
 
     target = make_sd(total, fill=False)
-    module = torch.nn.Module()  # the same tensors as a model holds them (a generator pulls into its policy)
-    for k, t in make_sd(total, fill=False).items():
-        parent = module
-        *path, leaf = k.split(".")
-        for part in path:
-            if not hasattr(parent, part):
-                parent.add_module(part, torch.nn.Module())
-            parent = getattr(parent, part)
-        parent.register_buffer(leaf, t)
+    module = None  # the same tensors as a model holds them, made on the first pull into a module
+
+    def make_module() -> torch.nn.Module:
+        m = torch.nn.Module()  # a generator pulls into its policy
+        for k, t in make_sd(total, fill=False).items():
+            parent = m
+            *path, leaf = k.split(".")
+            for part in path:
+                if not hasattr(parent, part):
+                    parent.add_module(part, torch.nn.Module())
+                parent = getattr(parent, part)
+            parent.register_buffer(leaf, t)
+        return m
+
     subs: dict = {}
     into_bufs: dict = {}
     for line in sys.stdin:
@@ -81,6 +86,8 @@ def reader_main(total: int) -> None:
         if cmd["op"] == "pull":
             name = cmd.get("name", "bench")
             sub = subs.setdefault((name, cmd["transport"]), Subscriber(name, cmd["transport"]))
+            if cmd.get("module") and module is None:
+                module = make_module()
             v = sub.pull_into(module if cmd.get("module") else target, min_version=cmd["version"], timeout=120)
             res = {"seconds": v.stats.seconds, "verify": v.stats.verify_seconds, "copy": v.stats.copy_seconds,
                    "fetch": v.stats.fetch_seconds, "version": int(v)}
@@ -123,6 +130,7 @@ def reader_main(total: int) -> None:
             res = {"seconds": time.perf_counter() - t0}
         elif cmd["op"] == "gloo_end":
             dist.destroy_process_group()
+            flat = None  # its GiB back before the next reader count's group
             res = {"done": True}
         else:
             return
