@@ -63,23 +63,35 @@ def state_bytes(model: torch.nn.Module) -> int:
 
 
 class Ranks(rm.Actor):
-    """One rank of an FSDP2 mesh holding a model per size, with both publishers of each."""
+    """One rank of an FSDP2 mesh: the model of one size at a time, with both publishers of it."""
 
-    def __init__(self, name: str, sizes: dict[str, TransformerConfig], world: int) -> None:
+    def __init__(self, name: str, world: int) -> None:
         torch.set_num_threads(1)
-        self.rank, self.world = rm.context().rank, world
+        self.name, self.rank, self.world = name, rm.context().rank, world
         self.group = TrainGroup.form(name, self.rank, world, 1800)
-        self.models, self.gathered, self.shards = {}, {}, {}
-        for key, cfg in sizes.items():
-            torch.manual_seed(0)
-            model = self.group.wrap(Transformer(cfg), "fsdp")
-            self.models[key] = model
-            full = self.group.full_state_dict(model)
-            if full is not None:
-                self.gathered[key] = Publisher(f"{name}-{key}-gathered")
-                self.gathered[key].reserve(full, wait=True)
-            self.shards[key] = ShardPublisher(f"{name}-{key}-sharded", self.rank, world, self.group.incarnation)
-            self.shards[key].reserve(local_pieces(model, self.rank, world), wait=True)
+        self.models: dict[str, torch.nn.Module] = {}
+        self.gathered: dict[str, Publisher] = {}
+        self.shards: dict[str, ShardPublisher] = {}
+
+    @rm.endpoint
+    def build(self, key: str, cfg: TransformerConfig) -> None:
+        """The model ``key`` (the same weights on every rank), sharded, and both publishers' slots reserved."""
+        torch.manual_seed(0)
+        model = self.models[key] = self.group.wrap(Transformer(cfg), "fsdp")
+        full = self.group.full_state_dict(model)
+        if full is not None:
+            self.gathered[key] = Publisher(f"{self.name}-{key}-gathered")
+            self.gathered[key].reserve(full, wait=True)
+        self.shards[key] = ShardPublisher(f"{self.name}-{key}-sharded", self.rank, self.world, self.group.incarnation)
+        self.shards[key].reserve(local_pieces(model, self.rank, self.world), wait=True)
+
+    @rm.endpoint
+    def forget(self, key: str) -> None:
+        """Close model ``key``'s publishers and drop it (its slots go): one size's memory at a time."""
+        for pub in (self.gathered.pop(key, None), self.shards.pop(key, None)):
+            if pub is not None:
+                pub.close()
+        self.models.pop(key, None)
 
     @rm.endpoint
     def publish(self, key: str, mode: str, version: int) -> float:
@@ -97,13 +109,24 @@ class Ranks(rm.Actor):
 
 
 class Generator(rm.Actor):
-    """A generator's side: a model per size, pulled into in place."""
+    """A generator's side: the model of one size at a time, pulled into in place."""
 
-    def __init__(self, name: str, sizes: dict[str, TransformerConfig]) -> None:
+    def __init__(self, name: str) -> None:
         torch.set_num_threads(1)
         self.name = name
-        self.models = {key: Transformer(cfg) for key, cfg in sizes.items()}
+        self.models: dict[str, torch.nn.Module] = {}
         self.subs: dict[tuple[str, str, str], Subscriber] = {}
+
+    @rm.endpoint
+    def build(self, key: str, cfg: TransformerConfig) -> None:
+        self.models[key] = Transformer(cfg)
+
+    @rm.endpoint
+    def forget(self, key: str) -> None:
+        """Close model ``key``'s readers (their maps and staging buffers go) and drop it."""
+        for k in [k for k in self.subs if k[0] == key]:
+            self.subs.pop(k).close()
+        self.models.pop(key, None)
 
     @rm.endpoint
     def pull(self, key: str, mode: str, transport: str, version: int) -> float:
@@ -120,8 +143,8 @@ def run(world: int, sizes: dict[str, TransformerConfig], transports: list[str], 
     name = f"shards{world}"
     out = []
     with rm.this_host().spawn_procs(per_host={"procs": 1 + world}, name=name) as procs:
-        gen = procs.slice(procs=0).spawn("generator", Generator, name, sizes)
-        mesh = trainer_procs(procs, 1, world).spawn("ranks", Ranks, name, sizes, world)
+        gen = procs.slice(procs=0).spawn("generator", Generator, name)
+        mesh = trainer_procs(procs, 1, world).spawn("ranks", Ranks, name, world)
         version = 0
 
         def once(key: str, mode: str, transport: str) -> tuple[float, float, float]:
@@ -136,6 +159,8 @@ def run(world: int, sizes: dict[str, TransformerConfig], transports: list[str], 
 
         for key in sizes:
             nbytes = state_bytes(Transformer(sizes[key]))
+            mesh.build.call(key, sizes[key]).get(timeout=1800)
+            gen.build.call_one(key, sizes[key]).get(timeout=600)
             for transport in transports:
                 once(key, "gathered", transport), once(key, "sharded", transport)  # untimed: maps, staging
                 got: dict[str, list[tuple[float, float, float]]] = {"gathered": [], "sharded": []}
@@ -154,6 +179,8 @@ def run(world: int, sizes: dict[str, TransformerConfig], transports: list[str], 
                 print(f"#   {key} ({nbytes / 2**20:.0f} MiB), {world} ranks, {transport}: gathered "
                       f"{row['gathered_total_median']:.3f} s, sharded {row['sharded_total_median']:.3f} s "
                       f"(load {load():.1f})", flush=True)
+            gen.forget.call_one(key).get(timeout=600)
+            mesh.forget.call(key).get(timeout=600)
     return out
 
 
@@ -170,7 +197,7 @@ def main() -> None:
         args.ranks, args.rounds = "2", 1
     if args.ranks == "auto":
         biggest = max(state_bytes(Transformer(c)) for c in sizes.values())
-        need = 16 * biggest  # 4 ranks building the whole model, both publishers' slots, the gather, the reader
+        need = 12 * biggest  # 4 ranks building the whole model, both publishers' slots, the gather, the reader
         avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         args.ranks = "2,4" if avail > need + (4 << 30) else "2"
     banner("trainer mesh weights: sharded publish + pull against gathered (FSDP2, gloo, CPU)", "torch")
