@@ -9,7 +9,8 @@ a buffer that serves the same fixed batch on every call, procs 1..N the trainer 
 (``trainer_procs``, FSDP2 over gloo, one torch thread per rank as every trainer). Every step is the
 same batch of GRPO groups (random token ids, rewards 0/1, behaviour log-probs given), so each rank
 count trains exactly the same tokens; the controller times each ``train`` call (sample, hand-off,
-forward/backward, optimizer, the gather and publish of the full weights), after ``--warmup``
+forward/backward, optimizer, the publish: every rank its part, or with ``--publish gathered`` the
+gather of the full weights and rank 0's publish), after ``--warmup``
 untimed steps. The split per rank and the bytes each rank holds come from the run's ``train_ranks``
 rows; each rank's resident memory (now and peak, ``VmRSS``/``VmHWM``) from ``/proc``.
 
@@ -89,8 +90,8 @@ def measure(ranks: int, args: argparse.Namespace, items: list[dict], model_confi
     from rlmesh.rl.config import GRPOConfig
     from rlmesh.rl.placement import call_trainer, trainer_procs
 
-    cfg = GRPOConfig(lr=1e-5, max_groups=args.groups, ranks=ranks, parallel="fsdp", checkpoint_dir=None,
-                     group_timeout_s=1800)
+    cfg = GRPOConfig(lr=1e-5, max_groups=args.groups, ranks=ranks, parallel="fsdp", publish=args.publish,
+                     checkpoint_dir=None, group_timeout_s=1800)
     with rm.this_host().spawn_procs(per_host={"procs": 1 + ranks}, name=f"bench{ranks}") as procs:
         buffer = procs.slice(procs=0).spawn("batch", FixedBatch, items)
         t0 = time.perf_counter()
@@ -143,6 +144,8 @@ def main() -> None:
     ap.add_argument("--completion-len", type=int, default=32)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--publish", default="sharded", choices=("sharded", "gathered"),
+                    help="trainer.publish: every rank its part, or rank 0 the gathered whole")
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true", help="a tiny built-in model, ranks 1,2, one timed step")
     args = ap.parse_args()
@@ -215,8 +218,8 @@ def main() -> None:
               f"{peak(r, True) / 2**20:>14.0f} {r['peak_rss_rank0_vs_1']:>5.2f} "
               f"{others / 2**20 if others else 0:>7.0f} {r['peak_rss_others_vs_1'] or 0:>5.2f} "
               f"{f('forward_s', 6)} {f('backward_s', 6)} {f('optimizer_s', 5)} {f('publish_s', 7)}")
-    print("(held: parameters + optimizer state one rank holds, from train_ranks; peak RSS: VmHWM of rank 0 (which also "
-          "gathers and publishes the full weights) and the largest of the others; fwd/bwd/opt/publish: rank 0's "
+    print("(held: parameters + optimizer state one rank holds, from train_ranks; peak RSS: VmHWM of rank 0 (which, "
+          "with --publish gathered, also gathers and publishes the full weights) and the largest of the others; fwd/bwd/opt/publish: rank 0's "
           "seconds a step)")
     if args.json:
         Path(args.json).write_text(json.dumps({"model": name, "args": vars(args), "results": results}, indent=1))
