@@ -38,7 +38,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from rlmesh.weights.directory import Directory, default_directory, publisher_key, this_host
+from rlmesh.weights.directory import Directory, default_directory, publisher_key, this_host, this_proc_id
 from rlmesh.weights.layout import Manifest
 from rlmesh.weights.publisher import TRANSPORTS, Publisher
 from rlmesh.weights.stats import PublishStats
@@ -117,7 +117,8 @@ class ShardPublisher:
         self.publisher = Publisher(shard_name(name, rank), keep=keep, transports=transports,
                                    directory=self.directory, host=host)
         self._record = {"name": name, "shards": [shard_name(name, r) for r in range(world)], "world": world,
-                        "set": set_id, "pid": os.getpid(), "host": this_host(), "keep": keep}
+                        "set": set_id, "pid": os.getpid(), "proc": this_proc_id(), "host": this_host(), "keep": keep}
+        # "proc" and "pid": the controller withdraws the record when rank 0's proc dies (rlmesh.weights.plugin)
         if rank == 0:
             self.directory.put(publisher_key(name), self._record)
 

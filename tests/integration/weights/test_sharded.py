@@ -19,8 +19,10 @@ import torch
 
 from rlmesh.actor.kv import LocalKV
 from rlmesh.weights import Subscriber, WeightSyncError, rdma_plan
-from rlmesh.weights.directory import FileDirectory
-from rlmesh.weights.sharded import ShardPiece, ShardPublisher
+from rlmesh.actor import kv
+from rlmesh.weights import plugin
+from rlmesh.weights.directory import FileDirectory, publisher_key, this_proc_id
+from rlmesh.weights.sharded import ShardPiece, ShardPublisher, shard_name
 from rlmesh.weights.slots import cleanup_segments
 from _support.waiting import wait_for
 
@@ -124,6 +126,22 @@ def test_prepare_waits_for_no_rank_and_maps_every_rank_once_all_are_up():
             p1.close()
 
 
+def test_the_set_record_is_withdrawn_with_rank_0s_proc():
+    """The controller withdraws a dead proc's weight records (rlmesh.weights.plugin): the set's record
+    goes with rank 0's, so a generator looks for the restarted mesh's set instead of the dead one's."""
+    pubs = [ShardPublisher("sharded-gone", r, 2, "set-a") for r in range(2)]  # the runtime's KV (this process's)
+    try:
+        names = [publisher_key("sharded-gone"), *(publisher_key(shard_name("sharded-gone", r)) for r in range(2))]
+        assert kv.get(names[0], 0)["set"] == "set-a"
+        plugin._withdraw_records(this_proc_id(), os.getpid())  # as on the died event of this proc
+        for key in names:
+            with pytest.raises(KeyError):
+                kv.get(key, 0)
+    finally:
+        for p in pubs:
+            p.close()
+
+
 @pytest.mark.timeout(60)
 def test_a_version_is_delivered_only_once_every_rank_of_the_set_holds_it(ranks):
     d, (p0, p1) = ranks
@@ -174,7 +192,9 @@ def test_a_corrupted_part_is_rejected_and_the_target_left_untouched(ranks, trans
 RANK1 = textwrap.dedent("""
     import os, sys, time
     import rlmesh.weights.publisher as publisher
-    from rlmesh.weights.directory import FileDirectory
+    from rlmesh.actor import kv
+from rlmesh.weights import plugin
+from rlmesh.weights.directory import FileDirectory, publisher_key, this_proc_id
     from rlmesh.weights.sharded import ShardPublisher
     sys.path[:0] = os.environ["TESTS_PATH"].split(os.pathsep)
     from test_sharded import pieces, whole
