@@ -271,10 +271,20 @@ class PPOConfig(GymTrainerConfig):
     clipping it (the flag travels in the weights to generators and the evaluator); needs finite bounds."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
+    use_sde: bool = False
+    """Continuous actions: explore by gSDE (generalized state-dependent exploration): noise
+    ``features(s) @ W`` with ``W`` held for ``sde_sample_freq`` env steps, and a per-state std, instead
+    of independent noise of one learned std at every step (the flag travels in the weights)."""
+    sde_sample_freq: int = -1
+    """gSDE: draw a new exploration matrix every this many env steps; -1: once per rollout."""
+    sde_log_std_init: float = 0.0
+    """gSDE: initial log std of the exploration matrix's entries."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.lr > 0, "trainer.lr", self.lr, "use a positive learning rate, e.g. trainer.lr=3e-4")
+        check(self.sde_sample_freq == -1 or self.sde_sample_freq >= 1, "trainer.sde_sample_freq",
+              self.sde_sample_freq, "use -1 (once per rollout) or 1 or more env steps")
         check(0 < self.gamma <= 1, "trainer.gamma", self.gamma, "use a discount in (0, 1]")
         check(0 <= self.gae_lambda <= 1, "trainer.gae_lambda", self.gae_lambda, "use a lambda in [0, 1]")
         check(self.update_epochs >= 1, "trainer.update_epochs", self.update_epochs, "set 1 or more epochs")

@@ -123,6 +123,9 @@ class RolloutCollector:
         returns, lengths = [], []
         gamma = float(getattr(self.policy, "reward_gamma", 0.0))
         disc_buf = torch.empty(t_max, n) if gamma > 0 else None
+        reset_noise = getattr(self.policy, "reset_noise", None)
+        if reset_noise is not None:  # gSDE: new exploration matrices at each rollout's start
+            reset_noise(n)
         for t in range(t_max):
             actions, logp, value = self.policy.act(self._obs)
             obs_buf[t], act_buf[t], logp_buf[t], val_buf[t] = self._obs, actions, logp, value

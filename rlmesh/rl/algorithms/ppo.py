@@ -270,7 +270,7 @@ def ppo_update(
 
 def build_policy(obs_space: Any, act_space: Any, model: ActorCriticConfig | None, config: PPOConfig) -> ActorCritic:
     """The actor-critic for these spaces, with the settings of ``config`` that travel in its weights:
-    ``reward_gamma`` (``normalize_reward``) and tanh squashing (``squash_actions``)."""
+    ``reward_gamma`` (``normalize_reward``), tanh squashing (``squash_actions``) and gSDE (``use_sde``)."""
     policy = ActorCritic(obs_space, act_space, model)
     if config.normalize_reward:  # generators track the running return with the trainer's discount
         policy.reward_gamma.fill_(config.gamma)
@@ -280,6 +280,11 @@ def build_policy(obs_space: Any, act_space: Any, model: ActorCriticConfig | None
         except ValueError as exc:
             raise ConfigError(f"trainer.squash_actions=True is invalid: {exc}; use trainer.squash_actions=false "
                               "(actions are then clipped to the bounds)") from exc
+    if config.use_sde:
+        try:
+            policy.enable_sde(config.sde_sample_freq, config.sde_log_std_init)
+        except ValueError as exc:
+            raise ConfigError(f"trainer.use_sde=True is invalid: {exc}; use trainer.use_sde=false") from exc
     return policy
 
 

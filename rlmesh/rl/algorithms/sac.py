@@ -197,7 +197,9 @@ class SquashedGaussianActor(BoundedActor):
         return torch.tanh(u), squashed_log_prob(u, mean, std)
 
     def reset_noise(self, num_envs: int) -> None:
-        """gSDE: draw new exploration matrices, one per env."""
+        """gSDE: draw new exploration matrices, one per env (a collector calls it at each rollout's start)."""
+        if not self.use_sde:
+            return
         sigma = self.sde_log_std.detach().exp()
         self._noise = sigma * torch.randn(num_envs, *sigma.shape)
         self._noise_steps = 0
@@ -459,11 +461,6 @@ class OffPolicyGenerator(GymGenerator):
     """The gym generator stepping an off-policy actor; its config says the actor's shape."""
 
     config: OffPolicyGeneratorConfig
-
-    def on_weights(self, version: int) -> None:
-        """gSDE with ``sde_sample_freq=-1``: new exploration matrices with each new weight version (a rollout)."""
-        if getattr(self.policy, "use_sde", False) and self.config.sde_sample_freq == -1:
-            self.policy._noise = None
 
 
 class SACGenerator(OffPolicyGenerator):

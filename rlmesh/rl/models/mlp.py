@@ -94,10 +94,19 @@ class ActorCritic(nn.Module):
             self.register_buffer("squash", torch.tensor(False))
             """Squash actions into the bounds with tanh instead of clipping them (:meth:`env_actions`);
             a buffer, so a generator's policy squashes exactly when the trainer's weights say so."""
+            self.sde_log_std = nn.Parameter(torch.zeros(hidden[-1], out_dim))
+            """gSDE's log std of the exploration matrix's entries (unused, and untouched by the optimiser,
+            until :meth:`enable_sde`); always present so every policy of a run has the same state_dict."""
+            self.register_buffer("use_sde", torch.tensor(False))
+            self.register_buffer("sde_sample_freq", torch.tensor(-1))
+            """gSDE's settings, buffers so they travel with the weights to generators (see :meth:`enable_sde`)."""
+            self._sde_noise: torch.Tensor | None = None  # per-env exploration matrices [N, H, A]; not in the state_dict
+            self._sde_steps = 0
         else:
             raise TypeError(f"ActorCritic supports Discrete and Box action spaces, got {action_space}")
         self.action_shape = () if self.discrete else tuple(action_space.shape)  # type: ignore[arg-type]  # a Box space has a shape
         self.actor = _mlp([obs_dim, *hidden, out_dim], act, out_gain=0.01)
+        self._actor_trunk = tuple(self.actor)[:-1]  # the layers up to the last hidden one (gSDE's features)
         self.critic = _mlp([obs_dim, *hidden, 1], act, out_gain=1.0)
         self.obs_rms = RunningMeanStd(tuple(observation_space.shape))
         """Observation statistics (off until the trainer's first ``update``); every method below
@@ -110,9 +119,11 @@ class ActorCritic(nn.Module):
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any, **kwargs: Any) -> None:
         # Flags added after the first release: a checkpoint written before them loads with their defaults.
-        for name in ("reward_gamma", "squash"):
+        for name in ("reward_gamma", "squash", "use_sde", "sde_sample_freq"):
             if name in self._buffers and prefix + name not in state_dict:
                 state_dict[prefix + name] = self._buffers[name].clone()
+        if "sde_log_std" in self._parameters and prefix + "sde_log_std" not in state_dict:
+            state_dict[prefix + "sde_log_std"] = self.sde_log_std.detach().clone()
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def enable_squash(self) -> None:
@@ -131,6 +142,38 @@ class ActorCritic(nn.Module):
                              f"high={self.action_high}")
         self.squash.fill_(True)
 
+    def enable_sde(self, sample_freq: int = -1, log_std_init: float = 0.0) -> None:
+        """Explore by gSDE (Raffin et al., 2021) from now on (the trainer calls it once).
+
+        The Gaussian's std becomes state-dependent, ``sqrt(features(s)^2 @ exp(sde_log_std)^2)`` with
+        ``features`` the actor's last hidden layer (detached), and a sample is ``mean + features(s) @ W``
+        with ``W ~ N(0, exp(sde_log_std)^2)`` held for ``sample_freq`` env steps (-1: a rollout), so
+        exploration is smooth in time instead of independent at every step. Log-probs and entropy are
+        the per-state Gaussian's, so PPO's update needs no change."""
+        if self.discrete:
+            raise ValueError("gSDE is for Box (continuous) actions; this policy is Categorical")
+        self.use_sde.fill_(True)
+        self.sde_sample_freq.fill_(int(sample_freq))
+        with torch.no_grad():
+            self.sde_log_std.fill_(float(log_std_init))
+
+    def reset_noise(self, num_envs: int) -> None:
+        """gSDE: draw new exploration matrices, one per env (a collector calls it at each rollout's start)."""
+        if not self.discrete and bool(self.use_sde):
+            sigma = self.sde_log_std.detach().exp()
+            self._sde_noise = sigma * torch.randn(num_envs, *sigma.shape)
+            self._sde_steps = 0
+
+    def _features_head(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's last hidden layer and its output (mean or logits), at raw observations."""
+        features = self.obs_rms.normalize(obs)
+        for layer in self._actor_trunk:  # not self.actor[:-1]: slicing builds a new Sequential on every call
+            features = layer(features)
+        return features, self.actor[-1](features)
+
+    def _sde_std(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.sqrt(features.detach().pow(2) @ self.sde_log_std.exp().pow(2) + 1e-6)
+
     def env_actions(self, actions: torch.Tensor) -> np.ndarray:
         """What the env is stepped with for a batch of sampled (or greedy) ``actions``: discrete ones as
         they are; Gaussian ones squashed into the bounds by tanh (after :meth:`enable_squash`) or clipped."""
@@ -146,14 +189,17 @@ class ActorCritic(nn.Module):
         return self.critic(self.obs_rms.normalize(obs)).squeeze(-1)
 
     def _log_prob_entropy(
-        self, head: torch.Tensor, actions: torch.Tensor
+        self, head: torch.Tensor, actions: torch.Tensor, features: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.discrete:
             log_probs = torch.log_softmax(head, dim=-1)
             logp = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             entropy = -(log_probs.exp() * log_probs).sum(-1)
             return logp, entropy
-        log_std = self.log_std.expand_as(head)
+        if features is not None and bool(self.use_sde):
+            log_std = self._sde_std(features).log()
+        else:
+            log_std = self.log_std.expand_as(head)
         z = (actions - head) * torch.exp(-log_std)
         logp = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         entropy = (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
@@ -166,20 +212,31 @@ class ActorCritic(nn.Module):
         Continuous actions are returned unclipped and unsquashed (their log-prob is of the sampled
         value); :meth:`env_actions` turns them into what the env is stepped with.
         """
-        head = self.actor(self.obs_rms.normalize(obs))
+        features, head = self._features_head(obs)
         if self.discrete:
             if greedy:
                 actions = head.argmax(-1)
             else:
                 actions = torch.multinomial(torch.softmax(head, -1), 1).squeeze(-1)
+        elif greedy:
+            actions = head
+        elif bool(self.use_sde):
+            freq = int(self.sde_sample_freq)
+            if self._sde_noise is None or self._sde_noise.shape[0] != obs.shape[0] or \
+                    (freq > 0 and self._sde_steps % freq == 0):
+                self.reset_noise(obs.shape[0])
+            self._sde_steps += 1
+            assert self._sde_noise is not None
+            actions = head + torch.bmm(features.unsqueeze(1), self._sde_noise).squeeze(1)
         else:
-            actions = head if greedy else head + torch.randn_like(head) * self.log_std.exp()
-        logp, _ = self._log_prob_entropy(head, actions)
+            actions = head + torch.randn_like(head) * self.log_std.exp()
+        logp, _ = self._log_prob_entropy(head, actions, features)
         return actions, logp, self.value(obs)
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log_probs, entropy, values)`` of given actions, with gradients (for the trainer)."""
-        logp, entropy = self._log_prob_entropy(self.actor(self.obs_rms.normalize(obs)), actions)
+        features, head = self._features_head(obs)
+        logp, entropy = self._log_prob_entropy(head, actions, features)
         return logp, entropy, self.value(obs)
