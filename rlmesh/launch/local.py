@@ -260,14 +260,18 @@ class LocalLauncher:
         (it has the worker runtime and torch imported already), else started as a fresh Python."""
         with self._lock:
             srv = self._servers.get(req.proc_mesh)
-            replace = srv is not None and srv.dead and srv.ready.is_set() and req.incarnation > 0
-            if replace:  # it served, then died (killed): its procs run on; a new one takes its place
+            # it served, then died (killed): its procs run on, and a new one takes its place, forked from the
+            # start-up template; while that is gone too (its new one is starting), this relaunch uses that
+            # and a later one replaces this template, rather than import torch twice side by side
+            parent = starters.running(self.python, env)
+            replace = srv is not None and srv.dead and srv.ready.is_set() and req.incarnation > 0 and parent is not None
+            if replace:
                 logger.warning("fork server of %s died; starting a new one (its procs run on)", req.proc_mesh)
             if (srv is None and req.incarnation == 0) or replace:
                 try:
                     self._servers[req.proc_mesh] = ForkServer(
                         self.python, env, os.getcwd(), self.fork_preload, name=req.proc_mesh,
-                        on_exit=Controller.notice_exit_if_open, parent=starters.running(self.python, env))
+                        on_exit=Controller.notice_exit_if_open, parent=parent)
                 except Exception:  # noqa: BLE001 - procs still start the plain way
                     logger.warning("could not start a fork server for %s; its restarts start Python afresh",
                                    req.proc_mesh, exc_info=True)
