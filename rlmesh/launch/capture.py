@@ -67,6 +67,8 @@ def reclaim_dead_capture_dirs(tmp: str | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
+        if not name.startswith(DIR_PREFIX):
+            continue
         m = _DIR_NAME.fullmatch(name)
         path = os.path.join(tmp, name)
         try:
