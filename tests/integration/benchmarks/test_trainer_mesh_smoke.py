@@ -31,5 +31,7 @@ def test_smoke_prints_ratios_for_one_and_two_ranks(tmp_path):
     # FSDP2: each of two ranks holds about half of the parameters and the optimizer state of one rank
     held = [p["param_bytes"] + p["optim_bytes"] for p in two["per_rank"]]
     assert all(0.4 < h / one["per_rank"][0]["param_bytes"] / 3 < 0.6 for h in held), held
-    assert two["per_rank"][0]["publish_bytes"] > 0 == two["per_rank"][1]["publish_bytes"]
+    # trainer.publish=sharded: each rank publishes its part, together the weights one rank publishes whole
+    parts, whole = [p["publish_bytes"] for p in two["per_rank"]], one["per_rank"][0]["publish_bytes"]
+    assert all(b > 0 for b in parts) and 0.9 < sum(parts) / whole < 1.2, (parts, whole)
     assert all(p["rss_peak_bytes"] >= p["rss_bytes"] > 0 for r in results for p in r["per_rank"])
