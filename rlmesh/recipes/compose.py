@@ -236,6 +236,14 @@ def compose(overrides: list[str], config_path: Path | None = None) -> tuple[Any,
         raise RecipeConfigError(explain(exc, overrides)) from exc
 
 
+def preset_overrides(overrides: list[str], config_path: Path | None = None) -> list[str]:
+    """``overrides`` with an algorithm-only ``recipe=<algo>`` replaced by its tuned preset for the env, when
+    one exists (:mod:`rlmesh.recipes.env_presets`); what :func:`compose` composes, for a caller that hands
+    the overrides on (``rlmesh run ... --cfg job`` prints the preset's config). Prints nothing."""
+    choice = choose_preset(_compose_raw(overrides, config_path), overrides)
+    return overrides if choice is None else choice.overrides
+
+
 def _compose_raw(overrides: list[str], config_path: Path | None) -> Any:
     """Hydra's compose of the primary config with ``overrides`` (the hydra node included)."""
     register()

@@ -38,7 +38,7 @@ from rich.table import Table
 
 from rlmesh import settings
 from rlmesh.errors import ConfigError
-from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir, explain, validate
+from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir, explain, preset_overrides, validate
 from rlmesh.recipes.config_store import register
 from rlmesh.recipes.runner import run_composed
 from rlmesh.recipes.sweep_links import JOB_DIR_ENV, read_run_link
@@ -62,9 +62,12 @@ def hydra_app(argv: list[str]) -> int:
     if overrides is not None:  # --cfg/--resolve/--run: a config that cannot run is refused as without the flags
         try:
             compose(overrides)
+            chosen = preset_overrides(overrides)  # recipe=ppo generator.env_id=X: print the preset's config
         except RecipeConfigError as exc:
             print(f"config error: {exc}", file=sys.stderr)
             return 2
+        swap = dict(zip(overrides, chosen))
+        argv = [swap.get(a, a) for a in argv]
     app = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(task)
     saved, sys.argv = sys.argv, ["rlmesh", *argv]
     own_errors = "HYDRA_FULL_ERROR" not in os.environ  # else the user asked for Hydra's traceback

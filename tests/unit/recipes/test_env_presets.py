@@ -26,6 +26,7 @@ def test_every_standard_env_has_its_presets():
     assert expected <= set(PRESETS)
 
 
+@pytest.mark.timeout(300)  # ~2.5 s of CPU for 20 composes; a hang bound that a loaded host cannot reach
 def test_every_preset_names_its_source_and_validates():
     register()
     GlobalHydra.instance().clear()
@@ -88,3 +89,12 @@ def test_a_box2d_env_without_box2d_names_the_extra(monkeypatch):
                                                 r"installed: pip install 'rlmesh\[box2d\]'"):
         compose(["recipe=ppo/LunarLander-v3"])
     compose(["recipe=ppo/Acrobot-v1"])  # classic control needs nothing more
+
+
+def test_cfg_job_prints_the_presets_config(capsys):
+    from rlmesh.recipes.sweep import hydra_app  # deferred: Hydra's application, only this test runs it
+
+    assert hydra_app(["recipe=ppo", "generator.env_id=Acrobot-v1", "--cfg", "job"]) == 0
+    out = capsys.readouterr()
+    assert "rlmesh: using preset ppo/Acrobot-v1 from rl-baselines3-zoo" in out.err
+    assert "num_steps: 256" in out.out and "gae_lambda: 0.94" in out.out
