@@ -153,3 +153,20 @@ def test_off_policy_configs_name_the_key_to_fix():
     with pytest.raises(ConfigError, match=r"generator\.sde_sample_freq="):
         OffPolicyGeneratorConfig(env_id="Pendulum-v1", sde_sample_freq=0)
     assert SACConfig().rollouts_per_train(replicas=4) == 1        # update after every rollout that lands
+
+
+def test_observation_normalisation_lives_in_the_actor_and_td3s_target_actor_follows_it():
+    torch.manual_seed(0)
+    config = TD3Config(hidden_sizes=[16, 16], batch_size=32, normalize_obs=True)
+    model = TD3Model(OBS, ACT, config)
+    opts = {"actor": torch.optim.Adam(model.actor.parameters(), 1e-2),
+            "critic": torch.optim.Adam(model.critic.parameters(), 1e-2)}
+    model.actor.obs_rms.update(torch.randn(256, 3) * 8 + 3)         # what OffPolicyTrainer.train_step merges
+    metrics = td3_update(model, opts, _batch(64), config, gradient_steps_done=1)
+    assert all(np.isfinite(v) for v in metrics.values())
+    assert torch.equal(model.actor_target.obs_rms.mean, model.actor.obs_rms.mean)   # one set of statistics
+    generator_side = SquashedGaussianActor(OBS, ACT, [16])
+    sac = SACModel(OBS, ACT, SACConfig(hidden_sizes=[16], normalize_obs=True))
+    sac.actor.obs_rms.update(torch.randn(256, 3) * 8 + 3)
+    generator_side.load_state_dict(sac.actor.state_dict())           # the statistics travel with the weights
+    assert bool(generator_side.obs_rms.enabled) and torch.equal(generator_side.obs_rms.var, sac.actor.obs_rms.var)
