@@ -95,6 +95,10 @@ def reader_main(total: int) -> None:
             name = cmd.get("name", "bench")
             sub = subs.setdefault((name, cmd["transport"]), Subscriber(name, cmd["transport"]))
             res = {"ready": sub.prepare(timeout=30), "seconds": time.perf_counter() - t0}
+        elif cmd["op"] == "forget":  # a publisher is gone: its subscribers' buffers and mappings go too
+            for key in [k for k in subs if k[0] == cmd["name"]]:
+                subs.pop(key).close()
+            res = {"done": True}
         elif cmd["op"] == "zmq":
             s = zmq.Context.instance().socket(zmq.PULL)
             if cmd.get("curve"):

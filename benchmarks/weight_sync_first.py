@@ -53,6 +53,8 @@ def one(name: str, sd: dict, reader: Reader, versions: int, transport: str, rese
             assert reader.recv()["version"] == v
             out["publish"].append(t1 - t0)
             out["total"].append(time.perf_counter() - t0)
+    reader.send(op="forget", name=name)  # one publisher's staging buffer at a time in the reader, not all of them
+    reader.recv()
     return out
 
 
