@@ -163,8 +163,8 @@ def main() -> None:
     parser.add_argument("--recipe-args", nargs="*", default=[], help="extra Hydra overrides for the recipe")
     add_common_args(parser)
     args = parser.parse_args()
-    if args.smoke:  # the in-process core against SB3, one seed, a budget of two evaluations (no target reached)
-        args.seeds, args.eval_every, args.budget, args.only = [0], 1024, 2048, ["core", "sb3"]
+    if args.smoke:  # the in-process core against SB3, one seed, one evaluation (no target reached)
+        args.seeds, args.eval_every, args.budget, args.only = [0], 1024, 1024, ["core", "sb3"]
     RECIPE_ARGS.extend(args.recipe_args)
     torch.set_num_threads(1)
     banner("CartPole-v1: ppo_cartpole and the in-process PPO core against SB3 PPO", "torch", "gymnasium",

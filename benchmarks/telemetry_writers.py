@@ -137,7 +137,7 @@ def main() -> None:
     args = ap.parse_args()
     settle = 3.0
     if args.smoke:
-        args.sizes, args.hosts, args.seconds, args.rounds, settle = "4", 2, 1.0, 2, 0.5
+        args.sizes, args.hosts, args.seconds, args.rounds, settle = "2", 1, 0.5, 2, 0.3
     banner("telemetry rows/s with N writers", "duckdb", "pyarrow")
     report = Report("telemetry_writers", smoke=args.smoke, args=vars(args))
     rm.telemetry.start_run()
