@@ -304,6 +304,9 @@ def panel_row(args: argparse.Namespace, report: Report, summary: dict, name: str
     acc = summary.setdefault((name, env_id, steps), {"r": [], "s": [], "rw": [], "sw": []})
     for seed in args.seeds:  # interleaved: rlmesh seed k, then SB3 seed k
         r = run_rlmesh(algo, env_id, seed, steps, args.episodes, replicas)
+        # each side as soon as it ends: on a loaded host a pair takes an hour, and an interrupted run keeps this
+        print(f"# rlmesh {name} {env_id} seed {seed}: {statistics.mean(r['returns']):.1f} in {r['wall_s']:.1f} s",
+              flush=True)
         s = run_sb3(algo, env_id, seed, steps, args.episodes) if sb3_ok and row else None
         acc["r"].append(statistics.mean(r["returns"]))
         acc["rw"].append(r["wall_s"])
