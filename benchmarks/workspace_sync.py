@@ -138,15 +138,15 @@ def rsync_fanout(src: str, work: str, n: int, net: Net, mode: str) -> float:
     """``rsync -a`` to N destinations laid out as ``mode`` (:func:`rsync_steps`): local mode on loopback;
     over the links, to an ``rsync --daemon`` in each receiver's namespace (started before the clock, as
     sshd would be), a receiver that passes the tree on running rsync from its own namespace."""
-    def dest(i: int) -> str:
-        return os.path.join(work, f"rsync{i}") + "/"
+    def dest(i: int) -> str:  # a folder per layout: another layout's copy would make rsync's work a no-op
+        return os.path.join(work, f"rsync-{mode}-{i}") + "/"
 
     def cmd(frm: int | None, to: int) -> list[str]:
         origin = src + "/" if frm is None else dest(frm)
         if not net.mbit:
             return ["rsync", "-a", origin, dest(to)]
         return [*([] if frm is None else net.prefix(frm)), "rsync", "-a", origin,
-                f"rsync://{net.host(to)}:8730/ws/rsync{to}/"]
+                f"rsync://{net.host(to)}:8730/ws/rsync-{mode}-{to}/"]
 
     daemons = []
     try:
