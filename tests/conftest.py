@@ -23,7 +23,7 @@ _HEAVY_FILES = {
     "tests/integration/vllm/test_vllm_real_model.py": 150,
     "tests/integration/llm/test_real_model.py": 110,
     "tests/integration/recipes/test_algorithms.py": 80,
-    "tests/integration/recipes/test_off_policy_recipes.py": 30,  # estimated: 52 s of CPU over 2 cores
+    "tests/integration/recipes/test_off_policy_recipes.py": 24,
     "tests/integration/benchmarks/test_smoke_a.py": 90,  # every benchmark's --smoke, in two halves
     "tests/integration/benchmarks/test_smoke_b.py": 90,
     "tests/integration/vllm/test_vllm_backend.py": 77,
