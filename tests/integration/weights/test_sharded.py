@@ -193,8 +193,8 @@ RANK1 = textwrap.dedent("""
     import os, sys, time
     import rlmesh.weights.publisher as publisher
     from rlmesh.actor import kv
-from rlmesh.weights import plugin
-from rlmesh.weights.directory import FileDirectory, publisher_key, this_proc_id
+    from rlmesh.weights import plugin
+    from rlmesh.weights.directory import FileDirectory, publisher_key, this_proc_id
     from rlmesh.weights.sharded import ShardPublisher
     sys.path[:0] = os.environ["TESTS_PATH"].split(os.pathsep)
     from test_sharded import pieces, whole
