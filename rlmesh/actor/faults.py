@@ -87,6 +87,10 @@ def _proc_ids(target: Any) -> list[str]:
     raise TypeError(f"FaultInjector targets a ProcMesh or an ActorMesh, not {type(target).__name__}")
 
 
+RETRY_S = 0.2
+"""Seconds before a turn that found no live target tries again."""
+
+
 class FaultInjector:
     """A background thread that injects ``kind`` faults into ``target``'s procs every ``every_s`` seconds."""
 
@@ -133,7 +137,9 @@ class FaultInjector:
         controller = Controller.get()
         wait = self.start_after_s
         while not self._stop.wait(wait):
-            wait = self.every_s
+            # a turn with no live target (all starting or restarting, as on a busy host) is retried soon, not a
+            # whole period later: a short run would otherwise end before its first fault
+            wait = min(self.every_s, RETRY_S)
             alive = [p for p in self.proc_ids if controller.procs.get(p) and controller.procs[p].state == ProcState.ALIVE]
             if not alive:
                 continue
@@ -141,5 +147,6 @@ class FaultInjector:
             if controller.inject_fault(victim, self.kind):
                 self.injected.append(victim)
                 logger.warning("fault injection: %s %s (%d so far)", self.kind, victim, len(self.injected))
+                wait = self.every_s
             if 0 <= self.max_faults <= len(self.injected):
                 return

@@ -205,3 +205,17 @@ def test_fault_injector_kills_or_hangs_on_schedule_and_restarts_recover(events, 
         assert kinds.index("fault_injected") < kinds.index("died") < kinds.index("restarted")
         died = next(e for e in mine if e.kind == "died")
         assert reason in died.reason and (kind != "kill" or died.signal == 9)
+
+
+def test_a_turn_with_no_live_target_is_retried_soon_not_a_period_later(events):
+    """``faults=generator_kill`` once injected nothing: its first turn found no live generator (restarting on a
+    busy host), and the next came 15 s later, after the run had ended. Such a turn is now retried within
+    ``RETRY_S``, so the first fault still comes at once."""
+    from rlmesh.actor.faults import FaultInjector
+
+    with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=-1)) as procs:
+        c = procs.spawn("chaos_retry", Counter)
+        os.kill(procs.pids[0], signal.SIGKILL)  # the only target is down while the injector's first turn looks
+        wait_for(lambda: procs.states() != ["alive"], timeout=10, what="the proc seen as not alive")
+        with FaultInjector(c, kind="kill", every_s=600, start_after_s=0, seed=1, max_faults=1) as inj:
+            wait_for(lambda: len(inj.injected) == 1, timeout=40, what="the fault once the proc was back")
