@@ -45,6 +45,7 @@ from rlmesh.actor.beats import BoardSlot
 from rlmesh.actor.client import Client, set_client_factory
 from rlmesh.actor.client import error_payload
 from rlmesh.actor.context import ProcInfo, _mark_stopping, _set_proc, current_context, proc_stopping
+from rlmesh.actor.pids import pid_exists
 from rlmesh.actor.server import ActorServer
 from rlmesh.errors import quiet_storage_tracebacks
 from rlmesh.transport.auth import AuthError, Authenticator
@@ -220,7 +221,7 @@ class ControlLink(threading.Thread):
                 # lives from its parent (the kernel kills it, or reparents it, when that dies), and a
                 # controller starved on a busy host must not make its live workers quit.
                 controller_gone(f"no word from the controller for {now - last_heard:.0f}s")
-            if w.parent_pid > 0 and w.parent_fd is None and os.getppid() != w.parent_pid and not _alive(w.parent_pid):
+            if w.parent_pid > 0 and w.parent_fd is None and os.getppid() != w.parent_pid and not pid_exists(w.parent_pid):
                 controller_gone(f"the process that launched this one (pid {w.parent_pid}) is gone")
         flush()
         sock.close(linger=200)
@@ -447,16 +448,6 @@ def _die_with_parent(parent_pid: int) -> int | None:
         os._exit(3)
     except (OSError, AttributeError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,6 +55,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from rlmesh import settings
+from rlmesh.actor.pids import pid_running
 
 logger = logging.getLogger(__name__)
 
@@ -75,21 +76,6 @@ def enabled_by_env() -> bool:
 
 
 # ====================================================================== controller side
-def _exists(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie nobody reaps counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
-
-
 class ForkedProcHandle:
     """A worker forked by a :class:`ForkServer`; same ``poll()``/``kill()`` contract as ``LocalProcHandle``.
 
@@ -151,7 +137,7 @@ class ForkedProcHandle:
         if st is not None:
             return st
         if s.dead:  # nobody reports its exit any more: look whether it still exists
-            if not _exists(pid):
+            if not pid_running(pid):
                 return (None, None, "exited after its fork server died (its exit status went with it)")
         return None
 

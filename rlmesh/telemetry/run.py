@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlmesh import settings
+from rlmesh.actor.pids import pid_exists
 from rlmesh.telemetry.errors import RunNotFoundError
 from rlmesh.transport import is_loopback_address
 
@@ -149,14 +150,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+pid_alive = pid_exists
+"""True while a run's controller pid exists (:func:`rlmesh.actor.pids.pid_exists`)."""
 
 
 def live_service(run_dir: Path) -> dict[str, Any] | None:

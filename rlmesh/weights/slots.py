@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from rlmesh import settings
+from rlmesh.actor.pids import pid_running
 from rlmesh.weights.directory import safe
 
 logger = logging.getLogger(__name__)
@@ -235,7 +236,7 @@ def cleanup_segments(job: str, proc: str | None = None, pid: int | None = None, 
     for path in glob.glob(os.path.join(shm_dir, glob.escape(pat).replace(r"[*]", "*") + "*")):
         if proc is None:
             owner = owner_pid(os.path.basename(path))
-            if owner not in (None, os.getpid()) and owner > 0 and _alive(owner) and not _pid_reused_since(owner, path):
+            if owner not in (None, os.getpid()) and owner > 0 and pid_running(owner) and not _pid_reused_since(owner, path):
                 continue
         if proc is not None and pid is None:
             try:
@@ -265,22 +266,6 @@ def owner_pid(segment: str) -> int | None:
         return int(segment[len(PREFIX):].split("-")[2])
     except (ValueError, IndexError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone); a process of
-    another user that we may not signal counts as alive."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _pid_reused_since(pid: int, path: str) -> bool:
@@ -315,7 +300,7 @@ def reclaim_dead_segments(shm_dir: str | None = None) -> list[str]:
         pid = owner_pid(os.path.basename(path))
         if pid is None or pid <= 0:
             continue
-        if _alive(pid) and not _pid_reused_since(pid, path):
+        if pid_running(pid) and not _pid_reused_since(pid, path):
             continue
         try:
             os.unlink(path)

@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from rlmesh.actor.pids import pid_running
 from rlmesh.actor.hooks import ProcEvent
 from rlmesh.weights import plugin, slots
 from rlmesh.weights.directory import FileDirectory, KVDirectory, safe
@@ -104,7 +105,7 @@ def test_reclaim_takes_dead_owners_segments_of_any_job_and_spares_live_ones(tmp_
     import time
 
     deadline = time.monotonic() + 30
-    while slots._alive(zombie.pid) and time.monotonic() < deadline:
+    while pid_running(zombie.pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     undead = _touch(tmp_path, f"{slots.base_name('jobC', 'rl.1', zombie.pid, 'policy')}-tok.ctl")
     monkeypatch.setenv("RLMESH_RUNS_DIR", str(tmp_path / "runs"))
