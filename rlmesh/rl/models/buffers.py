@@ -8,30 +8,36 @@ tensors written before; a multi-turn episode makes one cache per turn, so the fa
 than the copy that seeds the cache from the last turn. (CUDA's caching allocator already reuses
 blocks; this is for CPU only.)
 
-When a buffer is free: no Python object other than the pool refers to the tensor (a
-:class:`~rlmesh.rl.models.transformer.KVCache` or a prefix-cache entry holds the tensor
-itself) and no view of it is alive (a view holds its storage). Both are checked, so a buffer
-is never handed out while anything can still read or write it. Without the storage check
-(a torch that lacks it) buffers are not reused at all: allocations are fresh, as before.
+When a buffer is free: the pool keeps one tensor per buffer and hands out an alias of it (another
+tensor on the same storage), so every tensor that can read or write the memory, the alias
+itself, any view of it or anything built on its storage, counts on the storage. The buffer is
+free when that count is back to the pool's own. Only the storage's count is read, never Python
+reference counts: a tracer or debugger that keeps frames' locals alive would inflate those and
+stop all reuse. Without the storage count (a torch that lacks it) buffers are not reused at
+all: allocations are fresh, as before.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import torch
 
 _storage_use_count = getattr(torch._C, "_storage_Use_Count", None)  # private in torch; absent: no reuse
-# What a tensor nothing else shares reads as (its own reference, and the storage object asked).
-_OWN_USES = _storage_use_count(torch.empty(1).untyped_storage()._cdata) if _storage_use_count else 0
-# References to a pooled tensor that are the pool's own during the check: the list, the loop
-# variable and getrefcount's argument.
-_POOL_REFS = 3
+# What the pool's own tensor reads as when nothing else shares its storage (the tensor's use, and
+# the storage object asked).
+# The tensor is held while it is asked: a temporary would be freed first, and its count read from
+# freed memory.
+_probe = torch.empty(1)
+_OWN_USES = _storage_use_count(_probe.untyped_storage()._cdata) if _storage_use_count else 0
+del _probe
 
 
 class BufferPool:
-    """Recycles CPU tensors of the same shape and dtype; keeps at most ``max_free_bytes`` unused."""
+    """Recycles CPU tensors of the same shape and dtype; keeps at most ``max_free_bytes`` unused.
+
+    ``_tensors`` are the pool's own tensors, never handed out: callers get aliases of them.
+    """
 
     def __init__(self, max_free_bytes: int = 256 << 20) -> None:
         self.max_free_bytes = max_free_bytes
@@ -50,7 +56,7 @@ class BufferPool:
             keep: list[torch.Tensor] = []
             free_bytes = 0
             for t in self._tensors:
-                if sys.getrefcount(t) > _POOL_REFS or _storage_use_count(t.untyped_storage()._cdata) > _OWN_USES:
+                if _storage_use_count(t.untyped_storage()._cdata) > _OWN_USES:
                     keep.append(t)  # in use
                 elif hit is None and t.dtype == dtype and tuple(t.shape) == shape:
                     hit = t
@@ -66,7 +72,7 @@ class BufferPool:
             else:
                 self.reused += 1
             self._tensors = keep
-            return hit
+            return hit.detach()  # an alias: its own tensor on the same storage, counted there
 
 
 kv_buffers = BufferPool()

@@ -51,3 +51,25 @@ def test_kv_caches_draw_from_the_pool_and_round_their_columns_up():
     second = KVCache(cfg, 3, 100, torch.float32)  # another length, the same rounded shape
     assert {t.data_ptr() for t in (*second.keys, *second.values)} == ptrs
     assert KVCache(cfg, 3, 199, torch.float32).keys[0].shape[2] == 200  # 256 would pass max_seq_len
+
+
+def test_a_tracer_that_keeps_frame_locals_does_not_stop_reuse():
+    """A tracer reading f_locals (pdb, coverage, a debugger) holds extra references to the pool's own
+    tensors while it checks them: the check reads the storage's count only, so reuse goes on."""
+    import sys
+
+    def tracer(frame, event, arg):
+        frame.f_locals  # noqa: B018 -- snapshots locals into the frame, as pdb does
+        return tracer
+
+    pool = BufferPool()
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        a = pool.empty(SHAPE, torch.float32)
+        ptr = a.data_ptr()
+        del a
+        again = pool.empty(SHAPE, torch.float32)
+    finally:
+        sys.settrace(previous)
+    assert again.data_ptr() == ptr and pool.reused == 1
