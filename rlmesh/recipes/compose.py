@@ -34,6 +34,7 @@ from omegaconf.errors import MissingMandatoryValue, ValidationError
 from rlmesh import settings
 from rlmesh.dashboard.attach import watching
 from rlmesh.errors import ConfigError
+from rlmesh.files import write_atomically
 from rlmesh.launch.local import prewarm
 from rlmesh.launch.slurm.cluster import listen_for_nodes
 from rlmesh.recipes.config_store import SCHEMAS, register
@@ -293,5 +294,5 @@ def run_config(cfg: Any, launcher: str = "local") -> Any:
     run_dir = current_run_dir()
     plain = result.to_dict() if hasattr(result, "to_dict") else result
     if run_dir is not None and isinstance(plain, dict):
-        (Path(run_dir) / "result.json").write_text(json.dumps(plain, indent=1, default=str))
+        write_atomically(Path(run_dir) / "result.json", json.dumps(plain, indent=1, default=str))
     return result

@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 import rlmesh as rm
 from rlmesh.errors import ConfigError
+from rlmesh.files import write_atomically
 from rlmesh.launch.capture import reclaim_dead_capture_dirs
 from rlmesh.recipes.compose import RecipeConfigError, explain, validate
 from rlmesh.recipes.config_store import SCHEMAS, role_types, schema_node
@@ -75,9 +76,7 @@ def begin(cfg: Any, launcher: str) -> RunStart:
         saved = {"program": cfg.program, "launcher": launcher, "config": OmegaConf.to_yaml(plain),
                  "role_types": role_types(cfg)}
     saved["generation"] = generation
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(saved, indent=1))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(saved, indent=1))
     if resume:
         logger.warning("resuming run %s (controller generation %d) from %s", run_id, generation,
                        cfg.trainer.checkpoint_dir)

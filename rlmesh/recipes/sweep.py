@@ -38,6 +38,7 @@ from rich.table import Table
 
 from rlmesh import settings
 from rlmesh.errors import ConfigError
+from rlmesh.files import write_atomically
 from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir, explain, preset_overrides, validate
 from rlmesh.recipes.config_store import register
 from rlmesh.recipes.runner import run_composed
@@ -159,7 +160,7 @@ def _objective(link: dict[str, Any]) -> float:
 
 def _write_job(record: dict[str, Any]) -> None:
     path = Path(settings.SWEEP_STATUS_DIR.get()) / f"{record['job']:06d}.json"
-    path.write_text(json.dumps(record))
+    write_atomically(path, json.dumps(record))
 
 
 def _read_jobs(status_dir: Path) -> list[dict[str, Any]]:

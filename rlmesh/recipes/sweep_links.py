@@ -18,6 +18,7 @@ from typing import Any
 
 import rlmesh as rm
 from rlmesh import settings
+from rlmesh.files import write_atomically
 from rlmesh.telemetry.api import current_run_dir
 
 JOB_DIR_ENV = settings.HYDRA_JOB_DIR.name
@@ -34,9 +35,9 @@ def link_job(job_dir: str, status: str, objective: float | None) -> dict[str, An
     record = {"run_id": rm.telemetry.current_run(), "run_dir": str(run_dir) if run_dir else None, "status": status,
               "objective": objective if objective is None or math.isfinite(objective) else None}
     Path(job_dir).mkdir(parents=True, exist_ok=True)
-    (Path(job_dir) / RUN_LINK).write_text(json.dumps(record, indent=1))
+    write_atomically(Path(job_dir) / RUN_LINK, json.dumps(record, indent=1))
     if run_dir is not None:
-        (Path(run_dir) / JOB_LINK).write_text(json.dumps({"job_dir": str(Path(job_dir).resolve())}, indent=1))
+        write_atomically(Path(run_dir) / JOB_LINK, json.dumps({"job_dir": str(Path(job_dir).resolve())}, indent=1))
     return record
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from rlmesh.errors import RlmeshError
+from rlmesh.files import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +95,7 @@ def write(path: Path, state: dict[str, Any], step: int, version: int) -> None:
     meta_path(path).unlink(missing_ok=True)
     os.replace(tmp, path)
     doc = json.dumps(dataclasses.asdict(CheckpointMeta(digest, size, step, version)))
-    mtmp = path.with_name(f".{meta_path(path).name}.{os.getpid()}.tmp")
-    fd = os.open(mtmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(doc)
-    os.replace(mtmp, meta_path(path))
+    write_atomically(meta_path(path), doc, private=True)
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -26,6 +26,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rlmesh.files import write_atomically
+
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".committed"
@@ -60,12 +62,7 @@ def read(db: Path) -> dict[str, Any] | None:
 
 def write(db: Path, rows: dict[str, int], note: str | None = None, clean: bool = False) -> None:
     """Atomically replace the sidecar (owner-only): a kill mid-write leaves the previous one."""
-    path = sidecar(db)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"rows": rows, "note": note, "clean": clean}, f)
-    os.replace(tmp, path)
+    write_atomically(sidecar(db), json.dumps({"rows": rows, "note": note, "clean": clean}), private=True)
 
 
 def _copy_aside(db: Path) -> Path | None:

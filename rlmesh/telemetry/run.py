@@ -21,6 +21,7 @@ from typing import Any
 
 from rlmesh import settings
 from rlmesh.actor.pids import pid_exists
+from rlmesh.files import write_atomically
 from rlmesh.telemetry.errors import RunNotFoundError
 from rlmesh.transport import is_loopback_address
 
@@ -135,11 +136,7 @@ def _settle(d: Path, info: dict[str, Any]) -> bool:
 
 def write_json(path: Path, data: dict[str, Any], private: bool = False) -> None:
     """Write atomically (rename), so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, default=str)
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=1, default=str), private=private)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from rlmesh import settings
 from rlmesh.actor import kv
 from rlmesh.actor.context import current_context, current_proc, job_id
+from rlmesh.files import write_atomically
 
 DIRECTORY_ENV = settings.WEIGHTS_DIRECTORY.name
 KEY_PREFIX = "rlmesh/weights/"
@@ -63,9 +64,7 @@ class FileDirectory:
 
     def put(self, key: str, value: Any) -> None:
         path = self._path(key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(value))
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(value))
 
     def get(self, key: str, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout

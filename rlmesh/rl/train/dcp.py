@@ -34,6 +34,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
+from rlmesh.files import write_atomically
 from rlmesh.rl import checkpoint
 from rlmesh.rl.train.distributed import TrainGroup, unwrap
 from rlmesh.rl.train.layout import MANIFEST, PLAIN, sha256_of, verify
@@ -61,9 +62,7 @@ def save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, plain: 
         files = {p.name: sha256_of(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         doc = {"format": 1, "step": step, "version": version, "ranks": 1 if group is None else group.world,
                "files": {name: {"sha256": d, "bytes": n} for name, (d, n) in files.items()}}
-        fd = os.open(tmp / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
+        write_atomically(tmp / MANIFEST, json.dumps(doc), private=True)
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
