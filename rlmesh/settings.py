@@ -361,8 +361,9 @@ FORKSERVER: Setting[bool] = Setting(
     "a warm template (same as `this_host(fork_server=False)`).", "launch", form=FLAG_FORM, parse=_flag,
     warns=True)
 MAX_PROCS: Setting[int] = Setting(
-    "MAX_PROCS", 0, "The most procs `rlmesh run` starts on this host with the local launcher; a recipe that "
-    "needs more is refused before its first proc starts. `0`: as many as this host's available memory "
+    "MAX_PROCS", 0, "The most procs one controller starts on this host with the local launcher; a recipe, or "
+    "a `this_host().spawn_procs(...)`, that needs more is refused before its first proc starts. `0`: as "
+    "many as this host's available memory "
     "(256 MiB a proc) and the controller's free file descriptors hold (`rlmesh/launch/admission.py`).",
     "launch", form="a whole number >= 0", parse=_number(int, 0))
 CAPTURE: Setting[bool] = Setting(

@@ -15,10 +15,17 @@ The rule: a host holds ``min(memory, descriptors)`` procs of one controller, whe
 CPU is not a limit: more procs than cores is slower, not fatal. ``RLMESH_MAX_PROCS`` replaces the
 rule with a number (a host whose procs are smaller, or bigger, than the measure). The check runs
 for the local launcher only: Kubernetes and Slurm place procs on the cluster's nodes.
+
+Two places ask: a recipe, for all its meshes together (:func:`admit`, before its run folder exists),
+and every ``this_host().spawn_procs(...)``, for the procs it asks for (:func:`admit_spawn`, before
+the first fork). A program that calls ``spawn_procs`` in a loop is refused at the call that would
+not fit: the memory and descriptors read then already count the procs started before it, and
+``RLMESH_MAX_PROCS`` counts them explicitly.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 from dataclasses import dataclass
@@ -97,3 +104,21 @@ def admit(needed: int, what: str, fix: str) -> None:
     if not cap.fits(needed):
         raise ConfigError(f"{what} needs {needed} procs on this host, which holds {cap.procs} now "
                           f"({cap.limited_by}); {fix}, or set {settings.MAX_PROCS.name}={needed} to start them anyway")
+
+
+def admit_spawn(dims: dict[str, int], running: int) -> None:
+    """Raise :class:`ConfigError` (one line) when ``spawn_procs(per_host=dims)`` does not fit this host now.
+
+    ``running``: procs of this controller already alive on this host. They count against
+    ``RLMESH_MAX_PROCS`` (the most procs of one controller); the rule of the module docstring reads
+    memory and descriptors as they are now, which already leaves out what the running procs hold.
+    """
+    new = math.prod(dims.values())
+    cap = host_capacity()
+    counted = running if settings.MAX_PROCS.get() > 0 else 0
+    if cap.fits(new + counted):
+        return
+    beside = f" beside the {counted} of this controller running" if counted else ""
+    raise ConfigError(f"spawn_procs(per_host={dims}) needs {new} procs on this host{beside}, which holds "
+                      f"{cap.procs} now ({cap.limited_by}); spawn fewer procs, or set "
+                      f"{settings.MAX_PROCS.name}={new + counted} to start them anyway")

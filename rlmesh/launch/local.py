@@ -30,7 +30,9 @@ from rlmesh import settings
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.hooks import WORKER_PLUGINS_ENV
 from rlmesh.actor.proc_mesh import ProcMesh
+from rlmesh.actor.proc_state import ENDED
 from rlmesh.launch import capture, forkserver, starters
+from rlmesh.launch.admission import admit_spawn
 from rlmesh.launch.forkserver import ForkedProcHandle, ForkServer
 from rlmesh.launch.netns import NetnsHost
 from rlmesh.transport.auth import is_loopback_address
@@ -341,10 +343,16 @@ class HostMesh:
 
         ``restart``: what to do when one dies (``rm.Restart(max_restarts=3)``; default never).
         ``env``: extra environment variables for the workers.
+        Refused (:class:`~rlmesh.errors.ConfigError`, one line) before any proc starts when this host
+        cannot hold that many procs now (:mod:`rlmesh.launch.admission`, ``RLMESH_MAX_PROCS``).
         """
         dims = dict(per_host or {"procs": 1})
         if not dims:
             raise ValueError("per_host needs at least one dimension, e.g. per_host={'procs': 4}")
+        ctl = Controller.current()
+        running = 0 if ctl is None else sum(1 for r in list(ctl.procs.values())
+                                            if isinstance(r.launcher, LocalLauncher) and r.state not in ENDED)
+        admit_spawn(dims, running)  # before the controller starts, or the template forks
         n = next(self._names)
         if hasattr(self.launcher, "prestart"):  # overlap the template's imports with the controller's start
             Controller.get().submit(lambda: self.launcher.prestart(env))

@@ -1,10 +1,14 @@
 """The admission rule (rlmesh/launch/admission.py): the smaller of what memory and descriptors hold,
 unless RLMESH_MAX_PROCS says; a refusal is one line with the setting, the limit and both fixes."""
 
+import psutil
 import pytest
 
+from rlmesh.actor.controller import Controller
+from rlmesh.launch import local
 from rlmesh.errors import ConfigError
-from rlmesh.launch.admission import CONTROLLER_FDS_PER_PROC, PROC_BYTES, admit, capacity
+from rlmesh.launch.admission import (CONTROLLER_FDS_PER_PROC, PROC_BYTES, admit, admit_spawn, capacity, fds_free,
+                                     mem_available)
 
 GiB = 1 << 30
 
@@ -33,3 +37,30 @@ def test_a_refusal_names_the_setting_the_limit_and_both_fixes(monkeypatch):
         admit(5, "generator.replicas=3", "lower generator.replicas")
     assert str(err.value) == ("generator.replicas=3 needs 5 procs on this host, which holds 4 now (RLMESH_MAX_PROCS=4); "
                               "lower generator.replicas, or set RLMESH_MAX_PROCS=5 to start them anyway")
+
+
+def test_spawn_procs_beyond_the_host_is_refused_before_anything_starts(monkeypatch):
+    # Direct spawn_procs on this host used to fork until the host ran out; the refusal comes before
+    # the controller (its sockets) or any proc or template exists.
+    monkeypatch.delenv("RLMESH_MAX_PROCS", raising=False)
+    assert Controller.current() is None or Controller.current()._closed
+    before = psutil.Process().children(recursive=True)
+    huge = capacity(mem_available(), fds_free()).procs + 1
+    with pytest.raises(ConfigError) as err:
+        local.this_host().spawn_procs(per_host={"procs": huge})  # without the early template
+    line = str(err.value)
+    assert line.startswith(f"spawn_procs(per_host={{'procs': {huge}}}) needs {huge} procs on this host, which holds ")
+    assert f"spawn fewer procs, or set RLMESH_MAX_PROCS={huge} to start them anyway" in line, line
+    assert "\n" not in line
+    assert psutil.Process().children(recursive=True) == before
+    assert Controller.current() is None or Controller.current()._closed
+
+
+def test_spawn_procs_counts_the_setting_over_the_whole_shape(monkeypatch):
+    monkeypatch.setenv("RLMESH_MAX_PROCS", "7")
+    admit_spawn({"hosts": 2, "gpus": 3}, running=1)  # 6 + 1 fit: nothing raised
+    with pytest.raises(ConfigError) as err:
+        admit_spawn({"hosts": 2, "gpus": 3}, running=2)
+    assert str(err.value) == ("spawn_procs(per_host={'hosts': 2, 'gpus': 3}) needs 6 procs on this host beside the "
+                              "2 of this controller running, which holds 7 now (RLMESH_MAX_PROCS=7); spawn fewer "
+                              "procs, or set RLMESH_MAX_PROCS=8 to start them anyway")
