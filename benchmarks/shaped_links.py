@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import Report, add_common_args, banner, interleave, load  # noqa: E402
+from _rsync import RsyncHost, rsync_daemons  # noqa: E402
 
 from rlmesh import settings  # noqa: E402
 from rlmesh.launch.netns import HostNetwork, Link, has_netem  # noqa: E402
@@ -261,41 +261,16 @@ def udp_rtt(net: HostNetwork, n: int = 20) -> float:
 def rsync_chain(net: HostNetwork, src: str, work: str) -> float:
     """``rsync -a`` along the chain: the source pushes to host 0's daemon, then each host pulls from
     the one before it (its daemon serves what it received). Daemons start before the clock."""
-    daemons = []
-    try:
-        for i, h in enumerate(net.hosts):
-            dest = os.path.join(work, f"host{i}")
-            os.makedirs(dest)
-            conf = os.path.join(work, f"rsyncd{i}.conf")
-            with open(conf, "w") as f:
-                f.write(f"[ws]\npath = {dest}\nread only = false\nuse chroot = false\nuid = 0\ngid = 0\n")
-            daemons.append(subprocess.Popen([*h.prefix(), "rsync", "--daemon", "--no-detach", f"--config={conf}",
-                                             f"--address={h.address}", f"--port={RSYNC_PORT}"]))
-        for h in net.hosts:
-            _wait_port(h.address, RSYNC_PORT)
+    dests = [os.path.join(work, f"host{i}") for i in range(len(net.hosts))]
+    for d in dests:
+        os.makedirs(d)
+    with rsync_daemons([RsyncHost(h.prefix(), h.address, d) for h, d in zip(net.hosts, dests)], work, RSYNC_PORT):
         t0 = time.perf_counter()
         subprocess.run(["rsync", "-a", src + "/", f"rsync://{net.hosts[0].address}:{RSYNC_PORT}/ws/"], check=True)
         for i in range(1, len(net.hosts)):
             subprocess.run([*net.hosts[i].prefix(), "rsync", "-a",
-                            f"rsync://{net.hosts[i - 1].address}:{RSYNC_PORT}/ws/", os.path.join(work, f"host{i}") + "/"],
-                           check=True)
+                            f"rsync://{net.hosts[i - 1].address}:{RSYNC_PORT}/ws/", dests[i] + "/"], check=True)
         return time.perf_counter() - t0
-    finally:
-        for d in daemons:
-            d.terminate()
-            d.wait()
-
-
-def _wait_port(host: str, port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 if __name__ == "__main__":

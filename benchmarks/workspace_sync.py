@@ -44,6 +44,7 @@ import tempfile
 import time
 
 from _common import Report, add_common_args, banner
+from _rsync import RsyncHost, rsync_daemons
 
 from rlmesh.launch.netns import HostNetwork, Link, NetnsHost, see_cgroups
 from rlmesh.transport import Authenticator
@@ -148,38 +149,14 @@ def rsync_fanout(src: str, work: str, n: int, net: Net, mode: str) -> float:
         return [*([] if frm is None else net.prefix(frm)), "rsync", "-a", origin,
                 f"rsync://{net.host(to)}:8730/ws/rsync-{mode}-{to}/"]
 
-    daemons = []
-    try:
-        for i in range(n if net.mbit else 0):
-            conf = os.path.join(work, f"rsyncd{i}.conf")
-            with open(conf, "w") as f:
-                f.write(f"[ws]\npath = {work}\nread only = false\nuse chroot = false\nuid = 0\ngid = 0\n")
-            daemons.append(subprocess.Popen([*net.prefix(i), "rsync", "--daemon", "--no-detach", f"--config={conf}",
-                                             f"--address={net.host(i)}", "--port=8730"]))
-        for i in range(n if net.mbit else 0):
-            _wait_port(net.host(i), 8730)
+    hosts = [RsyncHost(net.prefix(i), net.host(i), work) for i in range(n if net.mbit else 0)]
+    with rsync_daemons(hosts, work, 8730):
         t0 = time.perf_counter()
         for step in rsync_steps(n, mode):
             running = [subprocess.Popen(cmd(frm, to)) for frm, to in step]
             if any(p.wait() != 0 for p in running):
                 raise RuntimeError(f"rsync ({mode}) failed")
         return time.perf_counter() - t0
-    finally:
-        for d in daemons:
-            d.terminate()
-            d.wait()
-
-
-def _wait_port(host: str, port: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def raw_seq(path: str, work: str, n: int, net: Net, tries: int = 3) -> float:
