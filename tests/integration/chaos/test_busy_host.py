@@ -16,6 +16,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from _support.busy import busy_loops
+
 ROOT = Path(__file__).resolve().parents[3]
 RLMESH = [sys.executable, "-m", "rlmesh.cli", "run"]
 HOGS = 8
@@ -32,12 +34,8 @@ GRPO = ["recipe=grpo_addition", "buffer=on_policy", "steps=16", "prompts_per_ste
 
 @pytest.fixture
 def cpu_hog():
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
-    yield hogs
-    for h in hogs:
-        h.kill()
-    for h in hogs:
-        h.wait()
+    with busy_loops(HOGS) as hogs:
+        yield hogs
 
 
 @pytest.mark.timeout(1200 if FULL else 600)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from _support.busy import busy_loops
 from _support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,12 +66,8 @@ CONTROLLER = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def busy_host():
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
-    yield hogs
-    for h in hogs:
-        h.kill()
-    for h in hogs:
-        h.wait()
+    with busy_loops(HOGS) as hogs:
+        yield hogs
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
