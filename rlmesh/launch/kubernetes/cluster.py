@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import os
@@ -13,6 +12,7 @@ from rlmesh import settings
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.errors import ConfigError
+from rlmesh.launch.cluster import RemoteCluster
 from rlmesh.launch.kubernetes.api import KubernetesError, explain, kubernetes_client, load_api_client
 from rlmesh.launch.kubernetes.config import KubernetesConfig
 from rlmesh.launch.kubernetes.launcher import KubernetesLauncher
@@ -25,7 +25,7 @@ __all__ = ["KubernetesCluster"]
 logger = logging.getLogger(__name__)
 
 
-class KubernetesCluster:
+class KubernetesCluster(RemoteCluster[KubernetesLauncher]):
     """A Kubernetes namespace as a place to spawn procs on: the pod counterpart of ``rm.this_host()``.
 
     ``config``: a :class:`KubernetesConfig` or a mapping of its fields (a Hydra ``launcher``
@@ -48,7 +48,7 @@ class KubernetesCluster:
         self.run = self.config.run or label_value(f"rlmesh-{job}")
         self.launcher = KubernetesLauncher(self.config, self.core, self.run)
         self._checked_leftovers = False
-        atexit.register(self.close)
+        self._close_at_exit()
 
     def spawn_procs(self, per_host: dict[str, int] | None = None, *, restart: Restart | None = None,
                     name: str | None = None, env: dict[str, str] | None = None,
@@ -74,13 +74,11 @@ class KubernetesCluster:
         if want and n != want:
             raise ConfigError(f"launcher.meshes.{name}.replicas={want} but spawn_procs asks for {n} procs "
                               f"({dims}); make them agree or set replicas to 0")
-        controller = Controller.get()  # makes the job secret if there is none yet
+        Controller.get()  # makes the job secret if there is none yet
         self._preflight(name, env or {})
         try:
-            return ProcMesh.launch(name, dims, self.launcher, restart, env, timeout)
+            return self._launch(name, dims, restart, env, timeout)
         except BaseException:
-            ids = [f"{name}.{i}" for i in range(n)]
-            controller.stop_procs([i for i in ids if i in controller.procs], timeout=1)
             self._delete_mesh_pods(name)
             raise
 
@@ -120,24 +118,6 @@ class KubernetesCluster:
     def cleanup(self) -> dict[str, int]:
         """Delete everything of this run now (pods and the Secret), as ``rlmesh k8s cleanup RUN`` does."""
         return cleanup_run(self.core, self.config.namespace, self.run)
-
-    def close(self) -> None:
-        """Stop this run's procs and remove its objects. Also runs at interpreter exit."""
-        if self.launcher.closed:
-            return
-        controller = Controller.current()
-        if controller is not None and not controller.closed:
-            ours = [p for p, r in controller.procs.items() if r.launcher is self.launcher]
-            if ours:
-                controller.stop_procs(ours, timeout=3)
-        self.launcher.close()
-        atexit.unregister(self.close)
-
-    def __enter__(self) -> "KubernetesCluster":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<KubernetesCluster run={self.run!r} namespace={self.config.namespace!r}>"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import math
@@ -12,6 +11,7 @@ from rlmesh import settings
 from rlmesh.actor.controller import Controller, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.errors import ConfigError
+from rlmesh.launch.cluster import RemoteCluster
 from rlmesh.launch.slurm.allocation import Allocation, route_address, slurmctld_address
 from rlmesh.launch.slurm.commands import gpus_per_task, place
 from rlmesh.launch.slurm.config import SlurmConfig
@@ -23,7 +23,7 @@ __all__ = ["SlurmCluster"]
 logger = logging.getLogger(__name__)
 
 
-class SlurmCluster:
+class SlurmCluster(RemoteCluster[SlurmLauncher]):
     """A Slurm job as a place to spawn procs on: the job this controller runs in (``sbatch``,
     ``salloc``: ``SLURM_JOB_ID`` is set), or one it asks for (``salloc --no-shell`` for
     ``launcher.nodes`` nodes, cancelled by :meth:`close`).
@@ -50,7 +50,7 @@ class SlurmCluster:
         except BaseException:
             self.launcher.close()
             raise
-        atexit.register(self.close)
+        self._close_at_exit()
 
     @property
     def job_id(self) -> str:
@@ -103,31 +103,7 @@ class SlurmCluster:
         self.launcher.set_layout(name, layout, gpus_per_task(self.config, dims, chosen))
         logger.info("mesh %s: %d proc(s) on Slurm node(s) %s of job %s", name, n, ",".join(dict.fromkeys(layout)),
                     self.job_id)
-        controller = Controller.get()
-        try:
-            return ProcMesh.launch(name, dims, self.launcher, restart, env, timeout)
-        except BaseException:
-            ids = [f"{name}.{i}" for i in range(n)]
-            controller.stop_procs([i for i in ids if i in controller.procs], timeout=1)
-            raise
-
-    def close(self) -> None:
-        """Stop this cluster's procs, end their steps, and cancel a job the launcher asked for."""
-        if self.launcher.closed:
-            return
-        controller = Controller.current()
-        if controller is not None and not controller.closed:
-            ours = [p for p, r in controller.procs.items() if r.launcher is self.launcher]
-            if ours:
-                controller.stop_procs(ours, timeout=3)
-        self.launcher.close()
-        atexit.unregister(self.close)
-
-    def __enter__(self) -> "SlurmCluster":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        return self._launch(name, dims, restart, env, timeout)
 
     def __repr__(self) -> str:
         return f"<SlurmCluster job={self.job_id}>"
