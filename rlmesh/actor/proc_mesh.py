@@ -69,7 +69,13 @@ class ProcMesh(NamedMesh):
         return cls(name, [r.proc_id for r in recs], shape, controller)
 
     def _records(self) -> list[Any]:
-        return [self._controller.procs[self._proc_ids[i]] for i in self._shape.indices]
+        return [self._controller.procs[p] for p in self.proc_ids]
+
+    @property
+    def proc_ids(self) -> list[str]:
+        """Ids of this mesh's procs (of a slice, its own), in rank order: the keys of ``Controller.procs``,
+        and what ``stop(order=...)`` takes (as ``ActorMesh.proc_ids``)."""
+        return [self._proc_ids[i] for i in self._shape.indices]
 
     @property
     def pids(self) -> list[int | None]:
@@ -137,7 +143,7 @@ class ProcMesh(NamedMesh):
         ``timeout``, then killed) before the next gets its stop; the procs no group names go last.
         Stop callers before what they call (the procs that issue calls first, then the ones they
         call), so no actor's call meets a peer that has already stopped."""
-        mine = [self._proc_ids[i] for i in self._shape.indices]
+        mine = self.proc_ids
         left = dict.fromkeys(mine)
         for group in (*order, mine):
             ids = [p for p in group if p in left]

@@ -304,6 +304,11 @@ class LocalLauncher:
         srv = self._servers.get(proc_mesh)
         return srv is not None and srv.ready.wait(timeout) and not srv.dead
 
+    def fork_server_pid(self, proc_mesh: str) -> int | None:
+        """The pid of ``proc_mesh``'s fork server (its restart template), ``None`` while it has none."""
+        srv = self._servers.get(proc_mesh)
+        return None if srv is None else srv.pid
+
     def release(self, proc_mesh: str) -> None:
         """The mesh stopped: stop its template (and anything it forked that is still running)."""
         with self._lock:

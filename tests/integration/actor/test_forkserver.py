@@ -17,6 +17,7 @@ import pytest
 
 import rlmesh as rm
 from rlmesh.actor import hooks
+from rlmesh.actor.controller import Controller
 from rlmesh.actor.payload import modules_in_payload
 from rlmesh.launch import starters
 from rlmesh.transport.serialization import dumps
@@ -87,7 +88,7 @@ def wait_event(events, kind, incarnation, rank, timeout=20.0):
 
 
 def launcher_of(procs):
-    return procs._controller.procs[procs._proc_ids[0]].launcher
+    return Controller.current().procs[procs.proc_ids[0]].launcher
 
 
 def test_payload_names_the_actor_module(probe):
@@ -104,8 +105,8 @@ def test_restarts_are_forked_warm_and_nothing_outlives_stop(probe, events):
         first = p.info.call().get(timeout=30).values()
         seen.update(i["pid"] for i in first)
         launcher = launcher_of(procs)
-        assert launcher.wait_fork_server(procs._name, 30), "the fork server never became ready"
-        server_pid = launcher._servers[procs._name].pid
+        assert launcher.wait_fork_server(procs.name, 30), "the fork server never became ready"
+        server_pid = launcher.fork_server_pid(procs.name)
         # forked from the controller's start-up template of the same environment: torch and the
         # worker runtime came imported, so the restart template cost a fork, not a Python start
         starter = psutil.Process(server_pid).ppid()
@@ -123,7 +124,7 @@ def test_restarts_are_forked_warm_and_nothing_outlives_stop(probe, events):
         assert info["ppid"] == server_pid  # forked, not started by the controller
         # (3) env and identity as a fresh worker of this proc would have them
         assert (info["incarnation"], info["rank"], info["proc_rank"]) == (1, 1, 1)
-        assert info["proc_id"] == procs._proc_ids[1]
+        assert info["proc_id"] == procs.proc_ids[1]
         assert info["mark"] == "per-mesh" and info["cwd"] == os.getcwd() and info["torch"] == 2.0
         assert procs.incarnations() == [0, 1]
 
@@ -142,7 +143,7 @@ def test_restarts_are_forked_warm_and_nothing_outlives_stop(probe, events):
         procs.stop()
     # (5) no template, no forked child left
     wait_gone([*seen, server_pid], 10)
-    assert procs._name not in launcher._servers
+    assert launcher.fork_server_pid(procs.name) is None
 
 
 def test_a_forked_child_collects_only_its_own_objects(probe, events):
@@ -150,7 +151,7 @@ def test_a_forked_child_collects_only_its_own_objects(probe, events):
     in the child neither scans them nor copies their pages (unfrozen: +64 MB per worker)."""
     with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=1)) as procs:
         p = procs.spawn("probe", probe)
-        assert launcher_of(procs).wait_fork_server(procs._name, 30), "the fork server never became ready"
+        assert launcher_of(procs).wait_fork_server(procs.name, 30), "the fork server never became ready"
         os.kill(procs.pids[0], signal.SIGKILL)
         wait_event(events, "restarted", 1, 0)
         info = p.collect.call_one().get(timeout=30)
@@ -167,8 +168,8 @@ def test_a_dead_fork_server_costs_its_running_children_nothing_and_is_replaced(p
     with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=3)) as procs:
         p = procs.spawn("probe", probe)
         launcher = launcher_of(procs)
-        assert launcher.wait_fork_server(procs._name, 30)
-        server_pid = launcher._servers[procs._name].pid
+        assert launcher.wait_fork_server(procs.name, 30)
+        server_pid = launcher.fork_server_pid(procs.name)
         os.kill(procs.pids[0], signal.SIGKILL)
         wait_event(events, "restarted", 1, 0)
         forked = p.info.call().get(timeout=30).values()[0]
@@ -183,8 +184,8 @@ def test_a_dead_fork_server_costs_its_running_children_nothing_and_is_replaced(p
         wait_event(events, "restarted", 2, 0, timeout=30)
         info = p.info.call().get(timeout=30).values()[0]
         assert info["incarnation"] == 2 and info["ppid"] in [s.pid for s in starters.STARTERS.values()]
-        assert launcher.wait_fork_server(procs._name, 30), "no new restart template"
-        new_server = launcher._servers[procs._name].pid
+        assert launcher.wait_fork_server(procs.name, 30), "no new restart template"
+        new_server = launcher.fork_server_pid(procs.name)
         assert new_server != server_pid
         os.kill(info["pid"], signal.SIGKILL)
         wait_event(events, "restarted", 3, 0, timeout=30)
@@ -198,8 +199,8 @@ def test_a_killed_start_up_template_costs_its_procs_nothing_and_restarts_still_c
     with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=3)) as procs:
         p = procs.spawn("probe", probe)
         launcher = launcher_of(procs)
-        assert launcher.wait_fork_server(procs._name, 30)
-        server_pid = launcher._servers[procs._name].pid
+        assert launcher.wait_fork_server(procs.name, 30)
+        server_pid = launcher.fork_server_pid(procs.name)
         starter, first = psutil.Process(server_pid).ppid(), procs.pids[0]
         os.kill(starter, signal.SIGKILL)
         wait_gone([server_pid, starter], 10)
@@ -221,8 +222,8 @@ def test_a_restart_template_that_cannot_be_forked_starts_as_its_own_python(probe
     with rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=1)) as procs:
         p = procs.spawn("probe", probe)
         launcher = launcher_of(procs)
-        assert launcher.wait_fork_server(procs._name, 60)
-        server_pid = launcher._servers[procs._name].pid
+        assert launcher.wait_fork_server(procs.name, 60)
+        server_pid = launcher.fork_server_pid(procs.name)
         assert psutil.Process(server_pid).ppid() == os.getpid()
         os.kill(procs.pids[0], signal.SIGKILL)
         wait_event(events, "restarted", 1, 0)
@@ -237,7 +238,7 @@ def test_opt_out_restarts_with_a_fresh_python(probe, events, monkeypatch, how):
     with host.spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=1)) as procs:
         p = procs.spawn("probe", probe)
         old = p.info.call().get(timeout=30).values()[0]["pid"]
-        assert launcher_of(procs)._servers == {}
+        assert launcher_of(procs).fork_server_pid(procs.name) is None
         os.kill(old, signal.SIGKILL)
         wait_event(events, "restarted", 1, 0, timeout=30)
         info = p.info.call().get(timeout=30).values()[0]
@@ -247,7 +248,7 @@ def test_opt_out_restarts_with_a_fresh_python(probe, events, monkeypatch, how):
 def test_no_restart_policy_no_fork_server(probe):
     with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
         procs.spawn("probe", probe).info.call().get(timeout=30)
-        assert launcher_of(procs)._servers == {}
+        assert launcher_of(procs).fork_server_pid(procs.name) is None
 
 
 class Where(rm.Actor):
@@ -381,6 +382,7 @@ CONTROLLER = textwrap.dedent("""
     import os, signal, sys, time
     import rlmesh as rm
     from rlmesh.actor import hooks
+    from rlmesh.actor.controller import Controller
     from rlmesh.launch.starters import STARTERS
 
     class Pinger(rm.Actor):
@@ -394,8 +396,8 @@ CONTROLLER = textwrap.dedent("""
         procs = rm.this_host().spawn_procs(per_host={"procs": 1}, restart=rm.Restart(max_restarts=3))
         p = procs.spawn("p", Pinger)
         first = p.pid.call().get(timeout=30).values()[0]
-        launcher = procs._controller.procs[procs._proc_ids[0]].launcher
-        assert launcher.wait_fork_server(procs._name, 30)
+        launcher = Controller.current().procs[procs.proc_ids[0]].launcher
+        assert launcher.wait_fork_server(procs.name, 30)
         os.kill(first, signal.SIGKILL)
         while not [e for e in ev if e.kind == "restarted"]:
             time.sleep(0.01)
@@ -403,7 +405,7 @@ CONTROLLER = textwrap.dedent("""
         plain = rm.this_host().spawn_procs(per_host={"procs": 1})  # a first launch: forked from the starter
         other = plain.spawn("p2", Pinger).pid.call().get(timeout=30).values()[0]
         [starter] = [s.pid for s in STARTERS.values()]  # one template: the one this_host() started early
-        print(launcher._servers[procs._name].pid, forked, starter, other, flush=True)
+        print(launcher.fork_server_pid(procs.name), forked, starter, other, flush=True)
         time.sleep(600)
 """)
 

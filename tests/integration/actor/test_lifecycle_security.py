@@ -15,6 +15,7 @@ import zmq
 
 import rlmesh as rm
 from rlmesh.actor.client import get_client
+from rlmesh.actor.controller import Controller
 from runtime_actors import Counter, Relay
 from proc_checks import gone, wait_gone  # noqa: E402
 
@@ -91,9 +92,9 @@ def test_peer_without_the_secret_never_reaches_pickle(tmp_path):
 
     with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
         c = procs.spawn("guarded", Counter)
-        addr = procs._controller.procs[procs._proc_ids[0]].addr
+        addr = Controller.current().procs[procs.proc_ids[0]].addr
         ctx = zmq.Context.instance()
-        for target in (addr, procs._controller.addr):
+        for target in (addr, Controller.current().addr):
             s = ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
             s.connect(target.partition("#")[0])  # the zmq endpoint, without the channel nonce

@@ -116,7 +116,7 @@ while procs.incarnations()[1] == 0:
     time.sleep(0.01)
 procs.wait_alive(120)
 pids = s.pid.call().get(timeout=60)
-print(json.dumps({{"workers": list(pids), "fork_server": host.launcher._servers["scrib"].pid}}), flush=True)
+print(json.dumps({{"workers": list(pids), "fork_server": host.launcher.fork_server_pid("scrib")}}), flush=True)
 time.sleep(600)
 """
 

@@ -122,7 +122,7 @@ def apart() -> dict:
         out["phases"][name] = round(now - t[0], 2)
         t[0] = now
     procs = rm.this_host(netns=HOSTS).spawn_procs(per_host={"procs": 3}, name="net")
-    recs = procs._records()
+    recs = [Controller.current().procs[p] for p in procs.proc_ids]
     out["proc_addrs"] = [r.addr for r in recs]
     peers = procs.spawn("peer", Peer)
     out["where"] = peers.where.call().get().values()
@@ -203,7 +203,7 @@ def partition() -> dict:
     procs = rm.this_host(netns=HOSTS).spawn_procs(per_host={"procs": 2}, name="part",
                                                   restart=rm.Restart(max_restarts=-1))
     workers = procs.spawn("worker", Worker)
-    recs = procs._records()
+    recs = [Controller.current().procs[p] for p in procs.proc_ids]  # the live records: they follow restarts
     old = {"pid": recs[1].pid, "incarnation": recs[1].incarnation}
     out["old"] = old
     done: dict[int, dict] = {}

@@ -18,6 +18,7 @@ from replay_actors import Tally
 
 import rlmesh as rm
 from rlmesh.actor import hooks
+from rlmesh.actor.controller import Controller
 from rlmesh.telemetry import api
 
 
@@ -56,9 +57,9 @@ def main(tapdir: str) -> None:
         captured = tap.read_all(tapdir)
         before = {"a": a.value.call_one().get(timeout=60), "b": b.value.call_one().get(timeout=60), "rows": rows()}
 
-        ctl = procs._controller
+        ctl = Controller.current()
         routers = [ctl.addr, ctl.client.inbox_addr, api._svc.query_addr]
-        routers += [ctl.procs[p].addr for p in procs._proc_ids]
+        routers += [ctl.procs[p].addr for p in procs.proc_ids]
         routers += tallies.inbox.call().get(timeout=60).values()  # each worker's own reply inbox
         listening = [(zmq.DEALER, r) for r in dict.fromkeys(routers)] + [(zmq.PUSH, api._svc.ingest_addr)]
 

@@ -197,6 +197,7 @@ def test_off_loopback_binds_are_curve_and_clear_dials_are_refused(monkeypatch):
 
 RUNTIME = r"""
 import json, rlmesh as rm
+from rlmesh.actor.controller import Controller
 from rlmesh.telemetry import api
 
 class Echo(rm.Actor):
@@ -213,9 +214,9 @@ with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
     m = procs.spawn("echo", Echo)
     got = m.echo.call("x" * 100).get(timeout=120).values()
     m.flush.call().get(timeout=120)
-    ctl = procs._controller
+    ctl = Controller.current()
     addrs = [ctl.addr, ctl.client.inbox_addr, api._svc.ingest_addr, api._svc.query_addr]
-    addrs += [ctl.procs[p].addr for p in procs._proc_ids]
+    addrs += [ctl.procs[p].addr for p in procs.proc_ids]
     import time
     deadline = time.monotonic() + 60
 

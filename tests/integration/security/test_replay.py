@@ -83,14 +83,15 @@ def test_an_actor_runs_a_call_id_once_even_through_fresh_sessions():
 
     import rlmesh as rm
     from rlmesh.actor import protocol as P
+    from rlmesh.actor.controller import Controller
     from rlmesh.transport import connect_channel, dumps
     from replay_actors import Tally
 
     with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
         tally = procs.spawn("tally", Tally)
         assert tally.add.call_one(1).get(timeout=60) == 1
-        ctl = procs._controller
-        addr = ctl.procs[procs._proc_ids[0]].addr
+        ctl = Controller.current()
+        addr = ctl.procs[procs.proc_ids[0]].addr
         actor_id = tally._point(0).actor_id
         call_id = next(ctl.client._ids)  # an id the caller reserved (it will never use it itself)
         meta = (P.CAST, call_id, actor_id, "add", "controller", ctl.client.inbox_addr)

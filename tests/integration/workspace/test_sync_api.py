@@ -48,7 +48,7 @@ def test_a_host_killed_during_the_sync_is_cut_out_of_the_chain(tmp_path):
     (src / "blob.bin").write_bytes(os.urandom(64 << 20))
     stores = tmp_path / "stores"
     with rm.this_host().spawn_procs(per_host={"procs": 3}) as procs:
-        victim = procs._records()[1].pid
+        victim = procs.pids[1]
         outcome = {}
 
         def run():

@@ -43,7 +43,7 @@ def test_spawn_procs_beyond_the_host_is_refused_before_anything_starts(monkeypat
     # Direct spawn_procs on this host used to fork until the host ran out; the refusal comes before
     # the controller (its sockets) or any proc or template exists.
     monkeypatch.delenv("RLMESH_MAX_PROCS", raising=False)
-    assert Controller.current() is None or Controller.current()._closed
+    assert Controller.current() is None or Controller.current().closed
     before = psutil.Process().children(recursive=True)
     huge = capacity(mem_available(), fds_free()).procs + 1
     with pytest.raises(ConfigError) as err:
@@ -53,7 +53,7 @@ def test_spawn_procs_beyond_the_host_is_refused_before_anything_starts(monkeypat
     assert f"spawn fewer procs, or set RLMESH_MAX_PROCS={huge} to start them anyway" in line, line
     assert "\n" not in line
     assert psutil.Process().children(recursive=True) == before
-    assert Controller.current() is None or Controller.current()._closed
+    assert Controller.current() is None or Controller.current().closed
 
 
 def test_spawn_procs_counts_the_setting_over_the_whole_shape(monkeypatch):
