@@ -107,6 +107,12 @@ class RemoteSink:
         self.dropped_rows = 0
         self._socket()  # connect now, so the link is up by the first flush
 
+    @property
+    def backlog_rows(self) -> int:
+        """Rows waiting for the service to take them. Beyond ``MAX_BACKLOG_ROWS`` the oldest batches are
+        dropped (and counted in ``dropped_rows``), all but the newest."""
+        return self._backlog_rows
+
     def _socket(self) -> zmq.Socket:
         if self._sock is None:
             s = telemetry_context().socket(zmq.PUSH)

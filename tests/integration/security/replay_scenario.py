@@ -58,10 +58,10 @@ def main(tapdir: str) -> None:
         before = {"a": a.value.call_one().get(timeout=60), "b": b.value.call_one().get(timeout=60), "rows": rows()}
 
         ctl = Controller.current()
-        routers = [ctl.addr, ctl.client.inbox_addr, api._svc.query_addr]
+        routers = [ctl.addr, ctl.client.inbox_addr, api.service().query_addr]
         routers += [ctl.procs[p].addr for p in procs.proc_ids]
         routers += tallies.inbox.call().get(timeout=60).values()  # each worker's own reply inbox
-        listening = [(zmq.DEALER, r) for r in dict.fromkeys(routers)] + [(zmq.PUSH, api._svc.ingest_addr)]
+        listening = [(zmq.DEALER, r) for r in dict.fromkeys(routers)] + [(zmq.PUSH, api.service().ingest_addr)]
 
         def refusals() -> int:
             here = -1

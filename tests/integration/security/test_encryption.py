@@ -215,7 +215,7 @@ with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
     got = m.echo.call("x" * 100).get(timeout=120).values()
     m.flush.call().get(timeout=120)
     ctl = Controller.current()
-    addrs = [ctl.addr, ctl.client.inbox_addr, api._svc.ingest_addr, api._svc.query_addr]
+    addrs = [ctl.addr, ctl.client.inbox_addr, api.service().ingest_addr, api.service().query_addr]
     addrs += [ctl.procs[p].addr for p in procs.proc_ids]
     import time
     deadline = time.monotonic() + 60

@@ -22,7 +22,7 @@ def test_unreachable_service_warns_once_and_never_blocks(caplog, monkeypatch):
     warnings = [r for r in caplog.records if "unreachable" in r.getMessage()]
     assert len(warnings) == 1
     assert elapsed < 2.0
-    assert sink._backlog_rows == 40
+    assert sink.backlog_rows == 40
     sink.close(timeout=0.1)
 
 
@@ -31,7 +31,7 @@ def test_backlog_is_bounded(monkeypatch):
     sink = client.RemoteSink("tcp://127.0.0.1:9#m" + "00" * 16, Authenticator(b"k" * 32), "test")
     for _ in range(10):
         sink([("mine", pa.table({"a": [1, 2, 3]}))])
-    assert sink._backlog_rows <= 12 and sink.dropped_rows >= 18
+    assert sink.backlog_rows <= 12 and sink.dropped_rows >= 18
     sink.close(timeout=0.1)
 
 
