@@ -363,7 +363,8 @@ class GRPOTrainer(Trainer):
         ``AutoModelForCausalLM.from_pretrained`` loads, tokenizer and chat template included.
 
         On a trainer mesh every rank must be called (``call_trainer``): the full weights are gathered
-        (FSDP2 holds a shard per rank) and rank 0 writes the folder."""
+        (FSDP2 holds a shard per rank) and rank 0 writes the folder; with LoRA it loads them into a
+        whole copy of the model and merges the adapters as one rank does."""
         base = self.model.module if self.group is not None and hasattr(self.model, "module") else self.model  # DDP
         inner = getattr(base, "model", None)
         if inner is None or not hasattr(inner, "save_pretrained"):
@@ -373,14 +374,18 @@ class GRPOTrainer(Trainer):
             full = self.group.full_state_dict(self.model)  # every rank takes part; rank 0 gets the whole model
             if full is None:
                 return str(path)
-            if self.lora is not None:
-                raise ValueError("export on a trainer mesh does not merge LoRA adapters; use trainer.ranks=1")
-            out = pathlib.Path(path)
-            out.mkdir(parents=True, exist_ok=True)
-            inner.save_pretrained(out, state_dict={k.removeprefix("model."): v for k, v in full.items()})
             tokenizer = getattr(self.task, "tokenizer", None)
-            if tokenizer is not None and hasattr(tokenizer, "hf"):
-                tokenizer.hf.save_pretrained(out)
+            if self.lora is not None:  # a whole copy, built as one rank builds it, takes the gathered weights
+                with torch.random.fork_rng():  # its fresh adapters draw from torch's RNG: leave the run's alone
+                    whole = self.build_model()
+                whole.load_state_dict(full)
+                out = save_folder(whole, path, tokenizer)  # the adapters merged, as on one rank
+            else:
+                out = pathlib.Path(path)
+                out.mkdir(parents=True, exist_ok=True)
+                inner.save_pretrained(out, state_dict={k.removeprefix("model."): v for k, v in full.items()})
+                if tokenizer is not None and hasattr(tokenizer, "hf"):
+                    tokenizer.hf.save_pretrained(out)
             logger.info("exported the policy at version %d to %s (gathered from %d ranks)", self.version, out,
                         self.group.world)
             return str(out)
@@ -420,14 +425,23 @@ class GRPOTrainer(Trainer):
 
     def checkpoint_extra(self) -> dict[str, Any]:
         """The frozen KL reference (the post-warm-start model): a resumed trainer skips :meth:`setup`.
-        With LoRA the reference is the base weights, which the model's own state holds."""
+        With LoRA the reference is the base weights, which the model's own state holds. On a trainer
+        mesh every rank calls this and the reference's shards are gathered to rank 0, which writes them."""
         if self.ref_model is None or self.lora is not None:
             return {}
+        if self.group is not None:
+            full = self.group.full_state_dict(self.ref_model)
+            return {} if full is None else {"ref_model": full}
         return {"ref_model": self.ref_model.state_dict()}
 
     def restore_extra(self, extra: dict[str, Any]) -> None:
         if self.lora is not None and self.config.kl_coef > 0:
             self.ref_model = self._reference()
+        elif self.group is not None:  # the sharded reference on_group built is loaded in place (or dropped)
+            if "ref_model" in extra and self.ref_model is not None:
+                self.group.load_full_state_dict(self.ref_model, extra["ref_model"])
+            else:
+                self.ref_model = None
         elif "ref_model" in extra:
             self.ref_model = frozen_copy(self.model)
             self.ref_model.load_state_dict(extra["ref_model"])
@@ -460,8 +474,13 @@ class GRPOTrainer(Trainer):
         return grpo_units(batch, self.compute_advantages, self.config.aggregation)
 
     def on_group(self, group: Any) -> None:
-        """Each rank's loss is scaled by its ``rank_weight``, so the gradient FSDP averages is the whole batch's."""
+        """Each rank's loss is scaled by its ``rank_weight``, so the gradient FSDP averages is the whole batch's.
+        A KL reference copy (``kl_coef > 0`` without LoRA) is sharded like the policy: under FSDP2 each
+        rank holds 1/N of it. Resuming, it is built here and its checkpointed weights loaded into it."""
         self.compute_loss = RankWeightedLoss(self.compute_loss, lambda: self.rank_weight)  # type: ignore[method-assign]
+        if self.config.kl_coef > 0 and self.lora is None:
+            ref = self.ref_model if self.ref_model is not None else frozen_copy(self.model)
+            self.ref_model = group.shard_frozen(ref, self.config.parallel)
 
     # -- the step ----------------------------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
@@ -181,6 +181,25 @@ class TrainGroup:
         if parallel == "none":
             return model
         raise ValueError(f"parallel={parallel!r}: use one of {PARALLEL}")
+
+    def shard_frozen(self, model: nn.Module, parallel: str) -> nn.Module:
+        """A frozen module (a KL reference: no gradients, no optimizer) spread like the policy: under
+        ``fsdp`` each rank keeps 1/N of its parameters, gathered block by block while it runs forward
+        (a collective: every rank runs the same forwards, as for the policy); under ``ddp`` or ``none``
+        a whole copy per rank (there are no gradients to reduce). Its weights are rank 0's."""
+        self.broadcast_module(model)
+        if parallel == "fsdp":
+            for block in transformer_blocks(model):
+                fully_shard(block)
+            fully_shard(model)
+        return model
+
+    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        """A whole state dict (every rank holds the same one) into ``model``, sharded or not. Every rank calls it."""
+        if isinstance(model, FSDPModule):
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+        else:
+            unwrap(model).load_state_dict(state)
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
         """The whole model's state dict on rank 0 (CPU tensors); ``None`` elsewhere. Every rank calls it

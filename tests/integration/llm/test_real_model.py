@@ -3,7 +3,8 @@
 - the generator's sampler and the trainer's forward pass agree on every sampled token's log-prob;
 - ``recipe=grpo_gsm8k`` takes a GRPO step through the whole mesh (real procs, the shipped data
   file, the math verifier), the new weights reach the generators in place, and the trained model
-  comes out as a folder ``AutoModelForCausalLM.from_pretrained`` loads;
+  comes out as a folder ``AutoModelForCausalLM.from_pretrained`` loads; with LoRA on a trainer mesh
+  of two ranks (``trainer.ranks=2``) too;
 - a task and a model that cannot agree are refused before any proc starts.
 """
 
@@ -101,19 +102,26 @@ def test_a_task_and_a_model_that_cannot_agree_are_refused_before_any_proc_starts
 
 
 @pytest.mark.timeout(900)
-def test_lora_trains_adapters_only_and_ships_only_them(model_dir, tmp_path):
-    """``model.lora.r=8``: a weight version is the adapters (under 1 % of the model's bytes), the KL
-    reference is the base model itself, and the export is an ordinary folder with the adapters merged."""
-    r = _run([*RUN, "recipe=grpo_gsm8k", f"model.path={model_dir}", "steps=2", "prompts_per_step=2",
+def test_lora_on_a_two_rank_trainer_mesh_trains_adapters_only_ships_only_them_and_exports(model_dir, tmp_path):
+    """``model.lora.r=8`` at ``trainer.ranks=2``: the recipe trains through an FSDP2 mesh of two gloo
+    ranks, a weight version is the adapters (under 1 % of the model's bytes, in a part per rank), the KL
+    reference is the base model itself, and the export gathers the ranks' shards into an ordinary folder
+    with the adapters merged."""
+    # two ranks train only whole pairs of informative groups a step: four prompts a step, not two
+    r = _run([*RUN, "recipe=grpo_gsm8k", f"model.path={model_dir}", "steps=2", "prompts_per_step=4",
               "generator.samples_per_prompt=4", "generator.max_new_tokens=24", "eval.episodes=2", "eval.every=1",
               "reward.format_reward=0.1", "model.lora.r=8", "trainer.lr=1e-3", "trainer.kl_coef=0.01",
-              "telemetry.health_interval_s=0"], tmp_path, timeout=850)
+              "trainer.ranks=2", "telemetry.health_interval_s=0"], tmp_path, timeout=850)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     run_dir = next((tmp_path / "runs").glob("2*/telemetry.duckdb")).parent
     with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as con:
         synced = con.execute("SELECT max(bytes), max(version) FROM weight_syncs WHERE ok").fetchone()
-        kl = con.execute("SELECT max(TRY_CAST(json_extract_string(metrics, '$.\"losses/kl\"') AS DOUBLE)) "
-                         "FROM train_steps").fetchone()[0]
+        kl, groups = con.execute("SELECT max(TRY_CAST(json_extract_string(metrics, '$.\"losses/kl\"') AS DOUBLE)), "
+                                 "sum(TRY_CAST(json_extract_string(metrics, '$.\"train/groups\"') AS DOUBLE)) "
+                                 "FROM train_steps").fetchone()
+        ranks = con.execute("SELECT DISTINCT rank, ranks FROM train_ranks ORDER BY 1").fetchall()
+    assert ranks == [(0, 2), (1, 2)]  # both ranks took every step
+    assert groups and groups >= 2, "no pair of informative groups in two steps: nothing was trained"
     model_bytes = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
     assert synced[1] == 2 and 0 < synced[0] < 0.01 * model_bytes, (synced, model_bytes)
     assert kl is not None and kl >= 0

@@ -19,16 +19,19 @@ import pytest
 import torch
 
 import rlmesh as rm
-from rlmesh.rl.algorithms.grpo import GRPOTrainer
+from rlmesh.rl.algorithms.grpo import GRPOTrainer, grpo_advantages, grpo_loss
 from rlmesh.rl.backends.base import Completion
+from rlmesh.rl.batching import completions_to_generation
 from rlmesh.rl.buffer import BufferedRollout, SampleResult
 from rlmesh.rl.checkpoint import read
 from rlmesh.rl.backends.torch_backend import build_policy_model
 from rlmesh.rl.config import GRPOConfig, LoRAConfig
 from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.models.hf import adapter_state_dict
+from rlmesh.rl.models.sampling import sequence_logprobs
 from rlmesh.rl.models.transformer import Transformer
 from rlmesh.rl.placement import call_trainer, trainer_procs
+from rlmesh.rl.train.clock import local_bytes
 from rlmesh.rl.train.layout import newest, verify
 from rlmesh.weights import Subscriber
 from _support.waiting import wait_for
@@ -81,6 +84,28 @@ class Puller(rm.Actor):
         return int(v), {k: t.clone() for k, t in self.model.state_dict().items()}
 
 
+class Reffed(GRPOTrainer):
+    """A GRPO trainer that says how many bytes of its KL reference's parameters this rank holds."""
+
+    @rm.endpoint
+    def reference_bytes(self) -> int:
+        assert self.ref_model is not None
+        return local_bytes(self.ref_model.parameters())
+
+    @rm.endpoint
+    def kl_on(self, items: list[dict]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The reference's log-probs of the completions of ``items`` (all of them, on every rank), and
+        GRPO's loss metrics against it with the current policy as the behaviour policy."""
+        gen = completions_to_generation([c for item in items for c in item["completions"]], self.pad_id)
+        with torch.no_grad():
+            ref = sequence_logprobs(self.ref_model, gen.input_ids, gen.attention_mask, gen.prompt_len)
+            new = sequence_logprobs(self.model, gen.input_ids, gen.attention_mask, gen.prompt_len)
+        rewards = torch.tensor([r for item in items for r in item["rewards"]])
+        out = grpo_loss(new, new, grpo_advantages(rewards, items[0]["group_size"]), gen.completion_mask.float(),
+                        ref_logprobs=ref, kl_coef=self.config.kl_coef)
+        return ref * gen.completion_mask, {k: float(v) for k, v in out.metrics().items()}
+
+
 def config(tmp: Path, ranks: int, **kw) -> GRPOConfig:
     return GRPOConfig(lr=1e-2, max_groups=8, ranks=ranks, checkpoint_dir=str(tmp), checkpoint_every=1,
                       **{"group_timeout_s": 120, **kw})
@@ -100,7 +125,7 @@ def weights_of(path: Path) -> dict[str, torch.Tensor]:
 
 def train_steps(procs, first: int, ranks: int, tmp: Path, batches, steps: int, name: str, **kw):
     buffer = procs.slice(procs=0).spawn(f"buffer_{name}", FixedBuffer, batches)
-    trainer = trainer_procs(procs, first, ranks).spawn(f"trainer_{name}", GRPOTrainer, config(tmp, ranks, **kw),
+    trainer = trainer_procs(procs, first, ranks).spawn(f"trainer_{name}", Reffed, config(tmp, ranks, **kw),
                                                        buffer, MODEL, weights=name, seed=0)
     results = [call_trainer(trainer, "train", 4, 10.0).get(timeout=120) for _ in range(steps)]
     return trainer, results
@@ -111,9 +136,23 @@ def train_steps(procs, first: int, ranks: int, tmp: Path, batches, steps: int, n
 def test_two_ranks_take_the_one_rank_step_and_checkpoints_cross_rank_counts(tmp_path, parallel):
     batches = [scored_items(1), scored_items(2)]
     with rm.this_host().spawn_procs(per_host={"procs": 5}) as procs:
-        _, one = train_steps(procs, 0, 1, tmp_path / "one", batches, 2, f"one_{parallel}")
+        single, one = train_steps(procs, 0, 1, tmp_path / "one", batches, 2, f"one_{parallel}", kl_coef=0.5)
         mesh, two = train_steps(procs, 1, 2, tmp_path / "two", batches, 2, f"two_{parallel}", parallel=parallel,
-                                publish="sharded" if parallel == "fsdp" else "gathered")
+                                publish="sharded" if parallel == "fsdp" else "gathered", kl_coef=0.5)
+        # the KL reference is spread like the policy: FSDP2 leaves each rank about half of it, DDP all of it
+        whole = single.reference_bytes.call_one().get(timeout=60)
+        per_rank = mesh.reference_bytes.call().get(timeout=60).values()
+        assert sum(per_rank) == (whole if parallel == "fsdp" else 2 * whole)
+        for held in per_rank:
+            assert held == pytest.approx(whole / 2, rel=0.1) if parallel == "fsdp" else held == whole
+        # the same reference log-probs, KL and loss on the same batch (every rank runs the sharded forward)
+        ref_one, kl_one = single.kl_on.call_one(batches[0]).get(timeout=60)
+        ref_two, kl_two = mesh.kl_on.call(batches[0]).get(timeout=60).values()[0]
+        torch.testing.assert_close(ref_two, ref_one, atol=1e-5, rtol=1e-5)
+        assert kl_one["losses/kl"] > 1e-5  # two steps away from the reference
+        for k in ("losses/kl", "losses/loss"):
+            assert kl_two[k] == pytest.approx(kl_one[k], rel=1e-3), k
+        assert one[0].metric("losses/kl") == 0.0 and one[1].metric("losses/kl") > 0.0  # it trained against it
         # the same step, counted once: rank 0 answers for the mesh with the whole batch's numbers
         assert [r.trained for r in two] == [True, True] and [r.step for r in two] == [1, 2]
         assert [r.samples for r in two] == [r.samples for r in one] == [48, 48]
@@ -140,13 +179,17 @@ def test_two_ranks_take_the_one_rank_step_and_checkpoints_cross_rank_counts(tmp_
         call_trainer(mesh, "save").get(timeout=60)  # the controller's final save: every rank writes its shard
 
         # the two-rank sharded checkpoint resumes one rank, and the one-rank file resumes two ranks
-        back_one = trainer_procs(procs, 0, 1).spawn(f"back1_{parallel}", GRPOTrainer, config(tmp_path / "two", 1),
-                                                    None, MODEL, weights=f"back1_{parallel}")
-        back_two = trainer_procs(procs, 3, 2).spawn(f"back2_{parallel}", GRPOTrainer,
-                                                    config(tmp_path / "one", 2, parallel=parallel), None, MODEL,
-                                                    weights=f"back2_{parallel}")
+        back_one = trainer_procs(procs, 0, 1).spawn(f"back1_{parallel}", Reffed,
+                                                    config(tmp_path / "two", 1, kl_coef=0.5), None, MODEL,
+                                                    weights=f"back1_{parallel}")
+        back_two = trainer_procs(procs, 3, 2).spawn(f"back2_{parallel}", Reffed,
+                                                    config(tmp_path / "one", 2, parallel=parallel, kl_coef=0.5),
+                                                    None, MODEL, weights=f"back2_{parallel}")
         assert call_trainer(back_one, "state").get(timeout=60).step == 2
         assert call_trainer(back_two, "state").get(timeout=60).step == 2
+        # the reference comes back too: gathered into the mesh's checkpoint, sharded again from one rank's
+        torch.testing.assert_close(back_one.kl_on.call_one(batches[0]).get(timeout=60)[0], ref_one)
+        torch.testing.assert_close(back_two.kl_on.call(batches[0]).get(timeout=60).values()[0][0], ref_one)
         p1 = Path(call_trainer(back_one, "save", str(tmp_path / "again1.pt")).get(timeout=60))
         p2 = Path(call_trainer(back_two, "save", str(tmp_path / "again2.dcp")).get(timeout=60))
         for k, v in weights_of(p1).items():
@@ -290,7 +333,7 @@ class LoraPuller(rm.Actor):
 
 
 @pytest.mark.timeout(180)
-def test_a_lora_mesh_trains_and_publishes_its_adapters_in_shards(tmp_path):
+def test_a_lora_mesh_trains_publishes_its_adapters_in_shards_and_exports_them_merged(tmp_path):
     import transformers
 
     cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -309,6 +352,17 @@ def test_a_lora_mesh_trains_and_publishes_its_adapters_in_shards(tmp_path):
         assert call_trainer(mesh, "train", 4, 10.0).get(timeout=120).policy_version == 1
         v, got, _ = puller.pull.call_one(1).get(timeout=60)
         assert v == 1 and any(not torch.equal(got[k], start[k]) for k in start)  # the adapters trained
+        out = call_trainer(mesh, "export", str(tmp_path / "out")).get(timeout=120)  # every rank gathers
+    # the export is an ordinary folder: the trained adapters merged into the base weights, as on one rank
+    merged = build_policy_model(None, src, "float32", LORA)[0]
+    merged.load_state_dict({**merged.state_dict(), **got})
+    want = merged.model.merge_and_unload().state_dict()
+    exported = transformers.AutoModelForCausalLM.from_pretrained(out).state_dict()
+    assert set(exported) == set(want) and not any("lora_" in k for k in exported)
+    base = transformers.AutoModelForCausalLM.from_pretrained(src).state_dict()
+    assert any(not torch.equal(exported[k], base[k]) for k in base)
+    for k in want:
+        torch.testing.assert_close(exported[k], want[k])
 
 
 def hold_while(marks: Path) -> None:
