@@ -3,7 +3,7 @@
 mid-run, in the same invocation; each variant against the clean run measured here.
 
 Claim (targets, docs/faults.md): a killed generator or reward proc serves again in < 1 s
-(median ``recovery_s``); a killed trainer serves again in < 3 s plus its checkpoint load;
+(median ``serving_s``); a killed trainer serves again in < 3 s plus its checkpoint load;
 no work item is lost (``lost`` = 0 in every variant: every issued id ends exactly once); PPO's
 final greedy return stays >= 475 in every variant; with generator kills every ~15 s the
 wall time stays within 1.3x of the clean run.
@@ -30,7 +30,8 @@ by ts (PPO: greedy mean return over 20 fresh episodes; GRPO: held-out mean rewar
 reward" (GRPO) the mean of ``rollout/reward_mean`` over the last 10% of the train steps (at
 least 5); the work
 columns :data:`rlmesh.rl.report.WORK_ACCOUNT_SQL`; "kills" the ``fault_injected`` rows;
-recovery the ``recovery_s`` of ``actors`` ``restarted`` rows, split by the role the proc hosts
+recovery the ``serving_s`` of ``actors`` ``restarted`` rows (the fault to the replacement serving;
+the ``recovery_s`` of ``recovered`` rows runs on to its first progress), split by the role the proc hosts
 (its ``actors`` column); "ckpt load s" the ``checkpoints`` ``load`` rows; and for the trainer, the
 seconds from its ``restarted`` row (the replacement serving) to the next ``train_steps`` row, the time
 a trainer that is back but not training yet costs the run.
@@ -101,11 +102,11 @@ def read_run(db: str, result: dict) -> dict:
         work = {f"work_{k}": int(v or 0) for k, v in _rows(con, WORK_ACCOUNT_SQL)[0].items()}
         last = _rows(con, "SELECT metric, value, step FROM evals ORDER BY policy_version DESC, ts DESC LIMIT 1")
         kills = _rows(con, "SELECT count(*) AS n FROM actors WHERE event = 'fault_injected'")[0]["n"]
-        restarts = _rows(con, "SELECT r.proc, r.mesh, r.rank, r.recovery_s, "
+        restarts = _rows(con, "SELECT r.proc, r.mesh, r.rank, r.serving_s AS recovery_s, "
                               "(SELECT max(a.actors) FROM actors a WHERE a.proc = r.proc AND a.actors IS NOT NULL) "
                               "AS hosted FROM actors r WHERE r.event = 'restarted' ORDER BY r.ts")
         # seconds from each restart (its replacement serving) to the next train step: a restarted trainer
-        # that serves but does not train stalls the run while recovery_s says it is back
+        # that serves but does not train stalls the run while serving_s says it is back (recovery_s does not)
         to_step = [r["gap"] for r in _rows(con, "SELECT (SELECT epoch(min(s.ts)) FROM train_steps s WHERE s.ts > r.ts) "
                                                "- epoch(r.ts) AS gap FROM actors r WHERE r.event = 'restarted' "
                                                "ORDER BY r.ts")]

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import zmq
 
@@ -352,6 +352,19 @@ class Controller(RecoveryMixin):
             return True
 
         return self.submit(do).result()
+
+    def progressed(self, proc_ids: Iterable[str], what: str) -> None:
+        """The program saw ``proc_ids`` make progress (``what``, in words: ``train step``, ``rollout
+        landed``). A proc serving again after a fault that had made none since gets a ``recovered``
+        event: ``recovery_s`` from the fault (or the death) to now, ``serving_s`` as its ``restarted``
+        event had it. Serving is not enough for a run: a trainer that serves but cannot train stalls it.
+
+        Cheap for procs not recovering (a dict lookup each, nothing queued): recipes call it after
+        every train step and every rollout. Never blocks; the event's time is this call's."""
+        at = time.time()
+        ids = [p for p in proc_ids if (r := self.procs.get(p)) is not None and r.recovering is not None]
+        if ids:
+            self.submit(lambda: self._progressed(ids, what, at))
 
     def restart_proc(self, proc_id: str, reason: str, starting: bool = False) -> bool:
         """Kill an alive proc on purpose so its mesh's restart policy replaces it (actors re-created,

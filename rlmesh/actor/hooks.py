@@ -48,9 +48,12 @@ class ProcEvent:
     ``restarted`` (its actors were re-created), ``stopped`` (clean shutdown),
     ``gave_up`` (``max_restarts`` exhausted), ``fault_injected`` (built-in fault injection),
     ``restart_requested`` (killed on purpose to run new code: ``sync_workspace(reload="auto")``),
-    ``fenced`` (an incarnation already replaced dialled in again, its host's link back: told to exit).
-    ``recovery_s`` (``restarted`` only): seconds from the injected fault, or else from the
-    death, until the replacement's actors were re-created and serving.
+    ``fenced`` (an incarnation already replaced dialled in again, its host's link back: told to exit),
+    ``recovered`` (a replacement made progress: the program said so, :meth:`Controller.progressed`).
+    ``serving_s`` (``restarted`` and ``recovered``): seconds from the injected fault, or else from
+    the death, until the replacement's actors were re-created and serving.
+    ``recovery_s`` (``recovered`` only): seconds from the same moment until the replacement made
+    progress (a recipe's trainer finished a train step, a generator's rollout landed).
     """
 
     kind: str
@@ -65,6 +68,7 @@ class ProcEvent:
     reason: str = ""
     actors: tuple[str, ...] = ()
     recovery_s: float | None = None
+    serving_s: float | None = None
     ts: float = field(default_factory=time.time)
 
 

@@ -96,6 +96,7 @@ class ProcRecord:
     start_timeout: float = settings.START_TIMEOUT_S.default
     spawns_pending: int = 0  # actor __init__ calls in flight: heartbeats may pause (imports hold the GIL)
     down_at: float | None = None  # wall time of the injected fault or, failing that, the death; cleared when serving
+    recovering: tuple[float, float] | None = None  # serving again, no progress yet: (down_at, serving_s)
     restart_times: deque = field(default_factory=deque)  # monotonic times of its restarts (the intensity window)
     hb: HeartbeatMonitor = field(default_factory=HeartbeatMonitor)
     joined: bool = False  # some incarnation has joined (a proc that never did and exits by itself is not retried)

@@ -28,6 +28,7 @@ class RecoveryMixin:
     # the controller's, used here
     client: Client
     by_ident: dict[bytes, ProcRecord]
+    procs: dict[str, ProcRecord]
     _spawn_waits: dict[int, tuple[ProcRecord, concurrent.futures.Future]]
     _ups: list
     _announce_ups: Callable[[], None]
@@ -40,6 +41,7 @@ class RecoveryMixin:
 
     def _on_exit(self, rec: ProcRecord, exit_code: int | None, sig: int | None, reason: str) -> None:
         stopping = rec.state == ProcState.STOPPING
+        rec.recovering = None  # a replacement that died before it made progress never recovered
         rec.state = ProcState.STOPPED if stopping else ProcState.DEAD
         if not stopping and rec.down_at is None:
             rec.down_at = time.time()
@@ -97,6 +99,17 @@ class RecoveryMixin:
         self._launch(rec)
 
 
+    def _progressed(self, proc_ids: list[str], what: str, at: float) -> None:
+        """``proc_ids`` made progress at wall time ``at`` (:meth:`Controller.progressed`): a ``recovered``
+        event for each that is serving again after a fault and had made none since."""
+        for proc_id in proc_ids:
+            rec = self.procs.get(proc_id)
+            if rec is None or rec.recovering is None or rec.state != ProcState.ALIVE:
+                continue
+            since, serving = rec.recovering
+            rec.recovering = None
+            self._emit("recovered", rec, serving_s=serving, recovery_s=at - since, reason=what, ts=at)
+
     def _rejoin(self, rec: ProcRecord) -> None:
         """A replacement proc joined: re-create its actors (``__init__`` then ``on_restart``)."""
         rec.state = ProcState.REJOINING
@@ -126,8 +139,9 @@ class RecoveryMixin:
     def _restarted(self, rec: ProcRecord) -> None:
         self._mark_alive(rec)
         took = None if rec.down_at is None else time.time() - rec.down_at
+        rec.recovering = None if rec.down_at is None or took is None else (rec.down_at, took)
         rec.down_at = None
-        self._emit("restarted", rec, recovery_s=took)
+        self._emit("restarted", rec, serving_s=took)
         if not rec.ready.done():  # killed before it first joined: the launch waits for this one
             rec.ready.set_result(rec)
         for fut in rec.awaiting:  # first-time spawns its predecessor died in: the rejoin created them

@@ -157,7 +157,7 @@ def compare(rd: RunDirectory, run_ids: list[str], chart_id: str) -> dict[str, An
 
 
 PROCS_SQL = """
-SELECT mesh, rank, proc, arg_max(event, ts) AS state, arg_max(pid, ts) AS pid,
+SELECT mesh, rank, proc, arg_max(event, ts) FILTER (WHERE event <> 'recovered') AS state, arg_max(pid, ts) AS pid,
        max(incarnation) AS incarnation, count(*) FILTER (WHERE event = 'died') AS deaths,
        count(*) FILTER (WHERE event = 'restarted') AS restarts, max(ts) AS last_event_at,
        arg_max(actors, ts) FILTER (WHERE actors IS NOT NULL) AS actors
@@ -166,9 +166,9 @@ FROM actors WHERE proc IS NOT NULL GROUP BY mesh, rank, proc ORDER BY mesh, rank
 
 EVENTS_SQL = """
 SELECT ts, round(epoch(ts) - (SELECT min(epoch(start_ts)) FROM runs), 2) AS t_s, mesh, rank, proc, event,
-       incarnation, pid, signal, exit_code, reason, round(recovery_s, 3) AS recovery_s
-FROM actors WHERE event IN ('died', 'restarted', 'fault_injected', 'gave_up') ORDER BY ts"""
-"""The timeline of deaths, restarts and injected faults, with recovery times."""
+       incarnation, pid, signal, exit_code, reason, round(serving_s, 3) AS serving_s, round(recovery_s, 3) AS recovery_s
+FROM actors WHERE event IN ('died', 'restarted', 'recovered', 'fault_injected', 'gave_up') ORDER BY ts"""
+"""The timeline of deaths, restarts (serving again), recoveries (progress again) and injected faults."""
 
 
 def meshes(rd: RunDirectory, run: str) -> dict[str, Any]:

@@ -276,6 +276,7 @@ async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: 
             if isinstance(exc, rm.ActorDied):
                 await recovery.wait_back(roles.evaluator, exc, "evaluator")
             return
+        recovery.progressed([roles.evaluator], "evaluation")
         if r.policy_version in {e.policy_version for _, e in result.evals}:
             return  # the evaluator had moved on to a version already evaluated: the same answer, not a new one
         result.evals.append((samples, r))
@@ -319,6 +320,22 @@ async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: 
     result.evals.sort(key=lambda e: e[1].policy_version)
 
 
+def proc_failures_line(c: dict[str, Any]) -> str:
+    """``3 died, 3 restarted, median recovery 1.50 s (serving 0.11 s)``: recovery is the fault to the
+    replacement's first progress (a train step, a rollout landed), serving the fault to its actors
+    re-created; a replacement that made no progress before the run ended counts as restarted only."""
+    line = f"{c['proc_deaths']} died, {c['restarts']} restarted"
+    if c.get("recoveries"):
+        line += f", median recovery {c['median_recovery_s']:.2f} s"
+        if c.get("median_serving_s") is not None:
+            line += f" (serving {c['median_serving_s']:.2f} s)"
+        if c["recoveries"] < c["restarts"]:
+            line += f"; {c['restarts'] - c['recoveries']} made no progress before the end"
+    elif c["restarts"] and c.get("median_serving_s") is not None:
+        line += f", none made progress before the end (median serving {c['median_serving_s']:.2f} s)"
+    return line
+
+
 def summary_rows(result: RunResult, unit: Unit, target: float | None) -> list[tuple[str, str]]:
     """The summary every recipe shows, from telemetry (``result.counts``): the final evaluation is the
     ``evals`` row of the newest version, "solved" the first version whose row reached the target."""
@@ -336,7 +353,6 @@ def summary_rows(result: RunResult, unit: Unit, target: float | None) -> list[tu
     rows += [("wall time", f"{result.wall_s:.1f} s"), ("weight syncs", str(c["weight_syncs"])),
              ("work items", f"{c['work_issued']} issued, {c['work_reissued']} re-issued, "
                             f"{c['work_dropped']} dropped, {c['work_lost']} lost"),
-             ("proc failures", f"{c['proc_deaths']} died, {c['restarts']} restarted"
-                               + (f", median recovery {c['median_recovery_s']:.2f} s" if c["restarts"] else "")),
+             ("proc failures", proc_failures_line(c)),
              ("peak RSS per proc", proc_memory_line(c.get("proc_memory", [])))]
     return rows

@@ -163,7 +163,9 @@ def telemetry_counts(query: Any, target: float | None = None) -> dict[str, Any]:
     out.update(work_account(query))
     out.update(one("SELECT count(*) FILTER (WHERE event = 'died') AS proc_deaths, "
                    "count(*) FILTER (WHERE event = 'restarted') AS restarts, "
-                   "median(recovery_s) FILTER (WHERE event = 'restarted') AS median_recovery_s FROM actors"))
+                   "count(*) FILTER (WHERE event = 'recovered') AS recoveries, "
+                   "median(serving_s) FILTER (WHERE event = 'restarted') AS median_serving_s, "
+                   "median(recovery_s) FILTER (WHERE event = 'recovered') AS median_recovery_s FROM actors"))
     out["proc_memory"] = query(PROC_MEMORY_SQL).to_pylist()
     return out
 

@@ -111,6 +111,12 @@ class Recovery:
         return self.meshes.get(name, callee)
 
     @staticmethod
+    def progressed(meshes: list[Any], what: str) -> None:
+        """The procs behind ``meshes`` made progress (``what``): each one serving again after a fault
+        gets its ``recovered`` row now (:meth:`Controller.progressed`); the rest cost a lookup each."""
+        Controller.get().progressed([p for m in meshes for p in m.proc_ids], what)
+
+    @staticmethod
     def _records(mesh: Any) -> list[Any]:
         procs = Controller.get().procs
         ids = dict.fromkeys(mesh._point(r).proc_id for r in range(len(mesh)))
@@ -203,6 +209,7 @@ class Recovery:
         work.rejected(m.dropped, m.drop_reasons)  # stale inside the buffer: their credit is free
         if m.trained:
             work.consumed(m.rollout_ids, m.policy_version)
+            self.progressed([trainer, buffer], "train step")  # the buffer sampled it, the trainer trained it
         if self.unsettled:  # the replacement's first sample forgot the leases its checkpoint covers
             await self.settle(buffer, work, m.policy_version)
             self.unsettled = False
@@ -268,6 +275,9 @@ async def serve_work(work: AsyncWorkScheduler, stop: asyncio.Event, replica: Any
             await recovery.recover(exc, replica, role)  # this replica, or a peer it called (the buffer)
             continue
         work.finished(result)
+        # the rollout landed: its generator, the buffer that took it and whatever scored it made progress
+        recovery.progressed([replica, *(m for name, m in recovery.meshes.items() if name != "trainer")],
+                            "rollout landed")
         if on_result is not None:
             on_result(result)
 

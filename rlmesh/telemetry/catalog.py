@@ -65,14 +65,18 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("host", "VARCHAR", "controller host"),
     ), "the telemetry service"),
     _T("actors", "proc lifecycle events from the runtime's supervisor; mesh/rank/proc/host name the proc", (
-        _c("event", "VARCHAR", "spawned | died | restarted | stopped | gave_up | fault_injected | restart_requested"),
+        _c("event", "VARCHAR", "spawned | died | restarted | recovered (a replacement made progress: a train step, a "
+           "rollout landed) | stopped | gave_up | fault_injected | restart_requested | fenced"),
         _c("pid", "BIGINT", "OS pid of the process (NULL when unknown)"),
         _c("incarnation", "BIGINT", "0 for the first process of a proc, +1 per restart"),
         _c("exit_code", "BIGINT", "exit status of a dead proc (NULL if killed by a signal)"),
         _c("signal", "BIGINT", "signal that killed it (9 = SIGKILL), else NULL"),
         _c("reason", "VARCHAR", "why, in words (e.g. 'heartbeat timeout')"),
         _c("actors", "VARCHAR", "comma-separated ids of the actors hosted by the proc"),
-        _c("recovery_s", "DOUBLE", "restarted rows: seconds from the fault (or the death) to the replacement serving"),
+        _c("recovery_s", "DOUBLE", "recovered rows: seconds from the fault (or the death) to the replacement making "
+           "progress (a trainer's next train step done, a generator's next rollout landed; `reason` says which)"),
+        _c("serving_s", "DOUBLE", "restarted and recovered rows: seconds from the fault (or the death) to the "
+           "replacement serving (its actors re-created)"),
     ), "the runtime's event sink (controller)"),
     _T("spans", "one row per endpoint call, as seen by the proc that served it", (
         _c("actor_id", "VARCHAR", "id of the serving actor"),

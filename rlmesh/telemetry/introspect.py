@@ -27,7 +27,7 @@ from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.errors import TelemetryError
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-ALIVE_EVENTS = ("spawned", "restarted")
+ALIVE_EVENTS = ("spawned", "restarted", "recovered")
 STACK_SIGNAL = signal.SIGUSR2
 
 

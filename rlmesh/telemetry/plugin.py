@@ -72,6 +72,7 @@ def record_proc_event(ev: hooks.ProcEvent) -> None:
         "event": ev.kind, "pid": ev.pid, "incarnation": ev.incarnation,
         "exit_code": ev.exit_code, "signal": ev.signal, "reason": ev.reason or None,
         "actors": ",".join(ev.actors) or None, "recovery_s": ev.recovery_s,
+        "serving_s": ev.serving_s,
     }, ts=ev.ts)
 
 

@@ -116,9 +116,16 @@ def test_restarts_are_forked_warm_and_nothing_outlives_stop(probe, events):
         old = procs.pids[1]
         os.kill(old, signal.SIGKILL)
         ev = wait_event(events, "restarted", 1, 1)
-        print(f"\nforked restart: recovery_s={ev.recovery_s:.3f}")
-        assert ev.recovery_s is not None and ev.recovery_s < 10
+        print(f"\nforked restart: serving_s={ev.serving_s:.3f}")
+        assert ev.serving_s is not None and ev.serving_s < 10 and ev.recovery_s is None  # no progress reported here
         info = p.info.call().get(timeout=30).values()[1]
+        # serving is not recovered: the program says when the replacement made progress (a recipe: its
+        # next train step or rollout), and recovery_s runs from the kill to then; said once, not twice
+        Controller.current().progressed(procs.proc_ids, "probe answered")
+        rec = wait_event(events, "recovered", 1, 1)
+        assert rec.reason == "probe answered" and rec.serving_s == ev.serving_s and rec.recovery_s > ev.serving_s
+        Controller.current().progressed(procs.proc_ids, "probe answered")
+        assert sum(e.kind == "recovered" for e in events) == 1
         seen.add(info["pid"])
         assert info["pid"] != old and info["pid"] == procs.pids[1]
         assert info["ppid"] == server_pid  # forked, not started by the controller
@@ -134,7 +141,7 @@ def test_restarts_are_forked_warm_and_nothing_outlives_stop(probe, events):
         died = wait_event(events, "died", 1, 1)
         assert died.signal == signal.SIGKILL and time.monotonic() - t0 < 1.0
         ev2 = wait_event(events, "restarted", 2, 1)
-        print(f"second forked restart: recovery_s={ev2.recovery_s:.3f}")
+        print(f"second forked restart: serving_s={ev2.serving_s:.3f}")
         info2 = p.info.call().get(timeout=30).values()[1]
         seen.add(info2["pid"])
         assert info2["incarnation"] == 2 and info2["ppid"] == server_pid and info2["mark"] == "per-mesh"

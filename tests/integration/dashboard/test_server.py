@@ -42,7 +42,10 @@ for i in range(200):
                   env_steps=32 * (i + 1))
 api.recorder().record_trusted("actors", {"event": "died", "proc": "rl.2", "mesh": "rl", "rank": 2, "signal": 9})
 api.recorder().record_trusted("actors", {"event": "restarted", "proc": "rl.2", "mesh": "rl", "rank": 2,
-                                         "incarnation": 1, "recovery_s": 0.8})
+                                         "incarnation": 1, "serving_s": 0.8})
+api.recorder().record_trusted("actors", {"event": "recovered", "proc": "rl.2", "mesh": "rl", "rank": 2,
+                                         "incarnation": 1, "serving_s": 0.8, "recovery_s": 1.3,
+                                         "reason": "rollout landed"})
 tm.flush()  # while the interpreter is alive (see the report: a first conversion at exit can fail)
 print(tm.current_run())
 """
@@ -106,8 +109,8 @@ def test_token_required_read_only_and_nothing_written(finished_run):
         ev = next(c for c in charts if c["id"] == "eval_env_steps")
         assert ev["series"][0]["x"] == [1600, 3200, 4800, 6400]
         meshes = json.loads(get(f"{base}/api/run/{run_id}/meshes", auth)[1])
-        assert [r["event"] for r in meshes["events"]["rows"]] == ["died", "restarted"]
-        assert meshes["events"]["rows"][1]["recovery_s"] == 0.8
+        assert [r["event"] for r in meshes["events"]["rows"]] == ["died", "restarted", "recovered"]
+        assert meshes["events"]["rows"][1]["serving_s"] == 0.8 and meshes["events"]["rows"][2]["recovery_s"] == 1.3
         assert json.loads(get(f"{base}/api/run/{run_id}/charts?page=health", auth)[1])
         assert json.loads(get(f"{base}/api/run/{run_id}/schema", auth)[1])
         shown = json.loads(get(f"{base}/api/run/{run_id}/samples", auth)[1])

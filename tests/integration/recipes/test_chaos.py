@@ -100,15 +100,29 @@ def test_generators_killed_every_second_lose_nothing(tmp_path):
     db = only_run(tmp_path)
     acc = assert_invariants(db)
     kills = q(db, "SELECT count(*) FROM actors WHERE event = 'fault_injected' AND reason = 'kill'")[0][0]
-    restarts = q(db, "SELECT count(*), max(recovery_s), min(recovery_s) FROM actors WHERE event = 'restarted'")[0]
+    restarts = q(db, "SELECT count(*), max(serving_s), min(serving_s) FROM actors WHERE event = 'restarted'")[0]
     # (the last kill may land as the run ends, before its replacement joins)
     assert kills >= 2 and kills - 1 <= restarts[0] <= kills and 0 < restarts[2] <= restarts[1] < 30, (kills, restarts)
+    # recovery_s runs from the kill to the replacement's first progress, here its first rollout: never
+    # less than the time to that rollout's row (serving alone used to count as recovered)
+    recovered = q(db, PROGRESS_AFTER_RESTART.format(progress="rollouts o WHERE o.proc = r.proc AND"))
+    assert restarts[0] - 1 <= len(recovered) <= restarts[0], (restarts, recovered)
+    assert all(reason == "rollout landed" and first is not None and rec >= first - fault - 1e-3 and rec > serving
+               for rec, serving, reason, fault, first in recovered), recovered
     assert acc["reissued"] >= 1                                 # a kill mid-rollout re-issued its item
     reasons = q(db, "SELECT reason FROM work_items WHERE event = 'reissued'")
     assert all("ActorDied" in r and "signal 9" in r for (r,) in reasons), reasons
     steps = [s for (s,) in q(db, "SELECT step FROM train_steps ORDER BY ts")]
     assert steps == list(range(1, len(steps) + 1))               # the trainer never stopped or repeated
     check_doc_queries(db)
+
+
+PROGRESS_AFTER_RESTART = """
+SELECT r.recovery_s, r.serving_s, r.reason, epoch(r.ts) - r.recovery_s AS fault,
+       (SELECT epoch(min(o.ts)) FROM {progress} o.ts > x.ts) AS first_progress
+FROM actors r JOIN actors x ON x.proc = r.proc AND x.incarnation = r.incarnation AND x.event = 'restarted'
+WHERE r.event = 'recovered' ORDER BY r.ts"""
+"""Each ``recovered`` row with the time of the first progress row after its ``restarted`` row."""
 
 
 def check_doc_queries(db: Path) -> None:
@@ -148,8 +162,14 @@ def test_trainer_killed_resumes_from_its_checkpoint(tmp_path):
     # restart is past every earlier one
     assert step >= before[0] and after[0] == step + 1
     assert version > before[1]
-    (rec,), = q(db, "SELECT recovery_s FROM actors WHERE event = 'restarted'")
-    assert 0 < rec < 30
+    (serving,), = q(db, "SELECT serving_s FROM actors WHERE event = 'restarted'")
+    assert 0 < serving < 30
+    # recovered at its first train step after the restart: the checkpoint load and the step count too
+    (rec, serving_too, reason, fault, first_step), = q(db, PROGRESS_AFTER_RESTART.format(progress="train_steps o WHERE"))
+    assert reason == "train step" and serving_too == serving and first_step is not None, (reason, first_step)
+    assert first_step - fault - 1e-3 <= rec < 60 and rec > serving, (rec, serving, first_step - fault)
+    print(f"\ntrainer killed: serving again {serving:.2f} s, first train step {first_step - fault:.2f} s, "
+          f"recovery_s {rec:.2f} s after the kill")
     assert json.loads((db / "result.json").read_text())["env_steps"] >= 40000     # the whole budget, trained
 
 
@@ -286,7 +306,7 @@ def test_trainer_mesh_rank_killed_restarts_every_rank_from_the_sharded_checkpoin
     asked = q(db, "SELECT proc, reason FROM actors WHERE event = 'restart_requested' ORDER BY ts")
     assert [p for p, _ in asked] == ["rl.2", "rl.1"], asked
     assert all("trainer mesh: rank" in r and "every rank restarts" in r for _, r in asked), asked
-    back = q(db, "SELECT proc, incarnation, recovery_s FROM actors WHERE event = 'restarted' ORDER BY ts")
+    back = q(db, "SELECT proc, incarnation, serving_s FROM actors WHERE event = 'restarted' ORDER BY ts")
     assert sorted((p, i) for p, i, _ in back) == [("rl.1", 1), ("rl.1", 2), ("rl.2", 1), ("rl.2", 2)], back
     assert all(0 < s < 60 for _, _, s in back), back
     # each incident after the first checkpoint loads the newest one once (rank 0 records it: on a busy
