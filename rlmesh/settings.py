@@ -441,6 +441,11 @@ WEIGHTS_DIRECTORY: Setting[str] = Setting(
     "WEIGHTS_DIRECTORY", "", "A folder of JSON files as the directory of publishers, for every "
     "Publisher/Subscriber (a shared filesystem instead of the controller's key-value store).", "weights",
     form="a directory", default_doc="the controller's key-value store")
+WEIGHTS_TCP_WINDOW_MIB: Setting[int] = Setting(
+    "WEIGHTS_TCP_WINDOW_MIB", 64, "The most MiB a TCP weight reader asks for and has not received yet: what "
+    "the connection may hold in the reader's memory besides its staging buffer of one version (chunks "
+    "are cut smaller when the window holds fewer than four of 8 MiB).", "weights",
+    form="a whole number >= 1", parse=_number(int, 1))
 WORKSPACE_TRANSPORT: Setting[str] = Setting(
     "WORKSPACE_TRANSPORT", "auto", "How a host's workspace chunks reach it from its upstream: `auto` (RDMA "
     "READs where both ends have a device, else TCP), `tcp`, `rdma`, or `cma` (one machine only, for tests).",

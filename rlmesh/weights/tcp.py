@@ -2,11 +2,19 @@
 
 Why chunked and pipelined: a read asks for a group of chunks and the server streams
 one reply per chunk, each a frame pointing into its slot (no copy on the sending
-side); with ``WINDOW`` groups outstanding the TCP pipe never drains. The reader
+side); with two groups outstanding the TCP pipe never drains. The reader
 receives each chunk into its place in one reusable staging buffer, checksums it while
 the next ones arrive, and the Subscriber copies into the target only once every
-tensor is verified. The same control channel carries RDMA and CUDA IPC setup
-(:class:`Control`).
+tensor is verified.
+
+Why a window: every chunk asked for and not yet received may sit in the reader's memory, in
+libzmq's receive queue, whenever the reader's thread falls behind the wire (a busy generator, a
+slow checksum). Two groups of 32 chunks of 8 MiB let that reach 512 MiB besides the staging
+buffer; the requests now ask for at most ``RLMESH_WEIGHTS_TCP_WINDOW_MIB`` (64 MiB) together
+(:func:`window_plan`), which pulls 256 MiB over loopback as fast. Chunks never land in the
+target itself: a torn or corrupt version must not reach it, so the staging buffer stays.
+
+The same control channel carries RDMA and CUDA IPC setup (:class:`Control`).
 """
 
 from __future__ import annotations
@@ -20,18 +28,20 @@ from typing import Any
 import numpy as np
 import zmq
 
+from rlmesh import settings
 from rlmesh.transport import Authenticator, AuthError, connect_channel, zmq_context
 from rlmesh.transport.sockets import tune
 from rlmesh.weights import checksum
 from rlmesh.weights.base import Fetched
 from rlmesh.weights.errors import WeightSyncError
-from rlmesh.weights.layout import Manifest, plan_chunks
+from rlmesh.weights.layout import ALIGN, Manifest, plan_chunks
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 8 << 20
-GROUP = 32  # chunks per read request: the server streams them back without a round trip between
-WINDOW = 2  # read requests in flight
+MiB = 1 << 20
+CHUNK_BYTES = 8 << 20  # the largest chunk: one zmq frame, one recv_into
+MIN_CHUNK_BYTES = 64 << 10
+REQUESTS = 2  # read requests in flight: one streams while the next is asked for
 # A small request unanswered this long means the publisher is gone or restarted: the
 # Subscriber then re-reads its directory record and retries until its own timeout.
 CONTROL_TIMEOUT = 3.0
@@ -120,6 +130,16 @@ class Control:
         self._sock.close(0)
 
 
+def window_plan(window_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> tuple[int, int]:
+    """``(chunk bytes, chunks per request)`` so that the :data:`REQUESTS` requests in flight ask for
+    at most ``window_bytes`` together: chunks of ``chunk_bytes`` unless the window holds fewer than
+    two per request (then smaller, down to :data:`MIN_CHUNK_BYTES`, a multiple of the layout's
+    alignment), and as many per request as the window's share holds (one at least)."""
+    chunk = min(chunk_bytes, window_bytes // (2 * REQUESTS)) // ALIGN * ALIGN
+    chunk = max(MIN_CHUNK_BYTES, chunk)
+    return chunk, max(1, window_bytes // (REQUESTS * chunk))
+
+
 class TcpReader(Control):
     """Pulls a version in chunks straight into one reusable staging buffer (``recv_into``).
 
@@ -135,9 +155,10 @@ class TcpReader(Control):
 
     name = "tcp"
 
-    def __init__(self, record: dict[str, Any], chunk_bytes: int = CHUNK_BYTES, window: int = WINDOW):
+    def __init__(self, record: dict[str, Any], window_bytes: int | None = None):
         super().__init__(record)
-        self.chunk_bytes, self.window = chunk_bytes, window
+        self.window_bytes = settings.WEIGHTS_TCP_WINDOW_MIB.get() * MiB if window_bytes is None else window_bytes
+        self.chunk_bytes, self.group = window_plan(self.window_bytes)
         self._staging: Any = None
         self._handed: list[Any] = []  # staging buffers a module took over (reused once nothing else holds them)
 
@@ -211,14 +232,15 @@ class TcpReader(Control):
             raw = staging.numpy()
             sums = [0] * len(pieces)
             pending: dict[tuple[int, int], int] = {}  # (request id, position in it) -> chunk index
-            groups = iter([list(range(i, min(i + GROUP, len(chunks)))) for i in range(0, len(chunks), GROUP)])
+            g = self.group
+            groups = iter([list(range(i, min(i + g, len(chunks)))) for i in range(0, len(chunks), g)])
 
             def request(group: list[int] | None) -> None:
                 if group:
                     rid = self.send({"op": "read", "lease": lease, "ranges": [chunks[i] for i in group]}, reply=False)
                     pending.update({(rid, k): idx for k, idx in enumerate(group)})
 
-            for _ in range(self.window):
+            for _ in range(REQUESTS):
                 request(next(groups, None))
             deadline = time.monotonic() + timeout
             while pending:

@@ -5,10 +5,17 @@ A line ``<transport> <dict|module> <version>`` pulls that version with one Subsc
 pull (``RssAnon`` and ``RssShmem`` of ``/proc/self/status``, bytes), as JSON; the reader of the
 previous (transport, kind) is closed first. ``base <kind>`` allocates that target and prints the
 same before its first pull; an empty line ends it.
+
+``busy <kind> <version>`` pulls over TCP (with the TCP reader already made) while another thread of
+the process keeps the interpreter busy, as a generator's own work does: the reader's thread then
+takes chunks off the socket late, and whatever was asked for piles up in libzmq's queue. It prints
+the peak resident memory of the pull above the memory before it (``peak_extra``, bytes: the peak
+is reset through ``/proc/self/clear_refs`` first).
 """
 
 import json
 import sys
+import threading
 
 import torch
 
@@ -41,6 +48,39 @@ def memory() -> dict:
     return out
 
 
+def busy_pull(sub, target, version: int) -> dict:
+    """Pull ``version`` while a pure-Python loop holds the interpreter for 50 ms at a time."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current resident size
+    before = status("VmRSS")
+    done = threading.Event()
+
+    def hog() -> None:
+        while not done.is_set():
+            sum(range(10_000))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.05)
+    t = threading.Thread(target=hog)
+    t.start()
+    try:
+        assert int(sub.pull_into(target, min_version=version, timeout=60)) == version
+    finally:
+        done.set()
+        t.join()
+        sys.setswitchinterval(interval)
+    return {"peak_extra": status("VmHWM") - before}
+
+
+def status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, value = line.partition(":")
+            if k == key:
+                return int(value.split()[0]) * 1024
+    raise KeyError(key)
+
+
 def main(total: int) -> None:
     targets: dict = {}
     subs: dict = {}
@@ -50,6 +90,9 @@ def main(total: int) -> None:
             break
         if words[0] == "base":
             targets[words[1]] = target(total, words[1])
+        elif words[0] == "busy":
+            print(json.dumps(busy_pull(subs[("tcp", words[1])], targets[words[1]], int(words[2]))), flush=True)
+            continue
         else:
             transport, kind, version = words[0], words[1], int(words[2])
             if (transport, kind) not in subs:  # a new reader: the previous one goes, with what it held

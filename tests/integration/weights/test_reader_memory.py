@@ -80,3 +80,52 @@ def test_reader_memory_does_not_grow_with_versions(tmp_path, monkeypatch):
         versions = 2 if transport == "tcp" else 0
         assert private[-1] - before["RssAnon"] < versions * VERSION + SLACK, what
         assert max(shared) <= 3 * (VERSION + MiB), what
+
+
+BUSY_VERSION = 64 * MiB
+WINDOW_MIB = 4
+
+
+def test_tcp_reader_holds_at_most_its_window_besides_staging(tmp_path, monkeypatch):
+    """A reader whose thread is busy (a generator's own work) takes chunks off the socket late; what it
+    has asked for and not taken waits in libzmq's queue, in its memory. It used to ask for every chunk
+    of up to 512 MiB at once (64 MiB here: all of it); now for ``RLMESH_WEIGHTS_TCP_WINDOW_MIB``."""
+    env = {"RLMESH_WEIGHTS_DIRECTORY": str(tmp_path / "dir"), "RLMESH_JOB_ID": f"win{os.getpid()}",
+           "RLMESH_SECRET": Authenticator.new_secret().hex(), "RLMESH_TELEMETRY": "0", "OMP_NUM_THREADS": "1",
+           "RLMESH_WEIGHTS_TCP_WINDOW_MIB": str(WINDOW_MIB)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    reader = subprocess.Popen([sys.executable, os.path.join(HERE, "memory_reader.py"), str(BUSY_VERSION)],
+                              env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(line: str) -> dict:
+        reader.stdin.write(line + "\n")
+        reader.stdin.flush()
+        got = reader.stdout.readline()
+        assert got, f"the reader process died at {line!r}"
+        return json.loads(got)
+
+    state = {f"l{i}.w": torch.full((BUSY_VERSION // 16 // 4,), 1.0) for i in range(16)}
+    peaks = []
+    try:
+        with Publisher("memory") as pub:
+            ask("base dict")
+            for version in (1, 2):
+                for t in state.values():
+                    t.fill_(version)
+                pub.publish(state, version=version)
+                if version == 1:
+                    ask(f"tcp dict {version}")  # makes the reader and its staging buffer (one version)
+                else:  # reuses that buffer: all it may add is what it asked for and has not taken
+                    peaks.append(ask(f"busy dict {version}")["peak_extra"])
+            reader.stdin.write("\n")
+            reader.stdin.flush()
+            assert reader.wait(timeout=30) == 0
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+    busy = [p // MiB for p in peaks]
+    print(f"\nbusy TCP reader, {BUSY_VERSION // MiB} MiB versions, window {WINDOW_MIB} MiB: peak extra MiB {busy}")
+    # the window and as much again for room (measured 0-3 MiB extra); asking for all of it added 24-31 MiB
+    assert max(peaks) < 2 * WINDOW_MIB * MiB, busy
