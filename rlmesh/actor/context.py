@@ -43,6 +43,9 @@ class Context:
 
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar("rlmesh_context", default=None)
+current_context_var = _current
+"""The variable behind :func:`current_context`, read-only by convention: a per-row hot path (telemetry's
+``record()``) calls its ``get`` without a Python frame in between."""
 _this_proc: ProcInfo | None = None
 
 

@@ -47,8 +47,10 @@ def record(table: str, /, **row: Any) -> None:
     """Append one row to ``table`` (created on first use); returns at once, without I/O.
 
     Values: int, float, str, bool, bytes, datetime, list, dict, or None. Automatic
-    columns (``run_id``, ``ts``, ``mesh``, ``rank``, ``proc``, ``host``) are added. A
-    value whose type differs from the column's raises :class:`SchemaError` here.
+    columns (``run_id``, ``ts``, ``mesh``, ``rank``, ``proc``, ``host``) are added. Types are
+    checked on the flush thread: a row whose value does not fit its column is kept in
+    ``_rejected`` instead, and the :class:`SchemaError` naming table, column, both types and who
+    recorded it is raised by the next ``record()`` into that table (or by :func:`flush`).
     """
     global _rec
     rec = _rec
@@ -91,7 +93,8 @@ def tables(run: str | os.PathLike[str] | None = None) -> "pa.Table":
 
 
 def flush(timeout: float = 10.0) -> None:
-    """Ship buffered rows now (in the controller: and wait until they are in the file)."""
+    """Ship buffered rows now (in the controller: and wait until they are in the file); raises the
+    :class:`SchemaError` of a refused row that no ``record()`` has raised yet."""
     from rlmesh.telemetry import api  # deferred: api loads pyarrow and zmq; importing rlmesh.telemetry stays cheap
 
     api.flush(timeout)

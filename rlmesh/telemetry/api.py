@@ -78,6 +78,9 @@ class _Off:
     def flush(self) -> int:
         return 0
 
+    def raise_refused(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -262,12 +265,14 @@ def service() -> Any:
 
 
 def flush(timeout: float = 10.0) -> None:
-    """Ship this process's buffered rows now; in the controller, also wait until they are in the file."""
+    """Ship this process's buffered rows now; in the controller, also wait until they are in the file.
+    Then raise the :class:`SchemaError` of a refused row that no ``record()`` has raised yet."""
     rec = recorder()
     rec.flush()
     svc = service()
     if svc is not None:
         svc.sync(timeout, ticket=getattr(rec, "last_ticket", 0))
+    rec.raise_refused()
 
 
 def current_run() -> str | None:

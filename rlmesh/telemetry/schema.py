@@ -17,14 +17,21 @@ from rlmesh.telemetry.errors import TelemetryError
 class SchemaError(TelemetryError, TypeError):
     """A row's value does not fit the column's type (never coerced, never dropped silently)."""
 
-    def __init__(self, table: str, column: str, expected: str, got: str, hint: str = ""):
-        self.table, self.column, self.expected, self.got = table, column, expected, got
+    def __init__(self, table: str, column: str, expected: str, got: str, hint: str = "", origin: str = ""):
+        self.table, self.column, self.expected, self.got, self.hint = table, column, expected, got, hint
+        self.origin = origin
+        """Who recorded the refused row (``gen[1]``, ``controller``); '' where the check ran in the caller."""
         msg = (
             f"telemetry table {table!r} column {column!r} has type {expected} "
             f"but a row carries {got}"
         )
         hint = hint or f"record {column}= with one type throughout, or use a new column name"
-        super().__init__(f"{msg}; {hint}")
+        where = f" (a row recorded by {origin}: kept in _rejected, the other rows stored)" if origin else ""
+        super().__init__(f"{msg}; {hint}{where}")
+
+    def recorded_by(self, origin: str) -> SchemaError:
+        """The same error, naming who recorded the refused row."""
+        return SchemaError(self.table, self.column, self.expected, self.got, self.hint, origin)
 
 
 from rlmesh.telemetry.catalog import AUTO, AUTO_NAMES, BUILTIN, DOCUMENTED, REJECTED_TABLE, VIEW_SQL, Column, Table  # noqa: E402 - re-exports, after this module's own names

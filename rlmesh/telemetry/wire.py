@@ -16,6 +16,7 @@ before anything is unpickled or parsed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from rlmesh.transport import Inbound, Outbound, dumps, loads
@@ -42,6 +43,23 @@ class RawRows:
     @property
     def num_rows(self) -> int:
         return len(self.rows)
+
+
+def columns_of(dicts: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Rows as recorded -> ``(keys, one list of values per key)``: the first row's keys in its order,
+    then any other row's, sorted; a key a row lacks reads None. ``run_id`` is never a row's own.
+
+    Plain Python (a small flush converts without pyarrow). When every row has the same keys, as
+    rows from one call site do, a column is ``map(itemgetter)`` at C speed, and no new object per
+    row is made (a tuple per row would wake the garbage collector over every queued row)."""
+    keys = [k for k in dicts[0] if k != "run_id"]
+    if len(set(map(len, dicts))) == 1:  # as many keys in every row: the same keys unless one is missing
+        try:
+            return keys, [list(map(itemgetter(k), dicts)) for k in keys]
+        except KeyError:
+            pass
+    keys += sorted(set().union(*dicts).difference(keys, ("run_id",)))
+    return keys, [[d.get(k) for d in dicts] for k in keys]
 
 
 def to_ipc(tbl: pa.Table) -> pa.Buffer:

@@ -15,10 +15,11 @@ class Recorder(rm.Actor):
 
     @rm.endpoint
     def mismatch(self) -> str:
-        """Same proc, wrong type: SchemaError right here, at the call."""
+        """Same proc, wrong type: the row is refused at the flush, and the SchemaError raised in the caller."""
         rm.telemetry.record("evals", score=0.5)
+        rm.telemetry.record("evals", score="high")
         try:
-            rm.telemetry.record("evals", score="high")
+            rm.telemetry.flush()
         except rm.telemetry.SchemaError as exc:
             return str(exc)
         return "no error"

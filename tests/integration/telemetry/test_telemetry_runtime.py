@@ -96,13 +96,17 @@ def test_schema_mismatch_in_an_actor_names_table_column_and_types(live, runs_dir
     _, run_dir = live
     err = sql(run_dir.name, "SELECT schema_error FROM scenario", runs_dir)["rows"][0]["schema_error"]
     assert "'evals'" in err and "'score'" in err and "DOUBLE" in err and "VARCHAR" in err
+    assert "recorded by recorder[1]" in err  # the actor (mesh and rank) whose row was refused
+    rej = sql(run_dir.name, "SELECT row FROM _rejected WHERE table_name = 'evals'", runs_dir)["rows"]
+    assert [json.loads(r["row"]) for r in rej] == [{"score": "high"}]
 
 
 def test_cross_proc_mismatch_is_kept_in_rejected_not_dropped(live, runs_dir):
     _, run_dir = live
     kept = sql(run_dir.name, "SELECT proc, value FROM conflict", runs_dir)["rows"]
     assert kept == [{"proc": "procs.0", "value": 0}]
-    rej = poll(lambda: sql(run_dir.name, "SELECT table_name, reason, row FROM _rejected", runs_dir)["rows"])
+    rej = poll(lambda: sql(run_dir.name, "SELECT table_name, reason, row FROM _rejected WHERE table_name = 'conflict'",
+                           runs_dir)["rows"])
     assert len(rej) == 3 and {r["table_name"] for r in rej} == {"conflict"}
     assert all("'value'" in r["reason"] and "BIGINT" in r["reason"] and "VARCHAR" in r["reason"] for r in rej)
     assert sorted(json.loads(r["row"])["value"] for r in rej) == ["rank1", "rank2", "rank3"]

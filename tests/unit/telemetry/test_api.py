@@ -70,11 +70,18 @@ def test_explain_analyze_cannot_write_live_or_after(runs_dir, tmp_path):
         tm.end_run()
 
 
-def test_schema_mismatch_raises_at_the_call(runs_dir):
+def test_schema_mismatch_is_raised_by_flush_and_the_row_kept_in_rejected(runs_dir):
     tm.record("mine", loss=0.5)
+    tm.record("mine", loss="nan")
+    tm.record("mine", loss=1.5)
     with pytest.raises(tm.SchemaError) as ei:
-        tm.record("mine", loss="nan")
+        tm.flush()
     assert "mine" in str(ei.value) and "loss" in str(ei.value) and "DOUBLE" in str(ei.value)
+    assert "recorded by controller" in str(ei.value)
+    tm.flush()  # raised once
+    assert tm.query("SELECT loss FROM mine ORDER BY loss").column("loss").to_pylist() == [0.5, 1.5]
+    rej = tm.query("SELECT table_name, row FROM _rejected").to_pylist()
+    assert rej == [{"table_name": "mine", "row": '{"loss": "nan"}'}]
 
 
 def test_tables_lists_builtin_and_user_columns_with_meaning(runs_dir):

@@ -1,3 +1,4 @@
+import json
 import time
 
 import pyarrow as pa
@@ -41,36 +42,83 @@ def test_rows_become_one_arrow_batch_with_automatic_columns(rec):
     assert tbl.column("reward").to_pylist() == [0.0, 0.5, 1.0, 1.5, 2.0]
 
 
-def test_int_into_declared_double_is_fine_but_str_raises_in_the_caller(rec):
+def refused(sink):
+    return [row for n, t in sink.batches if n == "_rejected" for row in t.to_pylist()]
+
+
+def test_int_into_declared_double_is_fine_but_a_str_is_refused_and_raised_by_the_next_record(rec):
     r, sink = rec
-    r.record("rollouts", {"reward": 1})
+    r.record("rollouts", {"reward": 1, "policy_version": 1})
+    r.record("rollouts", {"reward": "high", "policy_version": 2})  # queued: types are checked at the flush
+    r.record("rollouts", {"reward": 0.5, "policy_version": 3})
+    r.record("mine", {"a": 1})
+    r.flush()
+    assert sink.table("rollouts").column("policy_version").to_pylist() == [1, 3]  # the others are stored
+    assert sink.table("rollouts").column("reward").to_pylist() == [1.0, 0.5]
+    (rej,) = refused(sink)
+    assert rej["table_name"] == "rollouts" and json.loads(rej["row"]) == {"reward": "high", "policy_version": 2}
+    assert "'reward'" in rej["reason"] and "VARCHAR" in rej["reason"] and "controller" in rej["reason"]
+    r.record("mine", {"a": 2})  # another table: no error of its own
     with pytest.raises(SchemaError) as ei:
-        r.record("rollouts", {"reward": "high"})
+        r.record("rollouts", {"reward": 2.0})
     msg = str(ei.value)
     assert "'rollouts'" in msg and "'reward'" in msg and "DOUBLE" in msg and "VARCHAR" in msg
+    assert ei.value.origin == "controller" and "recorded by controller" in msg and "_rejected" in msg
+    r.record("rollouts", {"reward": 2.0})  # raised once; the raising call's row was not queued
+    r.raise_refused()
     r.flush()
-    assert sink.table("rollouts").column("reward").to_pylist() == [1.0]
+    assert sink.table("rollouts").column("reward").to_pylist() == [1.0, 0.5, 2.0]
+
+
+def test_a_refusal_no_record_raised_is_raised_by_raise_refused_once(rec):
+    r, sink = rec
+    r.record("mine", {"a": 1})
+    r.record("mine", {"a": "x"})
+    r.flush()
+    with pytest.raises(SchemaError, match="'mine' column 'a' has type BIGINT but a row carries VARCHAR"):
+        r.raise_refused()
+    r.raise_refused()
+    r.record("mine", {"a": 3})
 
 
 def test_user_table_types_come_from_the_first_value(rec):
     r, sink = rec
     r.record("mine", {"a": 1, "b": "x"})
     r.record("mine", {"a": 2, "c": 0.5})  # new column is fine
-    with pytest.raises(SchemaError, match="'mine' column 'a' has type BIGINT but a row carries DOUBLE"):
-        r.record("mine", {"a": 2.5})
-    with pytest.raises(SchemaError, match="'b' has type VARCHAR but a row carries BIGINT"):
-        r.record("mine", {"b": 3})
+    r.record("mine", {"a": 2.5})
+    r.record("mine", {"b": 3})
     r.flush()
     t = sink.table("mine")
     assert t.column("a").to_pylist() == [1, 2]
     assert t.column("b").to_pylist() == ["x", None]
     assert t.column("c").to_pylist() == [None, 0.5]
+    reasons = sorted(x["reason"] for x in refused(sink))
+    assert "'mine' column 'a' has type BIGINT but a row carries DOUBLE" in reasons[0]
+    assert "'b' has type VARCHAR but a row carries BIGINT" in reasons[1]
+    with pytest.raises(SchemaError, match="'mine' column '[ab]'"):
+        r.record("mine", {"a": 4})
+
+
+def test_a_new_column_in_a_later_flush_keeps_its_first_type(rec):
+    r, sink = rec
+    r.record("mine", {"a": 1})
+    r.flush()
+    r.record("mine", {"a": 2, "d": None})  # None alone decides nothing
+    r.record("mine", {"a": 3, "d": "s"})
+    r.record("mine", {"a": 4, "d": 5})
+    r.flush()
+    assert sink.table("mine").column("d").to_pylist() == [None, None, "s"]
+    (rej,) = refused(sink)
+    assert "'d' has type VARCHAR but a row carries BIGINT" in rej["reason"]
 
 
 def test_unsupported_value_is_refused_with_a_hint(rec):
-    r, _ = rec
+    r, sink = rec
+    r.record("mine", {"a": object(), "b": 1})
+    r.flush()
     with pytest.raises(SchemaError, match=r"\.item\(\)"):
-        r.record("mine", {"a": object()})
+        r.record("mine", {"b": 2})
+    assert "object" in refused(sink)[0]["reason"]
 
 
 def test_framework_rows_use_declared_types(rec):
@@ -141,10 +189,11 @@ def test_numpy_scalars_are_accepted_and_stored_as_plain_numbers(rec):
     r, sink = rec
     for v in (np.float32(0.5), np.float64(1.5), 2.5):
         r.record("rollouts", {"reward": v, "policy_version": np.int64(3)})
+    r.record("rollouts", {"policy_version": np.float32(1.0)})
+    r.flush()
     assert np.float32 in r._fast["rollouts"]["reward"]  # the slow check runs once per type
     with pytest.raises(SchemaError, match="BIGINT but a row carries DOUBLE"):
-        r.record("rollouts", {"policy_version": np.float32(1.0)})
-    r.flush()
+        r.raise_refused()
     t = sink.table("rollouts")
     assert t.column("reward").to_pylist() == [0.5, 1.5, 2.5] and t.column("policy_version").to_pylist() == [3] * 3
 
