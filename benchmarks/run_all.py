@@ -48,6 +48,7 @@ COMMANDS: dict[str, list[str]] = {
     "control_plane_scale": ["--sizes", "8,64,256,1000", "--beats", "board", "--deaths", "5", "--idle-s", "3",
                             "--rounds", "3"],
     "failure_detection": ["--rounds", "5"],
+    "real_deaths": ["--procs", "200", "--rounds", "10", "--load", "8", "--sim", "200"],
 }
 SMOKE_SET = ["telemetry", "tls_vs_curve"]
 """What ``--smoke`` alone runs (each script's own smoke runs in the tests already)."""
