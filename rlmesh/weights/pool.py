@@ -57,8 +57,8 @@ class SlotPool:
         return len(plan.to_bytes()) + 64 * len(plan.entries) + 1024
 
     def reserve(self, plan: Manifest, n: int) -> int:
-        """Create empty slots until ``n`` fit ``plan`` (reserving their pages takes seconds at 1 GiB:
-        done ahead, the first publishes only copy). Returns how many it created."""
+        """Create empty slots until ``n`` fit ``plan`` (sparse files, listed in the index so that readers
+        map them ahead; their pages come with the first write). Returns how many it created."""
         need_manifest = self.manifest_room(plan)
         made = 0
         while True:

@@ -18,7 +18,7 @@ import secrets
 import threading
 import time
 import weakref
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -48,8 +48,19 @@ def _ensure_secret() -> None:
     settings.SECRET.setdefault(Authenticator.new_secret().hex())
 
 
+@dataclass(frozen=True)
+class _FreshBytes:
+    """Where one tensor goes in a slot no version was written to yet (see :meth:`SlotFile.write_fresh`)."""
+
+    slot: SlotFile
+    offset: int
+
+
 def _write_value(dst: Any, value: Any) -> int:
-    """Copy one tensor/array into its slot bytes (``dst``: uint8 tensor) and return its checksum."""
+    """Copy one tensor/array into its slot bytes (``dst``: uint8 tensor, or :class:`_FreshBytes`) and
+    return its checksum."""
+    if isinstance(dst, _FreshBytes):
+        return _write_fresh(dst.slot, dst.offset, value)
     import torch  # deferred: torch is heavy; weights of numpy arrays never load it
 
     n = int(dst.numel())
@@ -70,6 +81,33 @@ def _write_value(dst: Any, value: Any) -> int:
         return checksum.combine(list(checksum.executor().map(piece, range(0, n, CHUNK))))
     dst.view(src.dtype).view(src.shape).copy_(src)  # strided or CUDA source: torch handles it
     return checksum.sum64(dst.numpy())
+
+
+def _write_fresh(slot: SlotFile, offset: int, value: Any) -> int:
+    """:func:`_write_value` into a slot no version was written to yet, with ``pwrite`` (see
+    :meth:`SlotFile.write_fresh`), straight from the source's bytes; returns the checksum."""
+    if isinstance(value, np.ndarray):
+        raw = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+    else:
+        import torch  # deferred: torch is heavy; weights of numpy arrays never load it
+
+        src = value.detach()
+        if src.device.type != "cpu":
+            src = src.cpu()
+        raw = src.contiguous().reshape(-1).view(torch.uint8).numpy()
+    n = int(raw.size)
+    if n == 0:
+        return 0
+    if n <= CHUNK:
+        slot.write_fresh(offset, raw)
+        return checksum.sum64(raw)
+
+    def piece(off: int) -> int:
+        part = raw[off : off + CHUNK]
+        slot.write_fresh(offset + off, part)
+        return checksum.sum64(part)
+
+    return checksum.combine(list(checksum.executor().map(piece, range(0, n, CHUNK))))
 
 
 class Publisher:
@@ -138,14 +176,16 @@ class Publisher:
 
     def reserve(self, state_dict: Mapping[str, Any], *, wait: bool = False, meta: dict[str, Any] | None = None) -> None:
         """Create the shared-memory slots versions of ``state_dict``'s layout will be written to, on a
-        background thread, so the first publishes only copy.
+        background thread, so that readers can map them ahead (``Subscriber.prepare``).
 
-        Why: reserving the pages of a 1 GiB slot takes seconds, and the first two versions each
-        need a new slot (``keep`` >= 2 keeps the newest readable while the next is written).
-        When: right after the model is built; the reservation then overlaps the rest of
-        start-up (optimiser, setup). :meth:`publish` waits for it if it is still running. A
-        failure (a full ``/dev/shm``) is logged here and raised, with its fix, by ``publish``.
-        ``meta``: what :meth:`publish` will put into each manifest (the slots leave room for it).
+        The first two versions each need a slot (``keep`` >= 2 keeps the newest readable while the
+        next is written). A slot is made sparse: its data pages come with the first version's
+        ``pwrite``, which fills fresh pages without the zero-fill that reserving them ahead (or a
+        page fault) costs, so this takes milliseconds, and the first publish costs about a later
+        one. When: right after the model is built. :meth:`publish` waits for it if it is still
+        running. A ``/dev/shm`` without room for the slots fails here (logged) and at ``publish``
+        (raised), with the fix; ``meta``: what :meth:`publish` will put into each manifest (the
+        slots leave room for it).
         """
         plan = replace(plan_layout(self.name, 0, state_dict), extra=dict(meta or {}))
         n = min(self.keep, 2)  # what the pool keeps in steady state: the newest, and one spare (keep >= 2)
@@ -186,8 +226,13 @@ class Publisher:
             self._reserving = None
         slot = self.pool.acquire(plan)
         try:
-            data = slot.data_view()
-            sums = [_write_value(data[e.offset : e.offset + e.nbytes], state_dict[e.key]) for e in plan.entries]
+            if slot.fresh:  # its pages come with this write: no zero-fill, no fault (see SlotFile.write_fresh)
+                dsts: list[Any] = [_FreshBytes(slot, e.offset) for e in plan.entries]
+            else:
+                data = slot.data_view()
+                dsts = [data[e.offset : e.offset + e.nbytes] for e in plan.entries]
+            sums = [_write_value(dst, state_dict[e.key]) for dst, e in zip(dsts, plan.entries)]
+            slot.written()
             copied = time.perf_counter()
             extra = self._cuda_write(slot, plan, state_dict)
             manifest = with_checksums(plan, sums, version, {**meta, **extra})

@@ -16,6 +16,7 @@ the JSON manifest of the version it holds, then the data at a page boundary.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
 import json
@@ -93,21 +94,26 @@ class SlotFile:
         self.size = self.data_off + _page_up(max(data_cap, 1))
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
+            free = _free_bytes(self.fd)
+            if free is not None and free < self.size:  # early and clear; the first write is the guarantee
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             os.ftruncate(self.fd, self.size)
-            try:
-                # Reserve the pages now: a full /dev/shm then fails here, cleanly, instead of
-                # SIGBUS-ing the trainer mid-copy; and the copy no longer takes page faults.
-                os.posix_fallocate(self.fd, 0, self.size)
-            except OSError as exc:
-                raise OSError(exc.errno, f"cannot reserve {self.size} bytes in {os.path.dirname(path)} for weight "
-                              f"slot {os.path.basename(path)}: {exc.strerror}; enlarge it (e.g. docker --shm-size, "
-                              f"or a bigger emptyDir medium: Memory in Kubernetes)") from None
-            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-            self.mm = mmap.mmap(self.fd, self.size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
+            # Only the header and manifest pages are allocated now (they are written through the
+            # mapping, where a full /dev/shm would SIGBUS). The data pages come with the first
+            # version's write(), which fills them without the zero-fill a page fault (or an
+            # fallocate then a fault) costs: a third of a fresh slot's cost at 1 GiB.
+            os.posix_fallocate(self.fd, 0, self.data_off)
+            self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as exc:
+            os.close(self.fd)
+            os.unlink(path)
+            raise _no_room(path, self.size, exc) from None
         except BaseException:
             os.close(self.fd)
             os.unlink(path)
             raise
+        self.fresh = True
+        """No version was written yet: the first goes through :meth:`write_fresh`, not the mapping."""
         self.state, self.version, self.gen = EMPTY, -1, 0
         self.manifest = b""  # JSON manifest of the version it holds (set when READY)
         self.leases: dict[int, float] = {}  # lease id -> expiry (TCP/RDMA/CUDA readers, in this process)
@@ -117,6 +123,32 @@ class SlotFile:
     @property
     def manifest_cap(self) -> int:
         return self.data_off - self.manifest_off
+
+    def write_fresh(self, offset: int, data: Any) -> None:
+        """Write ``data`` (a contiguous buffer) at ``offset`` of the data region of a fresh slot with
+        ``pwrite``: the kernel allocates each page as it fills it, with no zero-fill and no page
+        fault, and a full /dev/shm is an ``OSError`` naming the fix, never a SIGBUS. Thread-safe."""
+        view = memoryview(data).cast("B")
+        pos = self.data_off + offset
+        try:
+            while view:
+                n = os.pwrite(self.fd, view, pos)
+                view, pos = view[n:], pos + n
+        except OSError as exc:
+            raise _no_room(self.path, self.size, exc) from None
+
+    def written(self) -> None:
+        """The first version is in: map the slot again with its pages populated, so that later
+        versions copy through the mapping without a page fault each (~0.06 s per GiB, once)."""
+        if not self.fresh:
+            return
+        self.fresh = False
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        old, self.mm = self.mm, mmap.mmap(self.fd, self.size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            old.close()
+        except BufferError:
+            pass  # a view of the old mapping is still alive: it goes with it
 
     def data_view(self) -> Any:
         """The data region as a writable torch uint8 tensor (no copy)."""
@@ -158,6 +190,22 @@ class SlotFile:
             pass
 
 
+def _free_bytes(fd: int) -> int | None:
+    try:
+        st = os.fstatvfs(fd)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _no_room(path: str, size: int, exc: OSError) -> OSError:
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.ENOMEM):
+        return exc
+    return OSError(exc.errno, f"cannot reserve {size} bytes in {os.path.dirname(path)} for weight slot "
+                   f"{os.path.basename(path)}: {exc.strerror}; enlarge it (e.g. docker --shm-size, or a bigger "
+                   f"emptyDir medium: Memory in Kubernetes)")
+
+
 def write_ctl(path: str, doc: dict[str, Any]) -> None:
     """Replace the index atomically, so a reader sees the old or the new list, never half of one."""
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -175,14 +223,20 @@ def read_ctl(path: str) -> dict[str, Any] | None:
 
 
 class MappedSlot:
-    """Reader side of one slot: mapped read-only once (pages populated up front) and reused across pulls."""
+    """Reader side of one slot: mapped read-only once (pages populated up front, once a version was
+    written: populating a fresh slot's unwritten pages would allocate and zero them here) and
+    reused across pulls."""
 
     def __init__(self, path: str):
         self.path = path
         self.fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(self.fd).st_size
-            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            try:
+                fresh = SlotHeader.read(os.pread(self.fd, HEADER.size, 0)).gen == 0
+            except (ValueError, struct.error):
+                fresh = False
+            flags = mmap.MAP_SHARED | (0 if fresh else getattr(mmap, "MAP_POPULATE", 0))
             self.mm = mmap.mmap(self.fd, size, flags, mmap.PROT_READ)
         except BaseException:
             os.close(self.fd)

@@ -1,11 +1,14 @@
 """Publisher options and the errors that name the fix."""
 
+import errno
+import os
+
 import pytest
 import torch
 
 from rlmesh.actor.kv import LocalKV
 from rlmesh.weights import Publisher, Subscriber, TransportUnavailableError, WeightSyncError
-from rlmesh.weights import assemble
+from rlmesh.weights import assemble, slots
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -73,6 +76,58 @@ def test_reserve_makes_the_slots_the_first_publishes_write():
         pub.reserve(sd)  # in the background; publish waits for it instead of making its own slot
         pub.publish(sd, version=1)
         assert len(pub.pool.slots) == 1
+
+
+def _allocated(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_reserved_slots_get_their_pages_from_the_first_write_not_before():
+    """reserve() and a reader's prepare() allocate no data pages (zeroing them ahead cost 0.5-0.8 s per
+    GiB); the first version fills them with pwrite, reads back exactly, and later versions into the same
+    slot go through the (then populated) mapping and read back exactly too."""
+    d = LocalKV()
+    mib = 1 << 20
+    sd = {"w": torch.arange(4 * mib // 4, dtype=torch.float32), "b": torch.ones(3, dtype=torch.float64)}
+    with Publisher("opt-fresh", directory=d) as pub:
+        pub.reserve(sd, wait=True)
+        assert all(s.fresh and _allocated(s.path) < mib for s in pub.pool.slots)
+        sub = Subscriber("opt-fresh", "shm", directory=d)
+        assert sub.prepare() is True
+        assert all(_allocated(s.path) < mib for s in pub.pool.slots)  # mapped, not populated
+        for v in range(1, 5):  # versions 1 and 2 into fresh slots, 3 and 4 into written ones
+            stats = pub.publish({k: t + v for k, t in sd.items()}, version=v)
+            slot = next(s for s in pub.pool.slots if s.idx == stats.slot)
+            assert not slot.fresh and _allocated(slot.path) >= 4 * mib
+            got, ver = sub.pull(min_version=v)
+            assert int(ver) == v and all(torch.equal(got[k], sd[k] + v) for k in sd)
+        assert len(pub.pool.slots) == 2
+
+
+def test_a_full_shm_dir_is_an_error_naming_the_fix_at_reserve_and_at_publish(monkeypatch):
+    """No room for a slot: reserve() logs it, publish() raises an OSError that says how to make room;
+    a write the kernel refuses midway (ENOSPC from pwrite) says the same, and the publisher goes on."""
+    d = LocalKV()
+    sd = {"w": torch.ones(1 << 16)}
+    with Publisher("opt-full", directory=d) as pub:
+        monkeypatch.setattr(slots, "_free_bytes", lambda fd: 4096)
+        pub.reserve(sd, wait=True)
+        assert pub.pool.slots == []
+        with pytest.raises(OSError, match="cannot reserve .* enlarge it"):
+            pub.publish(sd, version=1)
+        monkeypatch.undo()
+
+        def full(fd, data, pos):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(slots.os, "pwrite", full)
+        with pytest.raises(OSError, match="cannot reserve .* enlarge it") as ei:
+            pub.publish(sd, version=1)
+        assert ei.value.errno == errno.ENOSPC
+        monkeypatch.undo()
+        pub.publish(sd, version=1)
+        got, ver = Subscriber("opt-full", "shm", directory=d).pull(min_version=1)
+        assert int(ver) == 1 and torch.equal(got["w"], sd["w"])
 
 
 def test_prepare_maps_the_reserved_slots_and_lets_go_of_dropped_ones():
