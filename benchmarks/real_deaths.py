@@ -93,8 +93,7 @@ class LoadHolder:
     def _run(self) -> None:
         n = 0
         while not self._stop.wait(0.1):
-            with open("/proc/loadavg") as f:
-                self.samples.append(int(f.read().split()[3].split("/")[0]) - 1)  # less this reader
+            self.samples.append(runnable())
             self.runnable.append(self.samples[-1])
             n += 1
             if n % 20 == 0:
@@ -197,6 +196,7 @@ def hit(kind: str, procs: ProcMesh, mesh: rm.ActorMesh, rank: int, deaths: Death
         except Exception as exc:  # noqa: BLE001  # reported as a failed round, not raised
             error = f"{type(exc).__name__}: {exc}"
     got = deaths.wait(proc_id, incarnation, 60)
+    peak = peak_runnable(1.0) if kind == "kill" else None  # every proc is told of the death, then of its replacement
     if kind == "stop" and pid is not None:
         try:
             os.kill(pid, signal.SIGKILL)  # the supervisor kills it; make sure, should it not have
@@ -206,7 +206,23 @@ def hit(kind: str, procs: ProcMesh, mesh: rm.ActorMesh, rank: int, deaths: Death
         return {"kind": kind, "rank": rank, "error": error or "no died event within 60 s", "load": load}
     m = ALLOWED.search(got[1].reason)
     return {"kind": kind, "rank": rank, "pid": pid, "event_s": got[0] - t0, "future_s": future_s, "error": error,
-            "load": load, "allowed_s": float(m.group(1)) if m else None, "reason": got[1].reason}
+            "load": load, "allowed_s": float(m.group(1)) if m else None, "reason": got[1].reason, "peak_runnable": peak}
+
+
+def runnable() -> int:
+    """Runnable tasks on the host now (``/proc/loadavg``), less this reader."""
+    with open("/proc/loadavg") as f:
+        return int(f.read().split()[3].split("/")[0]) - 1
+
+
+def peak_runnable(seconds: float) -> int:
+    """The most runnable tasks seen in ``seconds``, sampled every 5 ms: the burst of procs woken at once,
+    which the load average (and with it the silence a hang is allowed) samples every 5 s."""
+    end, peak = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        peak = max(peak, runnable())
+        time.sleep(0.005)
+    return peak
 
 
 def pss_mib(pids: list[int | None]) -> float:
@@ -302,13 +318,17 @@ def summarize(label: str, results: list[dict], report: Report, floors: dict[str,
         print(f"{label} {kind:>4} -> died:          {stats(ev)}")
         if fut:
             print(f"{label} {kind:>4} -> call failed:   {stats(fut)}")
+        peaks = [r["peak_runnable"] for r in rs if r.get("peak_runnable") is not None]
+        if peaks:
+            print(f"{label} {kind:>4}    runnable tasks at the peak of the next second: median "
+                  f"{statistics.median(peaks):.0f}, max {max(peaks)} (every proc is told of the death and the restart)")
         allowed = [r["allowed_s"] for r in rs if r.get("allowed_s") is not None]
         if allowed:
             print(f"{label} {kind:>4}    silence allowed: {min(allowed):.1f}-{max(allowed):.1f} s")
         if failed:
             print(f"{label} {kind:>4}    {len(failed)} of {len(rs)} hits not seen as ActorDied: "
                   + "; ".join(r["error"] for r in failed[:3]))
-        summary[kind] = {"event_s": ev, "future_s": fut, "allowed_s": allowed, "failed": len(failed),
+        summary[kind] = {"event_s": ev, "future_s": fut, "allowed_s": allowed, "failed": len(failed), "peak_runnable": peaks,
                          "load": [r["load"] for r in rs]}
         floor = floors.get(kind)
         if floor and ev:
