@@ -36,7 +36,7 @@ from typing import Any
 import zmq
 
 from rlmesh.actor import protocol as P
-from rlmesh.actor.future import Future
+from rlmesh.actor.future import Future, flush_wakes, hold_wakes, release_wakes
 from rlmesh.errors import ActorDied, ActorError, CallTimeout
 from rlmesh.transport.auth import AuthError, Authenticator
 from rlmesh.transport.channel import Outbound
@@ -208,6 +208,7 @@ class Client:
         self._io_parked = False
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.reply_messages = 0  # messages read from the inbox (a batch of replies counts once)
         self.calls_sent = 0
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="rlmesh-client-io", daemon=True)
@@ -390,6 +391,7 @@ class Client:
         # Wake this thread only if another one completes the future: when this thread reads the reply
         # itself (the usual case) there is no one to wake, and no stale wake-up left for its next wait.
         fut._add_callback(waiter.on_done)
+        flush_wakes()  # a done callback of a drain that waits here: the awaits it held are woken first
         # No drain before the first wait: whoever read the inbox last drained it until it was empty, and
         # then a message that arrives makes its descriptor readable, so poll sees a reply already there.
         # (The drain is what made the descriptor quiet; a message it left behind would not wake poll.)
@@ -429,6 +431,13 @@ class Client:
         """Read every reply in the inbox and complete its future. ``woken``: its descriptor just polled
         readable, so a message is likely there and the first read skips the ``has_message`` check
         (1.35 µs, a ``ZMQ_EVENTS`` read); the loop still ends on one, which is what re-arms the descriptor."""
+        outer = hold_wakes()  # awaits completed by this drain: one wake-up per event loop, not one each
+        try:
+            self._drain_held(woken)
+        finally:
+            release_wakes(outer)
+
+    def _drain_held(self, woken: bool) -> None:
         inbox = self._inbox
         while woken or has_message(inbox):  # cheaper than a zmq.Again per drain
             woken = False
@@ -446,19 +455,32 @@ class Client:
             except Exception as exc:
                 logger.warning("dropped a malformed reply: %s", exc)
                 continue
-            with self._lock:
-                c = self._pending.pop(call_id, None)
-            if c is None:
-                continue  # timed out or failed already
-            try:
-                if status == P.OK:
-                    c.fut._set_result(loads(payload))
-                else:
-                    c.fut._set_exception(error_from_payload(payload, c.mesh, c.rank, c.endpoint))
-            except Exception as exc:  # e.g. the result's class is not importable here
-                c.fut._set_exception(ActorError(
-                    f"could not decode the result in the caller: {exc}", mesh=c.mesh, rank=c.rank,
-                    endpoint=c.endpoint))
+            self.reply_messages += 1
+            if status == P.BATCH:  # a server's replies to several calls of this process, in one message
+                try:
+                    replies = P.unpack_replies(payload)
+                except Exception as exc:
+                    logger.warning("dropped a malformed batch of replies: %s", exc)
+                    continue
+                for call_id, status, head in replies:
+                    self._complete(call_id, status, [head])
+            else:
+                self._complete(call_id, status, payload)
+
+    def _complete(self, call_id: int, status: str, payload: list[Any]) -> None:
+        with self._lock:
+            c = self._pending.pop(call_id, None)
+        if c is None:
+            return  # timed out or failed already
+        try:
+            if status == P.OK:
+                c.fut._set_result(loads(payload))
+            else:
+                c.fut._set_exception(error_from_payload(payload, c.mesh, c.rank, c.endpoint))
+        except Exception as exc:  # e.g. the result's class is not importable here
+            c.fut._set_exception(ActorError(
+                f"could not decode the result in the caller: {exc}", mesh=c.mesh, rank=c.rank,
+                endpoint=c.endpoint))
 
     def _fail(self, call_id: int, exc: BaseException) -> None:
         with self._lock:

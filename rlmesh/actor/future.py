@@ -113,6 +113,7 @@ class Future(Generic[T]):
             return True
 
     def _wait(self, timeout: float | None) -> None:
+        flush_wakes()  # a done callback that blocks: the awaits completed before it are not held meanwhile
         with _lock:
             if self._done:
                 return
@@ -128,8 +129,15 @@ class Future(Generic[T]):
             waiter = loop.create_future()
 
             def wake(_f: "Future[T]") -> None:  # on the completing thread
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(_resolve, waiter)
+                held = getattr(_held, "wakes", None)
+                if held is None:
+                    _wake_now(loop, [waiter])
+                else:  # the completing thread is draining replies: one wake-up per loop per drain
+                    waiters = held.setdefault(loop, [])
+                    waiters.append(waiter)
+                    if len(waiters) >= _HOLD_MAX:
+                        del held[loop]
+                        _wake_now(loop, waiters)
 
             self.add_done_callback(wake)
             yield from waiter.__await__()  # cancelling the await leaves this future as it is
@@ -144,9 +152,56 @@ def _still_pending(timeout: float | None) -> TimeoutError:
     return TimeoutError(f"no result within {timeout}s (the call is still pending)")
 
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():  # the awaiting task may have been cancelled meanwhile
-        waiter.set_result(None)
+def _resolve(waiters: list[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        if not waiter.done():  # the awaiting task may have been cancelled meanwhile
+            waiter.set_result(None)
+
+
+# Wake-ups of awaiting event loops, held by a thread while it drains replies (Client._drain): the
+# awaits a drain completes on one loop are resolved by one call_soon_threadsafe, in completion
+# order, when the drain ends, instead of one each. Why: each costs a write to the loop's self-pipe
+# and a loop wake-up, and a burst of pipelined replies is drained in one go (issue 40).
+_held = threading.local()
+_Held = dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]]
+_HOLD_MAX = 64  # a long drain hands a loop its wake-ups in batches of this many, not all at its end
+
+
+def _wake_now(loop: asyncio.AbstractEventLoop, waiters: list[asyncio.Future[None]]) -> None:
+    if not loop.is_closed():
+        try:
+            loop.call_soon_threadsafe(_resolve, waiters)
+        except RuntimeError:  # closed meanwhile: nothing awaits on it any more
+            pass
+
+
+def hold_wakes() -> _Held | None:
+    """Hold this thread's wake-ups of awaiting loops until :func:`release_wakes`; returns what to pass
+    it. A hold inside a hold (a done callback that waits and drains) first hands over what the outer
+    one held, so nothing waits on a thread that may block."""
+    outer = getattr(_held, "wakes", None)
+    if outer:
+        flush_wakes()
+    _held.wakes = {}
+    return outer
+
+
+def release_wakes(outer: _Held | None) -> None:
+    """End a :func:`hold_wakes`: wake each loop once for the awaits completed meanwhile."""
+    held = _held.wakes
+    _held.wakes = outer
+    for loop, waiters in held.items():
+        _wake_now(loop, waiters)
+
+
+def flush_wakes() -> None:
+    """Hand over the wake-ups this thread holds now (before it blocks), and keep holding."""
+    held = getattr(_held, "wakes", None)
+    if held:
+        items = list(held.items())
+        held.clear()
+        for loop, waiters in items:
+            _wake_now(loop, waiters)
 
 
 def _run_callback(fn: Callable[[Any], None], fut: Future[Any]) -> None:

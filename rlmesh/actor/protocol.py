@@ -24,6 +24,7 @@ CAST = "b"  # broadcast: fire and forget
 # reply statuses
 OK = "ok"
 ERR = "err"
+BATCH = "batch"  # several replies in one message: meta (0, BATCH), payload [(call_id, status, payload head), ...]
 
 # control plane kinds (worker -> controller)
 HELLO = "hello"
@@ -111,3 +112,18 @@ def read_control_session(inbound: Inbound, frames: list[Any]) -> tuple[str, dict
     if len(meta) > 1:  # a PLAIN_KINDS message: the fields are in the meta
         return meta[0], meta[1], sid
     return meta[0], (loads(payload) if payload else {}), sid
+
+
+def pack_replies(replies: list[tuple[int, str, bytes]]) -> list[Any]:
+    """The payload of a :data:`BATCH` reply: one-frame replies ``(call_id, status, payload head)``, in
+    the order they were made (issue 40: one message, MAC and wake-up for a burst of replies)."""
+    return [pickle.dumps(replies, protocol=5)]
+
+
+def unpack_replies(payload: list[Any]) -> list[tuple[int, str, bytes]]:
+    """Inverse of :func:`pack_replies` (after the message's MAC and freshness were checked)."""
+    head = payload[0]
+    replies = pickle.loads(getattr(head, "buffer", head))
+    if type(replies) is not list:
+        raise ValueError(f"a batch of replies is a list, not {type(replies).__name__}")
+    return replies

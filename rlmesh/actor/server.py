@@ -63,6 +63,14 @@ class ActorServer:
         self._reply_lock = threading.Lock()
         self._reply_registry: list = []
         self._serving: set[asyncio.Task] = set()  # async endpoint calls in flight (cancelled at stop)
+        # Small replies made on the loop's thread while other async calls are still running, per caller
+        # inbox: sent as one message when the last of them finishes, or at the loop's next turn at the
+        # latest (never on a timer). Why: a burst of pipelined calls is read in one drain and served in
+        # one turn; a message per reply cost a send, a MAC and a wake-up each on both sides (issue 40).
+        self._held: dict[str, list[tuple[int, str, bytes]]] = {}
+        self._held_bytes = 0
+        self._flush_soon = False
+        self._loop_thread = threading.get_ident()  # built on the loop's thread (Worker.__init__)
         self._stopping = False
         loop.add_reader(self.sock.getsockopt(zmq.FD), self._drain)  # type: ignore[arg-type]  # zmq.FD is an int option
 
@@ -205,6 +213,7 @@ class ActorServer:
         except BaseException as exc:  # noqa: BLE001 - everything else goes back to the caller
             if self._stopping and isinstance(exc, asyncio.CancelledError):
                 raise  # cancelled by the proc's stop (cancel_calls): no answer, as for GeneratorExit above
+            self._serving.discard(call.task)  # before _finish: it holds replies while other calls run
             if debugger.post_mortem_enabled():  # on the actor's thread: the proc's event loop goes on
                 await self._run_in_actor(hosted, _post_mortem, exc)
             self._finish(call, hosted, exc=exc, tb="".join(traceback.format_exception(exc)))
@@ -236,14 +245,24 @@ class ActorServer:
         """Send the reply, ``result`` or ``exc`` (if a reply is wanted), and report the span. Safe on any thread."""
         self.calls_served += 1
         out = 0
+        frames: list[Any] | None = None  # the reply, when it goes as a message of its own
         if call.reply_to:
+            reply: list[Any] = []
             if exc is None:
                 try:
-                    frames = dumps(result)
+                    reply = dumps(result)
                 except SerializationError as err:
                     exc, tb = SerializationError(f"the result of {call.endpoint} {err}"), None
             if exc is not None:
-                frames = error_payload(exc, tb)
+                reply = error_payload(exc, tb)
+            on_loop = threading.get_ident() == self._loop_thread
+            if len(reply) == 1 and on_loop and (out := nbytes(reply)) <= _HOLD_REPLY_BYTES:
+                self._hold_reply(call.reply_to, call.call_id, P.OK if exc is None else P.ERR, bytes(reply[0]))
+            else:
+                frames = reply
+                if self._held and on_loop:
+                    self._flush_replies()  # what is held goes first, as it was made first
+        if call.reply_to and frames is not None:
             try:
                 bag = getattr(self._reply_tls, "bag", None) or self._new_reply_bag()
                 sock, session = bag.get(call.reply_to)  # this thread's DEALER to the caller's inbox, and its session
@@ -274,7 +293,38 @@ class ActorServer:
             except Exception:
                 logger.exception("span sink failed")
 
+    def _hold_reply(self, reply_to: str, call_id: int, status: str, head: bytes) -> None:
+        held = self._held.get(reply_to)
+        if held is None:
+            held = self._held[reply_to] = []
+        held.append((call_id, status, head))
+        self._held_bytes += len(head)
+        if not self._serving or self._held_bytes >= _HOLD_REPLY_BYTES or len(held) >= _HOLD_REPLIES:
+            self._flush_replies()  # no other async call left to wait for (a lone call_one: sent at once)
+        elif not self._flush_soon:
+            self._flush_soon = True
+            self.loop.call_soon(self._flush_replies)  # at the loop's next turn, whatever still runs
+
+    def _flush_replies(self) -> None:
+        """Send the held replies: one message per caller inbox (a lone reply as an ordinary one)."""
+        self._flush_soon = False
+        held, self._held, self._held_bytes = self._held, {}, 0
+        for reply_to, replies in held.items():
+            try:
+                bag = getattr(self._reply_tls, "bag", None) or self._new_reply_bag()
+                sock, session = bag.get(reply_to)
+                if len(replies) == 1:
+                    call_id, status, head = replies[0]
+                    msg = P.encode(session, (call_id, status), [head])
+                else:
+                    msg = P.encode(session, (0, P.BATCH), P.pack_replies(replies))
+                send_frames(sock, msg)
+            except (zmq.ZMQError, AuthError) as err:
+                logger.warning("could not reply to %s: %s", reply_to, err)
+
     def close(self) -> None:
+        if self._held:
+            self._flush_replies()
         try:
             self.loop.remove_reader(self.sock.getsockopt(zmq.FD))  # type: ignore[arg-type]  # zmq.FD is an int option
         except Exception:
@@ -284,6 +334,10 @@ class ActorServer:
             socks = list(self._reply_registry)
         for s in socks:
             s.close(0)
+
+
+_HOLD_REPLY_BYTES = 64 * 1024  # replies this small may wait for their batch; held ones go once this much is held
+_HOLD_REPLIES = 256  # nor more than this many to one caller in one message
 
 
 class _Served:

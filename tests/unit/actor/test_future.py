@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from rlmesh.actor.future import Future
+from rlmesh.actor.future import Future, flush_wakes, hold_wakes, release_wakes
 
 
 def test_the_first_completion_wins_and_later_ones_are_ignored():
@@ -68,3 +68,57 @@ def test_await_completed_from_another_thread_and_a_cancelled_await_leaves_the_fu
         return first, await g
 
     assert asyncio.run(main()) == (3, 4)
+
+
+def _counting_loop() -> tuple[asyncio.AbstractEventLoop, list[int]]:
+    loop = asyncio.new_event_loop()
+    calls: list[int] = []
+    plain = loop.call_soon_threadsafe
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return plain(*args, **kwargs)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    return loop, calls
+
+
+def test_awaits_completed_in_one_drain_wake_their_loop_once_in_completion_order():
+    loop, wakes = _counting_loop()
+    futs: list[Future] = [Future() for _ in range(10)]
+    order: list[int] = []
+
+    async def wait(i: int) -> int:
+        value = await futs[i]
+        order.append(i)
+        return value
+
+    tasks = [loop.create_task(wait(i)) for i in range(10)]
+    loop.run_until_complete(asyncio.sleep(0))  # every task waits on its future
+    outer = hold_wakes()  # what Client._drain does around the replies it reads
+    for i in reversed(range(10)):
+        futs[i]._set_result(i * i)
+    assert wakes == []  # held until the drain ends
+    release_wakes(outer)
+    assert loop.run_until_complete(asyncio.gather(*tasks)) == [i * i for i in range(10)]
+    assert len(wakes) == 1 and order == list(reversed(range(10)))
+    loop.close()
+
+
+def test_a_thread_about_to_block_hands_over_the_wakes_it_holds():
+    loop, wakes = _counting_loop()
+    f: Future = Future()
+    task = loop.create_task(_await(f))
+    loop.run_until_complete(asyncio.sleep(0))
+    outer = hold_wakes()
+    f._set_result("x")
+    flush_wakes()  # Client.drive_until and Future._wait do this before they block
+    assert len(wakes) == 1
+    assert loop.run_until_complete(task) == "x"
+    release_wakes(outer)
+    assert len(wakes) == 1  # nothing held twice
+    loop.close()
+
+
+async def _await(f: Future):
+    return await f

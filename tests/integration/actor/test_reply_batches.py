@@ -1,0 +1,75 @@
+"""Replies made in one turn of a worker's loop travel as one message (issue 40), and batching never
+holds a reply for a call that is still running, nor mixes up whose reply is whose."""
+
+import asyncio
+
+import pytest
+
+import rlmesh as rm
+from rlmesh.actor.client import get_client
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Gated(rm.Actor):
+    def __init__(self):
+        self.gate = asyncio.Event()
+
+    @rm.endpoint
+    async def after_gate(self, i: int) -> int:
+        await self.gate.wait()
+        if i == 7:
+            raise KeyError(f"seven {i}")
+        return i * 10
+
+    @rm.endpoint
+    async def open(self) -> str:
+        self.gate.set()
+        return "open"
+
+    @rm.endpoint
+    async def never(self) -> None:
+        await asyncio.Event().wait()
+
+    @rm.endpoint
+    async def ping(self, x):
+        return x
+
+
+@pytest.fixture(scope="module")
+def gated():
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        yield procs.spawn("gated", Gated)
+
+
+def test_replies_finished_in_one_turn_come_in_one_message_each_to_its_own_call(gated):
+    client = get_client()
+    waiting = [gated.after_gate.call_one(i) for i in range(50)]
+    assert gated.ping.call_one("warm").get(timeout=10) == "warm"  # every after_gate call has reached the actor
+    before = client.reply_messages
+    opened = gated.open.call_one()
+    assert opened.get(timeout=10) == "open"
+    for i, fut in enumerate(waiting):
+        if i == 7:
+            with pytest.raises(rm.ActorError) as err:
+                fut.get(timeout=10)
+            assert "KeyError" in str(err.value) and "seven 7" in err.value.remote_traceback
+        else:
+            assert fut.get(timeout=10) == i * 10
+    # 51 replies (50 woken calls and open) finished in one or two turns of the loop: a message per
+    # turn, not per reply (51 without batching).
+    assert client.reply_messages - before <= 4
+
+
+def test_a_call_that_keeps_running_does_not_hold_back_other_replies(gated):
+    stuck = gated.never.call_one()
+    for i in range(20):
+        assert gated.ping.call_one(i).get(timeout=5) == i
+    assert not stuck.done()
+
+
+def test_pipelined_calls_from_an_event_loop_each_get_their_own_reply(gated):
+    async def burst():
+        return await asyncio.gather(*[gated.ping.call_one(i) for i in range(500)])
+
+    assert asyncio.run(burst()) == list(range(500))
