@@ -203,7 +203,7 @@ def hit(kind: str, procs: ProcMesh, mesh: rm.ActorMesh, rank: int, deaths: Death
         except ProcessLookupError:
             pass
     if got is None:
-        return {"kind": kind, "rank": rank, "error": error or "no died event within 60 s", "load": load}
+        return {"kind": kind, "rank": rank, "pid": pid, "error": error or "no died event within 60 s", "load": load}
     m = ALLOWED.search(got[1].reason)
     return {"kind": kind, "rank": rank, "pid": pid, "event_s": got[0] - t0, "future_s": future_s, "error": error,
             "load": load, "allowed_s": float(m.group(1)) if m else None, "reason": got[1].reason, "peak_runnable": peak}
@@ -386,7 +386,7 @@ def main() -> None:
         mark = len(holder.runnable)
         results, gathers, raws, gaps = run_rounds("real", kinds, procs, mesh, args.rounds, deaths, rng, sim=False)
         runnable = holder.runnable[mark:]
-        victims = {(r["pid"]) for r in results if "pid" in r}
+        victims = {r["pid"] for r in results}  # a hit whose death came late is not a false death
         procs.stop()
         false = [e for _, e in deaths.events if e.proc_mesh == "real" and e.pid not in victims]
         loads = [r["load"] for r in results]
