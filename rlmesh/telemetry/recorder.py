@@ -118,22 +118,26 @@ class Recorder:
         """Queue ``row`` (no I/O, no per-field work); its types are checked on the flush thread.
 
         Raises :class:`~rlmesh.telemetry.schema.SchemaError` if an earlier row of ``table`` was
-        refused since the last raise (see the module's docstring), ``ValueError`` for a bad name.
+        refused since the last raise (see the module's docstring; this call's row is queued all the
+        same), ``ValueError`` for a bad name (nothing queued).
         """
         if table not in self._ready:
-            self._admit(table)
+            self._admit(table, row)
+            return
         q = self._q
         q.append((table, _now(), _context(), row))
         if len(q) % EARLY_FLUSH_ROWS == 0:  # a hot loop: convert in bigger-than-tick chunks, bound memory
             self._wake.set()  # once per chunk: a wake per row, until the flush thread runs, cost 0.5 µs each
 
-    def _admit(self, table: str) -> None:
-        """record()'s slow path: a table's first row (its name checked), or a refusal to raise."""
+    def _admit(self, table: str, row: dict[str, Any]) -> None:
+        """record()'s slow path: a table's first row (its name checked), or a refusal to raise after
+        queuing ``row`` (which is checked at the flush like any other: the refusal is an earlier row's)."""
+        if table not in self._fast:
+            self._learn_table(table)
+        self._q.append((table, _now(), _context(), row))
         err = self._refused.pop(table, None)
         if err is not None:
             raise err
-        if table not in self._fast:
-            self._learn_table(table)
         self._ready[table] = True
 
     def raise_refused(self) -> None:

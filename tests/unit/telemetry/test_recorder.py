@@ -64,10 +64,11 @@ def test_int_into_declared_double_is_fine_but_a_str_is_refused_and_raised_by_the
     msg = str(ei.value)
     assert "'rollouts'" in msg and "'reward'" in msg and "DOUBLE" in msg and "VARCHAR" in msg
     assert ei.value.origin == "controller" and "recorded by controller" in msg and "_rejected" in msg
-    r.record("rollouts", {"reward": 2.0})  # raised once; the raising call's row was not queued
+    r.record("rollouts", {"reward": 3.0})  # raised once
     r.raise_refused()
     r.flush()
-    assert sink.table("rollouts").column("reward").to_pylist() == [1.0, 0.5, 2.0]
+    # the raising call's own row is kept: the refusal was an earlier row's
+    assert sink.table("rollouts").column("reward").to_pylist() == [1.0, 0.5, 2.0, 3.0]
 
 
 def test_a_refusal_no_record_raised_is_raised_by_raise_refused_once(rec):
