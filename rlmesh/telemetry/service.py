@@ -373,6 +373,9 @@ class TelemetryService:
                 if len(header) == 5 and header[4]:
                     batches += self._from_raw(header[4], header[1])
                 self.ingest(batches)
+                # Marked after it is queued: whoever learns it arrived ("acked") and then syncs waits for it.
+                sender, seq = header[3]
+                self._batch_seq[sender] = seq
 
     def _from_raw(self, raw: list[tuple[str, list[Any], dict[str, str]]], origin: str) -> Batches:
         """A small flush's rows as the proc recorded them -> Arrow, exactly as the proc would have."""
@@ -387,13 +390,13 @@ class TelemetryService:
         return out
 
     def _first_time(self, key: tuple[str, int]) -> bool:
-        """True once per ``(sender id, seq)``: a batch seen before (a replay) is never stored twice."""
+        """True for a ``(sender id, seq)`` newer than the sender's last batch stored: a batch seen
+        before (a replay) is never stored twice. Only the receiving thread reads and marks it."""
         sender, seq = key
         if seq <= self._batch_seq.get(sender, 0):
             self.duplicate_batches += 1
             self._ingest_in.log.replayed(f"telemetry sender {sender}", "batch stored already")
             return False
-        self._batch_seq[sender] = seq
         return True
 
     # ---- queries ---------------------------------------------------------------------
