@@ -275,9 +275,10 @@ async def serve_work(work: AsyncWorkScheduler, stop: asyncio.Event, replica: Any
             await recovery.recover(exc, replica, role)  # this replica, or a peer it called (the buffer)
             continue
         work.finished(result)
-        # the rollout landed: its generator, the buffer that took it and whatever scored it made progress
-        recovery.progressed([replica, *(m for name, m in recovery.meshes.items() if name != "trainer")],
-                            "rollout landed")
+        if result["accepted"]:  # refused (stale, or done elsewhere already) it landed nowhere: not progress yet
+            # the rollout landed: its generator, the buffer that took it and whatever scored it made progress
+            recovery.progressed([replica, *(m for name, m in recovery.meshes.items() if name != "trainer")],
+                                "rollout landed")
         if on_result is not None:
             on_result(result)
 
