@@ -85,6 +85,16 @@ def p90(xs: list[float]) -> float:
     return sorted(xs)[max(0, math.ceil(0.9 * len(xs)) - 1)]
 
 
+def raw_kill() -> float:
+    """SIGKILL of a plain idle child process to its parent's ``wait`` returning: the crash floor."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    time.sleep(0.2)  # started and idle, as the proc is
+    t0 = time.monotonic()
+    p.kill()
+    p.wait()
+    return time.monotonic() - t0
+
+
 def run_json(args: list[str], timeout: float = 600, env: dict[str, str] | None = None) -> dict | None:
     """Run ``python <args>`` and parse the last stdout line as JSON (``None`` if it failed)."""
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env)

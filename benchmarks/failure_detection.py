@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Report, add_common_args, banner  # noqa: E402
+from _common import Report, add_common_args, banner, raw_kill  # noqa: E402
 
 import rlmesh as rm  # noqa: E402
 from rlmesh import settings  # noqa: E402
@@ -110,16 +110,6 @@ def main() -> None:
         for h in hogs:
             h.kill()
     report.write(args.json)
-
-
-def raw_kill() -> float:
-    """SIGKILL of a plain idle child process to its parent's ``wait`` returning: the crash floor."""
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    time.sleep(0.2)  # started and idle, as the proc is
-    t0 = time.monotonic()
-    p.kill()
-    p.wait()
-    return time.monotonic() - t0
 
 
 if __name__ == "__main__":

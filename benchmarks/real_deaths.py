@@ -43,7 +43,7 @@ import time
 from collections import deque
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Report, add_common_args, banner, p90  # noqa: E402
+from _common import Report, add_common_args, banner, raw_kill, p90  # noqa: E402
 from _sim_peers import SimLauncher  # noqa: E402
 
 import rlmesh as rm  # noqa: E402
@@ -150,16 +150,6 @@ class Deaths:
                 if hit is not None or left <= 0:
                     return hit
                 self.cv.wait(left)
-
-
-def raw_kill() -> float:
-    """SIGKILL of a plain idle child process to its parent's ``wait`` returning: the crash floor."""
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    time.sleep(0.2)  # started and idle, as the proc is
-    t0 = time.monotonic()
-    p.kill()
-    p.wait()
-    return time.monotonic() - t0
 
 
 ALLOWED = re.compile(r"beyond the ([\d.]+)s")

@@ -25,12 +25,14 @@ ROUNDS = 8
 SLACK = 24 * MiB  # the connection's own buffers (TCP chunks in flight, the zmq I/O thread's heap)
 
 
-def test_reader_memory_does_not_grow_with_versions(tmp_path, monkeypatch):
-    env = {"RLMESH_WEIGHTS_DIRECTORY": str(tmp_path / "dir"), "RLMESH_JOB_ID": f"mem{os.getpid()}",
-           "RLMESH_SECRET": Authenticator.new_secret().hex(), "RLMESH_TELEMETRY": "0", "OMP_NUM_THREADS": "1"}
+def start_reader(tmp_path, monkeypatch, job: str, size: int, **env: str):
+    """memory_reader.py in its own process, reading versions of ``size`` bytes, and the function
+    that sends it one command line and returns its JSON answer."""
+    env = {"RLMESH_WEIGHTS_DIRECTORY": str(tmp_path / "dir"), "RLMESH_JOB_ID": f"{job}{os.getpid()}",
+           "RLMESH_SECRET": Authenticator.new_secret().hex(), "RLMESH_TELEMETRY": "0", "OMP_NUM_THREADS": "1", **env}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    reader = subprocess.Popen([sys.executable, os.path.join(HERE, "memory_reader.py"), str(VERSION)],
+    reader = subprocess.Popen([sys.executable, os.path.join(HERE, "memory_reader.py"), str(size)],
                               env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(line: str) -> dict:
@@ -40,6 +42,11 @@ def test_reader_memory_does_not_grow_with_versions(tmp_path, monkeypatch):
         assert got, f"the reader process died at {line!r}"
         return json.loads(got)
 
+    return reader, ask
+
+
+def test_reader_memory_does_not_grow_with_versions(tmp_path, monkeypatch):
+    reader, ask = start_reader(tmp_path, monkeypatch, "mem", VERSION)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # OpenMP workers spinning on 2 busy cores make each 24 MiB fill take 0.3 s
     state = {f"l{i}.w": torch.empty(VERSION // 16 // 4) for i in range(16)}
@@ -90,21 +97,7 @@ def test_tcp_reader_holds_at_most_its_window_besides_staging(tmp_path, monkeypat
     """A reader whose thread is busy (a generator's own work) takes chunks off the socket late; what it
     has asked for and not taken waits in libzmq's queue, in its memory. It used to ask for every chunk
     of up to 512 MiB at once (64 MiB here: all of it); now for ``RLMESH_WEIGHTS_TCP_WINDOW_MIB``."""
-    env = {"RLMESH_WEIGHTS_DIRECTORY": str(tmp_path / "dir"), "RLMESH_JOB_ID": f"win{os.getpid()}",
-           "RLMESH_SECRET": Authenticator.new_secret().hex(), "RLMESH_TELEMETRY": "0", "OMP_NUM_THREADS": "1",
-           "RLMESH_WEIGHTS_TCP_WINDOW_MIB": str(WINDOW_MIB)}
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    reader = subprocess.Popen([sys.executable, os.path.join(HERE, "memory_reader.py"), str(BUSY_VERSION)],
-                              env=dict(os.environ), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def ask(line: str) -> dict:
-        reader.stdin.write(line + "\n")
-        reader.stdin.flush()
-        got = reader.stdout.readline()
-        assert got, f"the reader process died at {line!r}"
-        return json.loads(got)
-
+    reader, ask = start_reader(tmp_path, monkeypatch, "win", BUSY_VERSION, RLMESH_WEIGHTS_TCP_WINDOW_MIB=str(WINDOW_MIB))
     state = {f"l{i}.w": torch.full((BUSY_VERSION // 16 // 4,), 1.0) for i in range(16)}
     peaks = []
     try:
