@@ -50,11 +50,11 @@ Run (both sides, interleaved: ``--seeds 0 1`` runs rlmesh then TRL for seed 0, T
     .venv/bin/python benchmarks/llm_vs_trl.py --steps 10 --prompts 8 --samples 4 --max-new-tokens 64
     .venv/bin/python benchmarks/llm_vs_trl.py --smoke     # 2 steps, 2 prompts, 8 tokens: ~2 minutes
 
-Measured on the shared 2-core machine (load 18-25 from other work), CPUs 0-1, 5 steps of 8 prompts x 4
-x 48 tokens, TRL on 1 torch thread: rlmesh 86.9 s/step (steady 67.1), TRL 85.1 (73.6): 1.02x, the
-target (0.5x) not met; held-out 0.133 -> 0.133 on both. rlmesh's sampler made 15.4 tokens/s against
-transformers' 44.9 on one thread, and generation bounds its loop (the trainer trains 0-2 informative
-groups of 8 a step and waits). At smoke size and load 9, TRL on 2 threads ran 3.5x slower than on 1.
+Measured on the 2-core machine, quiet (load 1.0-3.0), CPUs 0-1, 5 steps of 8 prompts x 4 x 48 tokens,
+seeds 0 and 1, TRL on 1 and on 2 torch threads: rlmesh 18.6 / 25.8 s a step, TRL 34.0 / 33.1 s on 2
+threads (62.6 / 53.4 on 1): 0.55x / 0.78x the faster TRL, the target (0.5x) not met; held-out
+0.133 -> 0.133 / 0.200 against TRL's 0.133 -> 0.133 / 0.100. rlmesh's loop is bound by its one
+generator thread (65-76 tokens/s against TRL's 107-116 on two threads).
 
 TRL is a benchmark-only dependency (``pip install -e '.[bench]'``, or ``pip install trl``: it keeps
 torch as installed). Without it the script still runs rlmesh's side and prints TRL's row as not
