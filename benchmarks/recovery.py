@@ -29,7 +29,7 @@ subprocess's whole time, start-up included, is "proc s"); "final eval" the last 
 by ts (PPO: greedy mean return over 20 fresh episodes; GRPO: held-out mean reward); "train
 reward" (GRPO) the mean of ``rollout/reward_mean`` over the last 10% of the train steps (at
 least 5); the work
-columns :data:`rlmesh.rl.report.WORK_ACCOUNT_SQL`; "kills" the ``fault_injected`` rows;
+columns :data:`rlmesh.rl.run.report.WORK_ACCOUNT_SQL`; "kills" the ``fault_injected`` rows;
 recovery the ``serving_s`` of ``actors`` ``restarted`` rows (the fault to the replacement serving;
 the ``recovery_s`` of ``recovered`` rows runs on to its first progress), split by the role the proc hosts
 (its ``actors`` column); "ckpt load s" the ``checkpoints`` ``load`` rows; and for the trainer, the
@@ -68,7 +68,7 @@ import duckdb
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import Report, add_common_args, banner  # noqa: E402
 
-from rlmesh.rl.report import WORK_ACCOUNT_SQL  # noqa: E402
+from rlmesh.rl.run.report import WORK_ACCOUNT_SQL  # noqa: E402
 
 PPO_TARGET = 475.0
 GEN_RECOVERY_S = 1.0

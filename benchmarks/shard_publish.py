@@ -43,7 +43,7 @@ import torch  # noqa: E402
 import rlmesh as rm  # noqa: E402
 from rlmesh.rl.models import TransformerConfig  # noqa: E402
 from rlmesh.rl.models.transformer import Transformer  # noqa: E402
-from rlmesh.rl.placement import trainer_procs  # noqa: E402
+from rlmesh.rl.run.placement import trainer_procs  # noqa: E402
 from rlmesh.rl.train.distributed import TrainGroup  # noqa: E402
 from rlmesh.rl.train.publishing import local_pieces  # noqa: E402
 from rlmesh.weights import Publisher, Subscriber  # noqa: E402

@@ -88,7 +88,7 @@ def proc_memory(pid: int) -> tuple[int, int]:
 def measure(ranks: int, args: argparse.Namespace, items: list[dict], model_config, model_path) -> dict:
     from rlmesh.rl.algorithms.grpo import GRPOTrainer
     from rlmesh.rl.config import GRPOConfig
-    from rlmesh.rl.placement import call_trainer, trainer_procs
+    from rlmesh.rl.run.placement import call_trainer, trainer_procs
 
     cfg = GRPOConfig(lr=1e-5, max_groups=args.groups, ranks=ranks, parallel="fsdp", publish=args.publish,
                      checkpoint_dir=None, group_timeout_s=1800)

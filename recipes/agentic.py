@@ -21,7 +21,7 @@ from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.agentic.calculator import MultiplicationTask
 from rlmesh.rl.agentic.env_actor import EnvActor
 from rlmesh.rl.models import TransformerConfig
-from rlmesh.rl.placement import actor_class
+from rlmesh.rl.run.placement import actor_class
 from rlmesh.rl.results import TrainResult
 
 

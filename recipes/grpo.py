@@ -27,7 +27,7 @@ from rlmesh.rl.actors.llm_generator import backend_kwargs_for
 from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.models.hf import HFTokenizer
 from rlmesh.rl.names import has_tokenizer
-from rlmesh.rl.placement import actor_class, call_trainer, trainer_procs
+from rlmesh.rl.run.placement import actor_class, call_trainer, trainer_procs
 from rlmesh.rl.results import TrainResult
 from rlmesh.rl.tasks import AdditionTask, DatasetTask, TextTask
 from rlmesh.telemetry.api import current_run_dir

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from rlmesh.recipes.loop import Plan, Roles, RunResult, Unit, run_recipe
 from rlmesh.recipes.recipe_config import PPORecipeConfig
-from rlmesh.rl.placement import actor_class
+from rlmesh.rl.run.placement import actor_class
 
 
 def main(cfg: PPORecipeConfig, launcher: str = "local") -> RunResult:

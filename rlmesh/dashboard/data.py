@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import duckdb
 import pyarrow as pa
 
-from rlmesh.rl.report import WORK_ACCOUNT_SQL
+from rlmesh.rl.run.report import WORK_ACCOUNT_SQL
 from rlmesh.telemetry import charts
 from rlmesh.telemetry import run as runs
 from rlmesh.telemetry.errors import RunNotFoundError

@@ -36,13 +36,13 @@ from rlmesh.actor.faults import FaultInjector
 from rlmesh.recipes.run_state import begin
 from rlmesh.recipes.startup import say
 from rlmesh.recipes.workspace_option import sync_recipe_procs
-from rlmesh.rl.placement import call_trainer, place
-from rlmesh.rl.report import RunProgress, print_summary, proc_memory_line, telemetry_counts
-from rlmesh.rl.warmup import WarmupDisplay
-from rlmesh.rl.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
+from rlmesh.rl.run.placement import call_trainer, place
+from rlmesh.rl.run.report import RunProgress, print_summary, proc_memory_line, telemetry_counts
+from rlmesh.rl.run.warmup import WarmupDisplay
+from rlmesh.rl.run.resilience import (Recovery, RunFailed, WorkLedger, abandon_previous, final_checkpoint,
                                   run_with_replicas, serve_work)
 from rlmesh.rl.results import EvalResult, TrainResult
-from rlmesh.rl.schedule import AsyncWorkScheduler, WorkItem
+from rlmesh.rl.run.schedule import AsyncWorkScheduler, WorkItem
 
 
 class Unit(StrEnum):
@@ -147,7 +147,7 @@ class RunResult:
     issued: int = 0
     reissued: int = 0
     counts: dict[str, Any] = field(default_factory=dict)
-    """The telemetry summary (:func:`rlmesh.rl.report.telemetry_counts`; empty with telemetry off)."""
+    """The telemetry summary (:func:`rlmesh.rl.run.report.telemetry_counts`; empty with telemetry off)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Recipe-specific numbers (``gen_tokens_per_s``, ``train_samples_per_s``)."""
 

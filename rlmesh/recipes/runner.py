@@ -15,7 +15,7 @@ from rlmesh.launch.admission import admit
 from rlmesh.recipes.compose import run_config
 from rlmesh.recipes.run_state import end_interrupted, stop_on_sigterm
 from rlmesh.recipes.sweep_links import link_job
-from rlmesh.rl.resilience import RunFailed
+from rlmesh.rl.run.resilience import RunFailed
 from rlmesh.telemetry.api import finish_run
 from rlmesh.telemetry.errors import TelemetryError
 

@@ -26,7 +26,7 @@ import time
 
 import psutil
 
-from rlmesh.rl.report import progress_format
+from rlmesh.rl.run.report import progress_format
 
 
 def elapsed_s() -> float:

@@ -8,7 +8,7 @@ because OmegaConf rejects ``typing.Literal`` annotations.
 
 Each role's config names the actor class it configures in ``_target_`` (a dotted path, as
 Hydra spells it): the recipe spawns that class with the config as its first argument
-(:func:`rlmesh.rl.placement.actor_class`), so choosing a config (``trainer=grpo``) chooses the
+(:func:`rlmesh.rl.run.placement.actor_class`), so choosing a config (``trainer=grpo``) chooses the
 class, and a subclass brings its own config dataclass with its own ``_target_``.
 """
 

@@ -1,7 +1,7 @@
 """What the RL actors answer the controller with: small typed records instead of string-keyed dicts.
 
 They cross processes (pickled), so they are plain dataclasses of plain values; the controller
-loop (:mod:`rlmesh.recipes.loop`), :class:`rlmesh.rl.resilience.Recovery` and tests read their
+loop (:mod:`rlmesh.recipes.loop`), :class:`rlmesh.rl.run.resilience.Recovery` and tests read their
 attributes, and a typo is an ``AttributeError`` at the line that made it, not a ``KeyError``
 (or worse, a ``.get`` default) three modules away.
 """

@@ -165,7 +165,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("total", "BIGINT", "units in the phase (NULL when unknown, e.g. an engine start)"),
         _c("unit", "VARCHAR", "what completed and total count, e.g. 'steps'"),
         _c("elapsed_s", "DOUBLE", "seconds since the phase started"),
-    ), "rlmesh.rl actors (rlmesh.rl.warmup.WarmupPhase)"),
+    ), "rlmesh.rl actors (rlmesh.rl.run.warmup.WarmupPhase)"),
     _T("evals", "one row per evaluation of the policy (greedy, on fresh envs or held-out prompts)", (
         _c("step", "BIGINT", "trainer step the evaluated weights came from"),
         _c("policy_version", "BIGINT", "weight version evaluated"),

@@ -60,7 +60,7 @@ class Generator(rm.Actor):
         """Make sure the policy is at least ``min_version``, pulling the newest published one if it is newer.
 
         Blocks (up to ``timeout``) while the trainer has not published ``min_version`` yet:
-        that wait is what bounds the policy lag (see :mod:`rlmesh.rl.schedule`).
+        that wait is what bounds the policy lag (see :mod:`rlmesh.rl.run.schedule`).
         """
         try:
             latest = self._sub.latest_version(timeout=1.0 if self.version >= min_version else None)

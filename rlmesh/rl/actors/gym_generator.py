@@ -22,7 +22,7 @@ from rlmesh.rl.config import GymGeneratorConfig
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
 from rlmesh.rl.results import EvalResult
 from rlmesh.rl.rollout import RolloutCollector, evaluate_greedy, greedy_actor
-from rlmesh.rl.schedule import WorkItem
+from rlmesh.rl.run.schedule import WorkItem
 
 
 def env_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:

@@ -21,8 +21,8 @@ from rlmesh.rl.backends.base import Completion, SamplingParams, make_backend
 from rlmesh.rl.backends.decode import finish_completions
 from rlmesh.rl.config import LLMGeneratorConfig
 from rlmesh.rl.results import EvalResult
-from rlmesh.rl.schedule import WorkItem
-from rlmesh.rl.warmup import WarmupPhase
+from rlmesh.rl.run.schedule import WorkItem
+from rlmesh.rl.run.warmup import WarmupPhase
 
 logger = logging.getLogger(__name__)
 

@@ -118,7 +118,7 @@ class Trainer(rm.Actor):
         ctx = rm.context()
         if len(ctx.coords) != 1 or math.prod(ctx.shape.values()) != ranks:
             raise rm.ConfigError(f"trainer.ranks={ranks} but this trainer was spawned on a mesh of shape {ctx.shape}: "
-                                 "spawn it on trainer_procs(procs, first, trainer.ranks) (rlmesh.rl.placement)")
+                                 "spawn it on trainer_procs(procs, first, trainer.ranks) (rlmesh.rl.run.placement)")
         cls = type(self)
         if cls.shard_batch is Trainer.shard_batch or cls.train is not Trainer.train:
             raise rm.ConfigError(f"trainer.ranks={ranks}: {cls.__name__} cannot train on a trainer mesh (it does not "

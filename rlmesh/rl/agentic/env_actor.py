@@ -4,7 +4,7 @@ proc (the ``env`` mesh), and the two :class:`~rlmesh.rl.agentic.episodes.EnvClie
 Why a mesh of their own: a tool that hangs or eats memory, or an environment that crashes its
 proc, must never take a generator down. The env procs are supervised like every other proc: one
 that dies is restarted, and every episode it held fails with ``ActorDied`` at its generator, whose
-work item the controller re-issues under the same id (``rlmesh.rl.resilience.serve_work``).
+work item the controller re-issues under the same id (``rlmesh.rl.run.resilience.serve_work``).
 
 Endpoints are ``async`` and step the environments on a thread pool, so one env actor serves
 many episodes' tools at once.

@@ -24,7 +24,7 @@ from rlmesh.rl.agentic.env_actor import EpisodeLost, MeshEnvClient
 from rlmesh.rl.agentic.episodes import EpisodeLimits, Trajectory, run_episodes
 from rlmesh.rl.backends.base import SamplingParams
 from rlmesh.rl.results import EvalResult
-from rlmesh.rl.schedule import WorkItem
+from rlmesh.rl.run.schedule import WorkItem
 
 logger = logging.getLogger(__name__)
 

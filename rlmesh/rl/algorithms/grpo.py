@@ -49,7 +49,7 @@ from rlmesh.rl.models.hf import BaseOf, adapter_state_dict, save_folder
 from rlmesh.rl.models.sampling import Generation, generate, sequence_logprobs
 from rlmesh.rl.tasks.addition import AdditionTask, Problem
 from rlmesh.rl.train.sharding import RankWeightedLoss, grpo_units, split_groups
-from rlmesh.rl.warmup import WarmupPhase
+from rlmesh.rl.run.warmup import WarmupPhase
 
 logger = logging.getLogger(__name__)
 

@@ -94,7 +94,7 @@ def shm_of(job: str) -> list[str]:
 
 
 def account(run_dir: Path) -> dict[str, int]:
-    from rlmesh.rl.report import WORK_ACCOUNT_SQL
+    from rlmesh.rl.run.report import WORK_ACCOUNT_SQL
 
     with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as con:
         cur = con.execute(WORK_ACCOUNT_SQL)

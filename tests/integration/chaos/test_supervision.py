@@ -18,7 +18,7 @@ import pytest
 import rlmesh as rm
 from rlmesh.actor import hooks
 from rlmesh.actor.controller import Controller
-from rlmesh.rl.resilience import Recovery, RunFailed
+from rlmesh.rl.run.resilience import Recovery, RunFailed
 from _support.waiting import wait_for
 from chaos_actors import Counter, SlowInit, StuckUntilKilled
 

@@ -66,7 +66,7 @@ class WarmingUp(rm.Actor):
     def __init__(self, steps: int, step_s: float, seen_file: str):
         import time
 
-        from rlmesh.rl.warmup import WarmupPhase
+        from rlmesh.rl.run.warmup import WarmupPhase
 
         with WarmupPhase("SFT warm start", total=steps) as phase:
             for i in range(steps):

@@ -7,7 +7,7 @@ import pytest
 
 import rlmesh as rm
 from obs_actors import WarmingUp
-from rlmesh.rl.warmup import WarmupDisplay, phase_status
+from rlmesh.rl.run.warmup import WarmupDisplay, phase_status
 from rlmesh.telemetry import api, introspect
 
 pytestmark = pytest.mark.timeout(120)

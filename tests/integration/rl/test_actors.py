@@ -12,7 +12,7 @@ from rlmesh.rl.actors import GymGenerator, PPOTrainer, ReplayBuffer
 from rlmesh.rl.config import BufferConfig, GymGeneratorConfig, PPOConfig
 from rlmesh.rl.models.mlp import ActorCritic
 from rlmesh.rl.rollout import RolloutCollector
-from rlmesh.rl.schedule import WorkItem
+from rlmesh.rl.run.schedule import WorkItem
 
 GEN = GymGeneratorConfig(num_envs=2, num_steps=8)
 PPO = PPOConfig(total_steps=10_000, num_minibatches=2, update_epochs=2)

@@ -29,7 +29,7 @@ from rlmesh.rl.agentic.tools import Tool, ToolError, ToolLimits, run_tool
 from rlmesh.rl.agentic.training import sft_on_demonstrations
 from rlmesh.rl.config import BufferConfig
 from rlmesh.rl.models.transformer import Transformer, TransformerConfig
-from rlmesh.rl.schedule import WorkItem
+from rlmesh.rl.run.schedule import WorkItem
 
 TASK = MultiplicationTask(2, 2)
 GEN = AgenticGeneratorConfig(samples_per_prompt=2, max_new_tokens=8, max_turns=3,

@@ -30,7 +30,7 @@ from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.models.hf import adapter_state_dict
 from rlmesh.rl.models.sampling import sequence_logprobs
 from rlmesh.rl.models.transformer import Transformer
-from rlmesh.rl.placement import call_trainer, trainer_procs
+from rlmesh.rl.run.placement import call_trainer, trainer_procs
 from rlmesh.rl.train.clock import local_bytes
 from rlmesh.rl.train.layout import newest, verify
 from rlmesh.weights import Subscriber

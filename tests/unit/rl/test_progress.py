@@ -3,7 +3,7 @@
 import io
 import json
 
-from rlmesh.rl.report import RunProgress, eta_s, progress_format
+from rlmesh.rl.run.report import RunProgress, eta_s, progress_format
 
 
 def test_eta_is_the_average_rate_so_far():
@@ -45,7 +45,7 @@ def test_off_is_silent(monkeypatch):
 
 
 def test_proc_memory_line_names_procs_by_their_actors_biggest_first():
-    from rlmesh.rl.report import proc_memory_line
+    from rlmesh.rl.run.report import proc_memory_line
 
     gb = 2**30
     procs = [{"proc": "rl.3", "actors": "generator/0", "peak_rss": 0.7 * gb, "warnings": 1},

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from rlmesh.rl.schedule import AsyncWorkScheduler, WorkScheduler
+from rlmesh.rl.run.schedule import AsyncWorkScheduler, WorkScheduler
 
 
 def drain(s: WorkScheduler) -> list:

@@ -7,7 +7,7 @@ import time
 import duckdb
 import pytest
 
-from rlmesh.rl.warmup import WarmupDisplay, phase_status
+from rlmesh.rl.run.warmup import WarmupDisplay, phase_status
 from rlmesh.telemetry import schema
 
 

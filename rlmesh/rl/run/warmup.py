@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 import rlmesh as rm
 from rlmesh import settings
-from rlmesh.rl.report import _hms, progress_format
+from rlmesh.rl.run.report import _hms, progress_format
 
 TABLE = "phases"
 

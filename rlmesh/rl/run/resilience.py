@@ -27,11 +27,11 @@ import rlmesh as rm
 from rlmesh.actor.controller import Controller
 from rlmesh.actor.proc_state import ProcState
 from rlmesh.errors import RlmeshError
-from rlmesh.rl.placement import call_trainer
+from rlmesh.rl.run.placement import call_trainer
 from rlmesh.rl.train.recovery import peer_lost
-from rlmesh.rl.report import TERMINAL_SQL
+from rlmesh.rl.run.report import TERMINAL_SQL
 from rlmesh.rl.results import TrainResult
-from rlmesh.rl.schedule import AsyncWorkScheduler, WorkItem
+from rlmesh.rl.run.schedule import AsyncWorkScheduler, WorkItem
 
 logger = logging.getLogger(__name__)
 
