@@ -15,7 +15,8 @@ order rotating round by round, with a call to it in flight each time:
   supervisor waits for before it believes the OS's "stopped".
 - ``hang``: the built-in fault injection's hang (the proc keeps running but its heartbeats stop and
   its loop stalls: stuck in a C call). Floor: the same timeout; the supervisor allows more silence
-  on a loaded host (the timeout times the load per CPU, at most 6x), which the line prints.
+  where the heartbeat gaps seen on the host were longer (twice the longest of the last minute),
+  which the line prints.
 
 Each death is timed two ways, as a user sees it: to the supervisor's ``died`` event (what the
 ``actors`` telemetry row records) and to the in-flight call's future failing with ``rm.ActorDied``.
@@ -51,7 +52,7 @@ from rlmesh import settings  # noqa: E402
 from rlmesh.actor import hooks  # noqa: E402
 from rlmesh.actor.controller import Controller  # noqa: E402
 from rlmesh.actor.proc_mesh import ProcMesh  # noqa: E402
-from rlmesh.actor.supervision import TICK_S, FailureDetection, HostLoad  # noqa: E402
+from rlmesh.actor.supervision import GAP_MARGIN, GAP_WINDOW_S, TICK_S, FailureDetection  # noqa: E402
 
 SMALL_PROC_BYTES = 16 << 20
 """Memory this script budgets per proc before it lifts admission's limit: twice the 8 MiB of PSS a
@@ -349,8 +350,9 @@ def main() -> None:
     report = Report("real_deaths", smoke=args.smoke, args=vars(args))
     detect = FailureDetection.from_env()
     hb_timeout = detect.heartbeat_timeout_s
-    print(f"# failure detection in force: heartbeat_timeout_s {hb_timeout:g} (floor; x load per CPU, at most "
-          f"x{HostLoad().cap:g}, on a running silent proc), heartbeat_phi {detect.heartbeat_phi:g}, "
+    print(f"# failure detection in force: heartbeat_timeout_s {hb_timeout:g} (floor; at least {GAP_MARGIN:g}x the "
+          f"longest heartbeat gap of the host's last {GAP_WINDOW_S:g} s, on a running silent proc), "
+          f"heartbeat_phi {detect.heartbeat_phi:g}, "
           f"init_heartbeat_timeout_s {detect.init_heartbeat_timeout_s:g}, supervisor tick {TICK_S:g} s, "
           f"{'board' if not settings.HB_BOARD_OFF.get() else 'message'} heartbeats")
     lift_admission(args.procs)

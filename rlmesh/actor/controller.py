@@ -45,7 +45,7 @@ from rlmesh.actor.payload import modules_in_payload
 from rlmesh.actor.proc_state import ENDED, ProcState
 from rlmesh.actor.procs import Launcher, LaunchRequest, ProcHandle, ProcRecord, call_launchers  # noqa: F401
 from rlmesh.actor.supervision import (  # noqa: F401 - re-export
-    HB_ACK_EVERY_S, TICK_S, FailureDetection, HostLoad, Restart, heartbeat_interval, silent_death)
+    HB_ACK_EVERY_S, TICK_S, FailureDetection, HostGaps, Restart, heartbeat_interval, silent_death)
 from rlmesh.errors import ActorDied, ActorError
 from rlmesh.transport.auth import SECRET_ENV, AuthError, Authenticator
 from rlmesh.transport.sockets import bind_channel, limit_messages, send_frames, tune, zmq_context
@@ -104,7 +104,7 @@ class Controller(RecoveryMixin):
         # next tick once a launcher reports an exit (notice_exit); procs starting, stopping or
         # restarting are looked at every tick. At 1,000 procs a full scan every 50 ms cost 2-3 % of a core.
         self._sweep_now = False
-        self._load = HostLoad()
+        self._host_gaps: dict[str, HostGaps] = {}  # host -> heartbeat gaps of its procs (the hang allowance)
         self.procs: dict[str, ProcRecord] = {}
         self.by_ident: dict[bytes, ProcRecord] = {}
         self._fenced: dict[bytes, float] = {}  # stale incarnations' idents -> when last told to exit
@@ -537,6 +537,7 @@ class Controller(RecoveryMixin):
             rec.hb.restart(now)
             rec.joined = True
             rec.pid, rec.host, rec.addr = msg["pid"], msg["host"], msg["addr"]
+            rec.hb.host = self._host_gaps.setdefault(rec.host, HostGaps())
             self._hb_s = heartbeat_interval(len(self.procs) - (len(self._board.procs) if self._board else 0))
             rec.last_ack = now
             self._send(rec, P.HB_ACK, hb_s=self._hb_s)
@@ -650,9 +651,8 @@ class Controller(RecoveryMixin):
         silent = [r for r in self.procs.values() if r.state in _HEARTBEATING and r.handle is not None
                   and now - r.last_hb > r.detect.heartbeat_timeout_s] if sweep else ()
         if silent and not stalled:
-            load = self._load.factor(now)
             for rec in silent:
-                why = silent_death(rec, now, load, len(silent))
+                why = silent_death(rec, now, len(silent))
                 if why is not None:
                     kill_hung = getattr(rec.handle, "kill_hung", None)  # a capturing launcher takes its stacks first
                     if kill_hung is not None:  # it dumps the stacks, then kills (within ~1 s); we reap

@@ -14,19 +14,23 @@ How a death is decided (:class:`HeartbeatMonitor`, :func:`os_state`): where the 
 decides with certainty: a local proc's exit is seen by ``waitpid`` (the launcher's ``poll``), and
 a stopped one (SIGSTOP, state ``T`` in ``/proc/<pid>/stat``) is a hang once its heartbeat has been
 silent for ``heartbeat_timeout_s``. Where it cannot (a running proc whose heartbeats stop: stuck
-in a C call holding the GIL, or just starved of CPU on a busy host), suspicion adapts to the
-heartbeat delays observed so far (phi-accrual): the allowed silence is the largest of the floor
-``heartbeat_timeout_s`` (scaled by how oversubscribed the host's CPUs are, from the load average,
-at most x6), the phi threshold's quantile of a normal fit to recent inter-arrival times, and twice
-the longest recent gap. On a quiet host that is the floor (1.5 s); at load 16 on two cores it
-grows to what the host has shown it needs. Several procs falling silent together point at a
-common cause (the controller's own process starved): the supervisor then waits twice as long.
+in a C call holding the GIL, or just starved of CPU on a busy host), the allowed silence is learned
+from the heartbeat gaps actually observed (phi-accrual with a floor): the largest of the floor
+``heartbeat_timeout_s``, the phi threshold's quantile of a normal fit to the proc's recent
+inter-arrival times, and :data:`GAP_MARGIN` times the longest gap seen in the last
+:data:`GAP_WINDOW_S` seconds on the proc's host (:class:`HostGaps`, every proc there pooled) or in
+the proc's own history. Why gaps and not the load average: a busy host delays every proc's beats
+alike, so the gaps show within a second what a live proc there needs, while the load average is a
+1-minute mean of runnable tasks (each death's burst of woken procs included) that says little about
+any one proc's delay. At load 8 on 2 cores live procs' beats lagged at most 0.7-1.5 s, while the old
+rule (the floor times the load per CPU) waited 6 s for a hang. On a quiet host the allowance is the
+floor (1.5 s). Several procs falling silent together point at a common cause (the controller's own
+process starved): the supervisor then waits twice as long.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import sys
 from collections import deque
 from dataclasses import dataclass, fields
@@ -183,24 +187,44 @@ def os_state(pid: int | None) -> OsState:
     return OsState.RUNNING
 
 
-class HostLoad:
-    """How oversubscribed this host's CPUs are: 1-minute load average per CPU, clamped to [1, cap]
-    (read at most once a second). On a host without ``getloadavg`` it is 1."""
+GAP_MARGIN = 2.0
+"""A running proc is suspected once its silence passes this many times the longest recent gap."""
+GAP_WINDOW_S = 60.0
+"""How far back the gaps of a host count (a busy spell a minute ago says little about now)."""
 
-    def __init__(self, cap: float = 6.0) -> None:
-        self.cap = cap
-        self._at = -1.0
-        self._factor = 1.0
-        self._cpus = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
-    def factor(self, now: float) -> float:
-        if now - self._at >= 1.0:
-            self._at = now
-            try:
-                self._factor = min(self.cap, max(1.0, os.getloadavg()[0] / self._cpus))
-            except (OSError, AttributeError):
-                self._factor = 1.0
-        return self._factor
+class HostGaps:
+    """The longest heartbeat gap of any proc on one host, per second, over the last ``window_s``.
+
+    Why per host: a slow host delays every proc's beats alike, so its hundreds of procs show within
+    a second what a live proc there needs, where one proc's own history is thin (just restarted)
+    or old. Kept as one maximum per second, so a beat costs a comparison and the longest recent gap
+    is a scan of at most ``window_s`` numbers."""
+
+    def __init__(self, window_s: float = GAP_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._secs: deque[list[float]] = deque()  # [second, longest gap that ended in it], oldest first
+
+    def add(self, t: float, gap: float) -> None:
+        """A gap of ``gap`` s that ended at ``t`` (beats are read in slot order, not time order: a
+        beat older than the newest second counts in that second)."""
+        sec = float(int(t))
+        last = self._secs[-1] if self._secs else None
+        if last is not None and sec <= last[0]:
+            if gap > last[1]:
+                last[1] = gap
+            return
+        self._secs.append([sec, gap])
+        self._trim(sec)
+
+    def longest(self, now: float) -> float:
+        """The longest gap that ended within the last ``window_s`` before ``now`` (0: none)."""
+        self._trim(now)
+        return max((g for _, g in self._secs), default=0.0)
+
+    def _trim(self, now: float) -> None:
+        while self._secs and self._secs[0][0] < now - self.window_s:
+            self._secs.popleft()
 
 
 def _normal_quantile_tail(phi: float) -> float:
@@ -217,8 +241,10 @@ def _normal_quantile_tail(phi: float) -> float:
 
 
 class HeartbeatMonitor:
-    """Heartbeat arrivals of one proc (kept across its incarnations: the host's load is what it
-    measures) and the silence they make suspicious (phi-accrual with a floor and a spike rule)."""
+    """Heartbeat arrivals of one proc (kept across its incarnations: the host's delays are what it
+    measures) and the silence they make suspicious (phi-accrual with a floor and a gap rule).
+    ``host``: the gaps of every proc on its host, which its own gaps join (set once it said where
+    it runs)."""
 
     MIN_STD_S = 0.05
     MIN_SAMPLES = 5
@@ -226,11 +252,15 @@ class HeartbeatMonitor:
     def __init__(self, window: int = 300) -> None:
         self.intervals: deque[float] = deque(maxlen=window)  # ~1 min of 0.2 s heartbeats
         self.last: float | None = None
+        self.host: HostGaps | None = None
         self._z: dict[float, float] = {}
 
     def beat(self, now: float) -> None:
         if self.last is not None and now > self.last:
-            self.intervals.append(now - self.last)
+            gap = now - self.last
+            self.intervals.append(gap)
+            if self.host is not None:
+                self.host.add(now, gap)
         self.last = now
 
     def restart(self, now: float) -> None:
@@ -240,28 +270,34 @@ class HeartbeatMonitor:
     def silence(self, now: float) -> float:
         return 0.0 if self.last is None else now - self.last
 
-    def allowance(self, floor: float, phi: float) -> float:
-        """Seconds of silence before the proc is suspected: never below ``floor`` (already scaled by
-        the host's load)."""
+    def allowance(self, floor: float, phi: float, now: float | None = None) -> float:
+        """Seconds of silence before the proc is suspected: never below ``floor``; at least
+        :data:`GAP_MARGIN` times the longest gap of its own recent beats and of its host's in the
+        last :data:`GAP_WINDOW_S` before ``now`` (default: its last beat)."""
+        at = now if now is not None else self.last or 0.0
+        longest = self.host.longest(at) if self.host is not None else 0.0
         n = len(self.intervals)
-        if n < self.MIN_SAMPLES:
-            return floor
-        mean = sum(self.intervals) / n
-        std = max(self.MIN_STD_S, math.sqrt(sum((x - mean) ** 2 for x in self.intervals) / n))
-        z = self._z.get(phi)
-        if z is None:
-            z = self._z[phi] = _normal_quantile_tail(phi)
-        return max(floor, mean + z * std, 2.0 * max(self.intervals))
+        if n:
+            longest = max(longest, max(self.intervals))
+        fit = 0.0
+        if n >= self.MIN_SAMPLES:
+            mean = sum(self.intervals) / n
+            std = max(self.MIN_STD_S, math.sqrt(sum((x - mean) ** 2 for x in self.intervals) / n))
+            z = self._z.get(phi)
+            if z is None:
+                z = self._z[phi] = _normal_quantile_tail(phi)
+            fit = mean + z * std
+        return max(floor, fit, GAP_MARGIN * longest)
 
 
-def silent_death(rec: Any, now: float, load: float = 1.0, together: int = 1) -> str | None:
+def silent_death(rec: Any, now: float, together: int = 1) -> str | None:
     """Why a proc that has not exited counts as dead, or None while it may just be slow.
 
     ``rec`` is the controller's record of it (``last_hb``, ``hb``, ``detect``, ``handle``,
     ``spawns_pending``). The OS decides where it can: a stopped local proc is frozen, a hang.
-    Otherwise the silence must exceed what the observed heartbeat delays and the host's
-    ``load`` factor make plausible, twice that when ``together`` procs fell silent at once
-    (a common cause: the controller's own process starved)."""
+    Otherwise the silence must exceed what the heartbeat gaps observed on its host and its own
+    make plausible, twice that when ``together`` procs fell silent at once (a common cause: the
+    controller's own process starved)."""
     d: FailureDetection = rec.detect
     silence = now - rec.last_hb
     if silence <= d.heartbeat_timeout_s:
@@ -273,9 +309,9 @@ def silent_death(rec: Any, now: float, load: float = 1.0, together: int = 1) -> 
     if state is OsState.STOPPED:
         return f"heartbeat silent for {silence:.1f}s and the proc is stopped (SIGSTOP or a debugger): a hang"
     floor = d.init_heartbeat_timeout_s if rec.spawns_pending else d.heartbeat_timeout_s
-    allowed = rec.hb.allowance(floor * load, d.heartbeat_phi) * (2.0 if together > 1 else 1.0)
+    allowed = rec.hb.allowance(floor, d.heartbeat_phi, now) * (2.0 if together > 1 else 1.0)
     if silence <= allowed:
         return None
     key = d.key("init_heartbeat_timeout_s" if rec.spawns_pending else "heartbeat_timeout_s")
-    return (f"heartbeat timeout: silent for {silence:.1f}s, beyond the {allowed:.1f}s the observed heartbeat "
-            f"delays and the host's load (x{load:.1f}) allow ({key}={floor:g} is the floor)")
+    return (f"heartbeat timeout: silent for {silence:.1f}s, beyond the {allowed:.1f}s the heartbeat gaps seen "
+            f"on its host allow ({key}={floor:g} is the floor)")

@@ -6,10 +6,12 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from rlmesh.actor.supervision import FailureDetection, HeartbeatMonitor, OsState, Restart, os_state
+from rlmesh.actor.supervision import (
+    GAP_MARGIN, GAP_WINDOW_S, FailureDetection, HeartbeatMonitor, HostGaps, OsState, Restart, os_state, silent_death)
 
 
 def test_restart_is_an_intensity_within_a_window():
@@ -47,6 +49,37 @@ def test_heartbeat_allowance_is_the_floor_on_a_steady_host_and_grows_with_observ
     fresh = HeartbeatMonitor()
     fresh.beat(0.0)
     assert fresh.allowance(2.5, 8.0) == 2.5              # too few samples: the floor
+
+
+def test_a_proc_is_allowed_what_its_hosts_gaps_show_for_a_minute_then_the_floor_again():
+    host = HostGaps()
+    starved, fresh = HeartbeatMonitor(), HeartbeatMonitor()
+    starved.host = fresh.host = host
+    t = 100.0
+    for _ in range(10):                                  # a neighbour's beats lag 1.2 s (a busy host)
+        t += 1.2
+        starved.beat(t)
+    fresh.beat(t)                                        # a replacement that has beaten once
+    assert fresh.allowance(1.5, 8.0, t) == pytest.approx(GAP_MARGIN * 1.2)
+    later = t + GAP_WINDOW_S + 2                         # a quiet minute since: back to the floor
+    assert fresh.allowance(1.5, 8.0, later) == 1.5
+    alone = HeartbeatMonitor()                           # no host: its own gaps only
+    alone.beat(0.0)
+    assert alone.allowance(1.5, 8.0, 0.0) == 1.5
+
+
+def test_a_hang_is_judged_by_the_gaps_seen_not_the_hosts_load_average():
+    hb = HeartbeatMonitor()
+    hb.host = HostGaps()
+    for i in range(50):
+        hb.beat(i * 0.2)                                 # live beats lag at most 0.2 s: whatever the load
+    rec = SimpleNamespace(detect=FailureDetection(), last_hb=hb.last, hb=hb, handle=None, spawns_pending=0)
+    assert silent_death(rec, hb.last + 1.4) is None                  # within the 1.5 s floor
+    why = silent_death(rec, hb.last + 1.6)
+    assert why is not None and "beyond the 1.5s" in why and "RLMESH_HEARTBEAT_TIMEOUT_S=1.5" in why
+    assert silent_death(rec, hb.last + 1.6, together=3) is None      # several silent at once: twice as long
+    hb.host.add(hb.last, 2.0)                            # a 2 s gap elsewhere on the host
+    assert silent_death(rec, hb.last + 3.9) is None and silent_death(rec, hb.last + 4.1) is not None
 
 
 def test_restart_of_an_incarnation_keeps_the_delay_history_but_not_the_gap():
