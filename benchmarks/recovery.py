@@ -30,9 +30,10 @@ by ts (PPO: greedy mean return over 20 fresh episodes; GRPO: held-out mean rewar
 reward" (GRPO) the mean of ``rollout/reward_mean`` over the last 10% of the train steps (at
 least 5); the work
 columns :data:`rlmesh.rl.run.report.WORK_ACCOUNT_SQL`; "kills" the ``fault_injected`` rows;
-recovery the ``serving_s`` of ``actors`` ``restarted`` rows (the fault to the replacement serving;
-the ``recovery_s`` of ``recovered`` rows runs on to its first progress), split by the role the proc hosts
-(its ``actors`` column); "ckpt load s" the ``checkpoints`` ``load`` rows; and for the trainer, the
+"serving s" the ``serving_s`` of ``actors`` ``restarted`` rows (the fault to the replacement serving)
+and, beside it, "recovery s" the ``recovery_s`` of ``recovered`` rows (the fault on to the replacement's
+first accepted progress), each as a spread over the variant's kills (median, min-max, n) and split by
+the role the proc hosts (its ``actors`` column); "ckpt load s" the ``checkpoints`` ``load`` rows; and for the trainer, the
 seconds from its ``restarted`` row (the replacement serving) to the next ``train_steps`` row, the time
 a trainer that is back but not training yet costs the run.
 
@@ -102,9 +103,9 @@ def read_run(db: str, result: dict) -> dict:
         work = {f"work_{k}": int(v or 0) for k, v in _rows(con, WORK_ACCOUNT_SQL)[0].items()}
         last = _rows(con, "SELECT metric, value, step FROM evals ORDER BY policy_version DESC, ts DESC LIMIT 1")
         kills = _rows(con, "SELECT count(*) AS n FROM actors WHERE event = 'fault_injected'")[0]["n"]
-        restarts = _rows(con, "SELECT r.proc, r.mesh, r.rank, r.serving_s AS recovery_s, "
-                              "(SELECT max(a.actors) FROM actors a WHERE a.proc = r.proc AND a.actors IS NOT NULL) "
-                              "AS hosted FROM actors r WHERE r.event = 'restarted' ORDER BY r.ts")
+        hosted = "(SELECT max(a.actors) FROM actors a WHERE a.proc = r.proc AND a.actors IS NOT NULL) AS hosted"
+        restarts = _rows(con, f"SELECT r.serving_s, {hosted} FROM actors r WHERE r.event = 'restarted' ORDER BY r.ts")
+        recovered = _rows(con, f"SELECT r.recovery_s, {hosted} FROM actors r WHERE r.event = 'recovered' ORDER BY r.ts")
         # seconds from each restart (its replacement serving) to the next train step: a restarted trainer
         # that serves but does not train stalls the run while serving_s says it is back (recovery_s does not)
         to_step = [r["gap"] for r in _rows(con, "SELECT (SELECT epoch(min(s.ts)) FROM train_steps s WHERE s.ts > r.ts) "
@@ -117,16 +118,18 @@ def read_run(db: str, result: dict) -> dict:
         metrics = [r["metrics"] for r in _rows(con, f"SELECT metrics FROM train_steps ORDER BY ts DESC LIMIT {tail}")]
     finally:
         con.close()
-    rec: dict[str, list[float]] = {"generator": [], "reward": [], "trainer": [], "other": []}
+    serve: dict[str, list[float]] = {"generator": [], "reward": [], "trainer": [], "other": []}
+    rec: dict[str, list[float]] = {k: [] for k in serve}
     trainer_to_step: list[float] = []
     for r, gap in zip(restarts, to_step):
-        hosted = (r["hosted"] or "").split(",")
-        role = next((role for role in ("trainer", "generator", "reward")
-                     if any(a.strip().startswith(role) for a in hosted)), "other")
-        if r["recovery_s"] is not None:
-            rec[role].append(float(r["recovery_s"]))
+        role = _role(r["hosted"])
+        if r["serving_s"] is not None:
+            serve[role].append(float(r["serving_s"]))
         if role == "trainer" and gap is not None:
             trainer_to_step.append(float(gap))
+    for r in recovered:
+        if r["recovery_s"] is not None:
+            rec[_role(r["hosted"])].append(float(r["recovery_s"]))
     rewards = []
     for m in metrics:
         m = json.loads(m) if isinstance(m, str) else (m or {})
@@ -135,7 +138,20 @@ def read_run(db: str, result: dict) -> dict:
     return {**work, "wall_s": result.get("wall_s"), "kills": int(kills), "restarts": len(restarts),
             "eval": last[0]["value"] if last else None, "eval_metric": last[0]["metric"] if last else None,
             "train_reward": statistics.mean(rewards) if rewards else None,
-            "rec": rec, "ckpt_load": loads, "trainer_to_step": trainer_to_step}
+            "serve": serve, "rec": rec, "ckpt_load": loads, "trainer_to_step": trainer_to_step}
+
+
+def _role(hosted: str | None) -> str:
+    """The role a proc hosts, from its ``actors`` column (``generator[0]``, ...)."""
+    names = [a.strip() for a in (hosted or "").split(",")]
+    return next((role for role in ("trainer", "generator", "reward") if any(a.startswith(role) for a in names)), "other")
+
+
+def spread(xs: list[float]) -> str:
+    """Median, min-max and count of one variant's kills (a median alone hides the slow restart)."""
+    if not xs:
+        return "none"
+    return f"median {statistics.median(xs):.2f} s ({min(xs):.2f}-{max(xs):.2f}, n={len(xs)})"
 
 
 def run_variant(name: str, overrides: list[str], timeout: float) -> dict:
@@ -188,8 +204,8 @@ def print_row_line(r: dict) -> None:
 def print_table(title: str, rows: list[dict], grpo: bool) -> None:
     clean = next((r for r in rows if r["name"] == "none" and "failed" not in r), None)
     cols = ["variant", "wall s", "proc s", "/clean", "final eval"] + (["train rew"] if grpo else []) + \
-           ["issued", "completed", "re-issued", "dropped", "lost", "twice", "kills", "med rec s", "trainer rec s",
-            "ckpt load s"]
+           ["issued", "completed", "re-issued", "dropped", "lost", "twice", "kills", "serving s", "recovery s",
+            "trainer serv s", "ckpt load s"]
     widths = [max(len(c), 10) for c in cols]
     widths[0] = 10
     print(f"\n## {title}")
@@ -199,6 +215,7 @@ def print_table(title: str, rows: list[dict], grpo: bool) -> None:
             cells = [r["name"], "FAILED"] + [""] * (len(cols) - 2)
         else:
             ratio = r["wall_s"] / clean["wall_s"] if clean else None
+            serve = r["serve"]["generator"] + r["serve"]["reward"]
             rec = r["rec"]["generator"] + r["rec"]["reward"]
             cells = [r["name"], fmt(r["wall_s"], ".1f"), fmt(r["proc_s"], ".1f"), fmt(ratio, ".2f"),
                      fmt(r["eval"], ".3f" if grpo else ".1f")]
@@ -206,9 +223,16 @@ def print_table(title: str, rows: list[dict], grpo: bool) -> None:
                 cells.append(fmt(r["train_reward"], ".3f"))
             cells += [str(r["work_issued"]), str(r["work_completed"]), str(r["work_reissued"]),
                       str(r["work_dropped"]), str(r["work_lost"]), str(r["work_counted_twice"]), str(r["kills"]),
-                      fmt(_median(rec), ".2f"), fmt(_median(r["rec"]["trainer"]), ".2f"),
+                      fmt(_median(serve), ".2f"), fmt(_median(rec), ".2f"), fmt(_median(r["serve"]["trainer"]), ".2f"),
                       fmt(_median(r["ckpt_load"]), ".2f")]
         print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+    print("  per role, over each variant's kills: serving_s (to the replacement serving) | recovery_s (to its "
+          "first accepted progress)")
+    for r in rows:
+        for role in ("generator", "reward", "trainer", "other"):
+            if "failed" not in r and (r["serve"][role] or r["rec"][role]):
+                print(f"    {r['name']:10s} {role:9s}  serving {spread(r['serve'][role])} | "
+                      f"recovery {spread(r['rec'][role])}")
 
 
 def targets(rows: list[dict], grpo: bool) -> None:
@@ -227,20 +251,21 @@ def targets(rows: list[dict], grpo: bool) -> None:
         if r is None:
             print(f"  NOT met  {role} recovery < {GEN_RECOVERY_S:.0f} s: the run failed")
             continue
-        med = _median(r["rec"][role])
-        print(f"  {ok(med is not None and med < GEN_RECOVERY_S)}  {role} recovery < {GEN_RECOVERY_S:.0f} s: median "
-              f"{fmt(med, '.2f')} s over {len(r['rec'][role])} restarts ({r['kills']} kills; all: "
-              f"{', '.join(f'{x:.2f}' for x in r['rec'][role]) or 'none'})")
+        med = _median(r["serve"][role])
+        print(f"  {ok(med is not None and med < GEN_RECOVERY_S)}  {role} serving again < {GEN_RECOVERY_S:.0f} s: "
+              f"serving_s {spread(r['serve'][role])}; recovery_s (to first progress) {spread(r['rec'][role])}; "
+              f"{r['kills']} kills")
     r = good("trainer")
     if "trainer" not in by:
         pass
     elif r is None:
         print(f"  NOT met  trainer recovery < {TRAINER_RECOVERY_S:.0f} s + checkpoint load: the run failed")
     else:
-        tr, load = _median(r["rec"]["trainer"]), _median(r["ckpt_load"]) or 0.0
-        print(f"  {ok(tr is not None and tr < TRAINER_RECOVERY_S + load)}  trainer recovery < "
-              f"{TRAINER_RECOVERY_S:.0f} s + checkpoint load: {fmt(tr, '.2f')} s, checkpoint load "
-              f"{fmt(_median(r['ckpt_load']), '.2f')} s ({len(r['rec']['trainer'])} restarts, {r['kills']} kills)")
+        tr, load = _median(r["serve"]["trainer"]), _median(r["ckpt_load"]) or 0.0
+        print(f"  {ok(tr is not None and tr < TRAINER_RECOVERY_S + load)}  trainer serving again < "
+              f"{TRAINER_RECOVERY_S:.0f} s + checkpoint load: serving_s {spread(r['serve']['trainer'])}, recovery_s "
+              f"{spread(r['rec']['trainer'])}, checkpoint load {fmt(_median(r['ckpt_load']), '.2f')} s "
+              f"({r['kills']} kills)")
         print(f"  (info)   then to the first train step: "
               f"{', '.join(f'{x:.2f}' for x in r['trainer_to_step']) or 'none'} s after each restarted trainer served")
     done = [r for r in rows if "failed" not in r]
@@ -290,15 +315,16 @@ def run_recipe(title: str, base: list[str], roles: list[str], every_s: float, ti
     targets(rows, grpo)
     clean = rows[0] if "failed" not in rows[0] else None
     for r in rows:
-        report.row(recipe=title, **{k: v for k, v in r.items() if k != "rec"}, recovery_s=r.get("rec"))
+        report.row(recipe=title, **{k: v for k, v in r.items() if k not in ("rec", "serve")},
+                   serving_s=r.get("serve"), recovery_s=r.get("rec"))
         if clean and r is not clean and "failed" not in r:  # the floor: the same recipe without faults
             ratio = report.ratio(f"{title.split()[0]}_{r['name']}_kills_wall_vs_clean", [r["wall_s"] / clean["wall_s"]],
                                  "wall s with faults / clean wall s, one run each")
             if r["name"] == "generator":
                 report.target(f"{title.split()[0]}_wall_with_generator_kills", ratio.median, WALL_RATIO)
-            rec = r["rec"].get(r["name"]) or []
-            if rec and r["name"] in ("generator", "reward"):
-                report.target(f"{title.split()[0]}_{r['name']}_recovery", statistics.median(rec), GEN_RECOVERY_S,
+            serve = r["serve"].get(r["name"]) or []
+            if serve and r["name"] in ("generator", "reward"):
+                report.target(f"{title.split()[0]}_{r['name']}_recovery", statistics.median(serve), GEN_RECOVERY_S,
                               unit="s")
     return rows
 
