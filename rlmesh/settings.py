@@ -361,10 +361,11 @@ FORKSERVER: Setting[bool] = Setting(
     "a warm template (same as `this_host(fork_server=False)`).", "launch", form=FLAG_FORM, parse=_flag,
     warns=True)
 MAX_PROCS: Setting[int] = Setting(
-    "MAX_PROCS", 0, "The most procs one controller starts on this host with the local launcher; a recipe, or "
-    "a `this_host().spawn_procs(...)`, that needs more is refused before its first proc starts. `0`: as "
-    "many as this host's available memory "
-    "(256 MiB a proc) and the controller's free file descriptors hold (`rlmesh/launch/admission.py`).",
+    "MAX_PROCS", 0, "The most procs one controller starts on this host with the local launcher, or on a "
+    "Kubernetes or Slurm cluster in all; a recipe, or a `spawn_procs(...)`, that needs more is refused before "
+    "its first proc starts. `0`: as many as this host's available memory (256 MiB a proc) and the "
+    "controller's free file descriptors hold; on a cluster, as many as its nodes' memory, CPUs and pod "
+    "slots hold (`rlmesh/launch/admission.py`).",
     "launch", form="a whole number >= 0", parse=_number(int, 0))
 CAPTURE: Setting[bool] = Setting(
     "CAPTURE", True, "`0`: procs inherit the controller's stdout/stderr; no `logs`/`stacks` rows from "

@@ -13,6 +13,7 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
+from rlmesh.actor.proc_state import ENDED
 from rlmesh.actor.procs import ProcHandle
 
 __all__ = ["ClusterLauncher", "RemoteCluster"]
@@ -41,6 +42,15 @@ class RemoteCluster(Generic[L]):
     def _close_at_exit(self) -> None:
         """Run :meth:`close` at interpreter exit, unless it has run before."""
         atexit.register(self.close)
+
+    def _running_meshes(self) -> list[str]:
+        """The proc mesh of each proc this cluster's launcher runs now (restarting ones included): what
+        admission counts beside a new mesh. Empty before the controller starts."""
+        controller = Controller.current()
+        if controller is None:
+            return []
+        return [r.proc_mesh for r in list(controller.procs.values())
+                if r.launcher is self.launcher and r.state not in ENDED]
 
     def _launch(self, name: str, dims: dict[str, int], restart: Restart | None, env: dict[str, str] | None,
                 timeout: float | None) -> ProcMesh:

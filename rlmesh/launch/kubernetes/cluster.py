@@ -12,6 +12,7 @@ from rlmesh import settings
 from rlmesh.actor.controller import Controller, LaunchRequest, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.errors import ConfigError
+from rlmesh.launch.admission import PROC_BYTES, ClusterCapacity, ProcDemand, admit_cluster, quantity
 from rlmesh.launch.cluster import RemoteCluster
 from rlmesh.launch.kubernetes.api import KubernetesError, explain, kubernetes_client, load_api_client
 from rlmesh.launch.kubernetes.config import KubernetesConfig
@@ -74,6 +75,12 @@ class KubernetesCluster(RemoteCluster[KubernetesLauncher]):
         if want and n != want:
             raise ConfigError(f"launcher.meshes.{name}.replicas={want} but spawn_procs asks for {n} procs "
                               f"({dims}); make them agree or set replicas to 0")
+        cap = self.capacity(name)
+        if cap is not None:  # before the controller or any pod starts
+            admit_cluster(f"spawn_procs(per_host={dims})", n, self.demand(name),
+                          [self.demand(m) for m in self._running_meshes()], cap,
+                          f"spawn fewer pods, or lower what each asks for ({self._key(name, 'memory')}, "
+                          f"{self._key(name, 'cpu')})")
         Controller.get()  # makes the job secret if there is none yet
         self._preflight(name, env or {})
         try:
@@ -81,6 +88,50 @@ class KubernetesCluster(RemoteCluster[KubernetesLauncher]):
         except BaseException:
             self._delete_mesh_pods(name)
             raise
+
+    def capacity(self, mesh: str) -> ClusterCapacity | None:
+        """The allocatable CPU, memory and pods of the nodes ``mesh``'s pods may go to (schedulable,
+        Ready, carrying its node selector's labels), summed, from the API server; None (admission
+        skipped, one log line) where this identity may not list nodes (a namespaced Role cannot
+        grant it: nodes are cluster-wide)."""
+        selector = {**self.config.node_selector, **self.config.resources_for(mesh).node_selector}
+        try:
+            nodes = self.core.list_node(_request_timeout=30).items
+        except Exception as exc:  # noqa: BLE001  # a guard, not a requirement: never stops a spawn by itself
+            logger.info("cannot list the cluster's nodes (%s): a mesh's size is not checked against them "
+                        "(a ClusterRole with get/list on nodes enables it)", str(exc).splitlines()[0][:200])
+            return None
+        cpus = memory = 0.0
+        pods = count = 0
+        for node in nodes:
+            status = node.status
+            if (node.spec is not None and node.spec.unschedulable) or status is None:
+                continue
+            if not any(c.type == "Ready" and c.status == "True" for c in status.conditions or []):
+                continue
+            labels = node.metadata.labels or {}
+            if any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            alloc = status.allocatable or {}
+            cpus += quantity(alloc.get("cpu", "0"))
+            memory += quantity(alloc.get("memory", "0"))
+            pods += int(quantity(alloc.get("pods", "0")))
+            count += 1
+        where = f"the {count} schedulable Ready node{'' if count == 1 else 's'}" + (
+            f" labelled {selector}" if selector else "") + " of the cluster"
+        return ClusterCapacity(cpus, int(memory), pods, where)
+
+    def demand(self, mesh: str) -> ProcDemand:
+        """What one pod of ``mesh`` asks the scheduler for (memory: its request, else the 256 MiB a recipe
+        proc takes)."""
+        res = self.config.resources_for(mesh)
+        return ProcDemand(memory=int(quantity(res.memory)) if res.memory else PROC_BYTES,
+                          cpus=quantity(res.cpu) if res.cpu else 0.0,
+                          memory_key=self._key(mesh, "memory") if res.memory else "",
+                          cpu_key=self._key(mesh, "cpu"))
+
+    def _key(self, mesh: str, field: str) -> str:
+        return f"launcher.meshes.{mesh}.{field}" if mesh in self.config.meshes else f"launcher.default_resources.{field}"
 
     def _preflight(self, mesh: str, env: dict[str, str]) -> None:
         """Checks before the first pod: dry-run a pod (RBAC, schema, admission), leftovers, the watch,

@@ -11,9 +11,10 @@ from rlmesh import settings
 from rlmesh.actor.controller import Controller, Restart
 from rlmesh.actor.proc_mesh import ProcMesh
 from rlmesh.errors import ConfigError
+from rlmesh.launch.admission import MiB, PROC_BYTES, ClusterCapacity, ProcDemand, admit_cluster
 from rlmesh.launch.cluster import RemoteCluster
 from rlmesh.launch.slurm.allocation import Allocation, route_address, slurmctld_address
-from rlmesh.launch.slurm.commands import gpus_per_task, place
+from rlmesh.launch.slurm.commands import NodeInfo, gpus_per_task, place
 from rlmesh.launch.slurm.config import SlurmConfig
 from rlmesh.launch.slurm.launcher import SlurmLauncher
 from rlmesh.transport.auth import is_loopback_address
@@ -99,11 +100,28 @@ class SlurmCluster(RemoteCluster[SlurmLauncher]):
         else:
             chosen = nodes[:self.config.nodes or len(nodes)]
         n = math.prod(dims.values())
+        gpus = gpus_per_task(self.config, dims, chosen)
+        self._admit(dims, n, chosen, gpus)
         layout = [chosen[i].name for i in place(n, len(chosen), self.config.distribution, per_node)]
-        self.launcher.set_layout(name, layout, gpus_per_task(self.config, dims, chosen))
+        self.launcher.set_layout(name, layout, gpus)
         logger.info("mesh %s: %d proc(s) on Slurm node(s) %s of job %s", name, n, ",".join(dict.fromkeys(layout)),
                     self.job_id)
         return self._launch(name, dims, restart, env, timeout)
+
+    def _admit(self, dims: dict[str, int], n: int, nodes: list[NodeInfo], gpus: int) -> None:
+        """Refuse (one line, before any step) a mesh that the memory of the nodes it may use cannot hold
+        at the 256 MiB a recipe proc takes, beside this cluster's running procs (``scontrol``'s
+        ``RealMemory``, summed). CPU counts only for GPU workers, whose ``--exact`` steps each hold
+        their CPUs (CPU-only steps ``--overlap``: they share, slower rather than refused)."""
+        if not all(node.memory_mb for node in nodes):
+            return  # a node that reports no memory: nothing to judge by
+        cap = ClusterCapacity(float(sum(node.cpus for node in nodes)), sum(node.memory_mb for node in nodes) * MiB,
+                              None, f"the {len(nodes)} usable node{'' if len(nodes) == 1 else 's'} of Slurm job "
+                                    f"{self.job_id} (scontrol's RealMemory)")
+        exact = ProcDemand(PROC_BYTES, float(max(1, self.config.cpus_per_task)), cpu_key="launcher.cpus_per_task")
+        demand = exact if gpus > 0 else ProcDemand(PROC_BYTES)
+        admit_cluster(f"spawn_procs(per_host={dims})", n, demand, [ProcDemand(PROC_BYTES) for _ in self._running_meshes()],
+                      cap, "spawn fewer procs, or use more nodes (launcher.nodes, sbatch --nodes)")
 
     def __repr__(self) -> str:
         return f"<SlurmCluster job={self.job_id}>"

@@ -31,6 +31,10 @@ class NodeInfo:
     addr: str
     state: str
     gres: str = ""
+    cpus: int = 0
+    """``CPUTot`` (0: not reported)."""
+    memory_mb: int = 0
+    """``RealMemory``, in MB as Slurm counts them (MiB; 0: not reported)."""
 
     @property
     def usable(self) -> bool:
@@ -102,8 +106,13 @@ def parse_nodes(text: str) -> list[NodeInfo]:
         if "NodeName" in f:
             gres = f.get("Gres", "")
             nodes.append(NodeInfo(f["NodeName"], f.get("NodeAddr") or f["NodeName"], f.get("State", ""),
-                                  "" if gres == "(null)" else gres))
+                                  "" if gres == "(null)" else gres, _count(f.get("CPUTot")),
+                                  _count(f.get("RealMemory"))))
     return nodes
+
+
+def _count(value: str | None) -> int:
+    return int(value) if value and value.isdigit() else 0
 
 
 def parse_job(text: str) -> JobInfo | None:

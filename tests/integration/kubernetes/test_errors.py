@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 import rlmesh as rm
+from rlmesh.errors import ConfigError
 from rlmesh.launch.kubernetes import (KubernetesCluster, KubernetesConfig, KubernetesError, KubernetesForbidden,
                                       MeshResources, dry_run_manifests, render_manifests)
 from rlmesh.launch.kubernetes.manifests import run_selector
@@ -62,6 +63,35 @@ def test_unschedulable_pod_fails_with_the_schedulers_reason(k8s):
     assert "unschedulable: 0/1 nodes are available" in msg and "nvidia.com/gpu" in msg
     assert "FailedScheduling" in msg
     assert nothing_left(k8s, "it-sched")
+
+
+def test_a_mesh_beyond_the_nodes_allocatable_is_refused_in_one_line_before_any_pod(k8s, monkeypatch):
+    # Such a mesh would sit Pending until the start timeout, minutes later, with no word on why.
+    monkeypatch.delenv("RLMESH_MAX_PROCS", raising=False)
+    cfg = KubernetesConfig(image=IMAGE, namespace=k8s.namespace, run="it-admit",
+                           meshes={"k8s-fat": MeshResources(memory="16Gi"), "k8s-cpu": MeshResources(cpu="4"),
+                                   "k8s-zone": MeshResources(node_selector={"zone": "nowhere"})})
+    with KubernetesCluster(cfg, api_client=k8s.api) as cluster:
+        cap = cluster.capacity("k8s-fat")  # the fake node's allocatable, as the API server reports it
+        assert cap is not None and (cap.cpus, cap.memory, cap.slots) == (16, 64 << 30, 110)
+        refusals = {}
+        for name, n in (("k8s-fat", 5), ("k8s-cpu", 5), ("pods", 111), ("k8s-zone", 1)):
+            with pytest.raises(ConfigError) as ei:
+                cluster.spawn_procs(per_host={"procs": n}, name=name)
+            refusals[name] = str(ei.value)
+        assert cluster.capacity("pods") == cap  # 4 refusals, nothing counted as running
+    node = "the 1 schedulable Ready node of the cluster"
+    assert refusals["k8s-fat"] == (
+        f"spawn_procs(per_host={{'procs': 5}}) needs 80.0 GiB of memory for 5 procs at 16.0 GiB a proc "
+        f"(launcher.meshes.k8s-fat.memory), more than the 64.0 GiB of {node}; spawn fewer pods, or lower what "
+        f"each asks for (launcher.meshes.k8s-fat.memory, launcher.meshes.k8s-fat.cpu), or set RLMESH_MAX_PROCS=5 "
+        f"to start them anyway")
+    assert "20 CPUs for 5 procs at 4 a proc (launcher.meshes.k8s-cpu.cpu), more than the 16 of " + node \
+        in refusals["k8s-cpu"]
+    assert f"111 pods, more than the 110 pod slots of {node}" in refusals["pods"]
+    assert "the 0 schedulable Ready nodes labelled {'zone': 'nowhere'} of the cluster" in refusals["k8s-zone"]
+    assert all("\n" not in r and "RLMESH_MAX_PROCS=" in r for r in refusals.values())
+    assert nothing_left(k8s, "it-admit")
 
 
 def test_rendered_manifests_pass_a_server_side_dry_run(k8s):

@@ -132,6 +132,25 @@ def mesh() -> dict:
     return out
 
 
+def admission() -> dict:
+    """A mesh of 100 procs on four nodes of 4000 MB each: refused before the controller or any step
+    starts (rlmesh/launch/admission.py)."""
+    from rlmesh.actor.controller import Controller
+    from rlmesh.errors import ConfigError
+
+    with SlurmCluster(nodes=4, job_name=JOB_NAME) as cluster:
+        out: dict = {"nodes": [[n.name, n.cpus, n.memory_mb] for n in cluster.launcher.refresh_nodes() if n.usable],
+                     "job": cluster.job_id, "refused": None}
+        try:
+            cluster.spawn_procs(per_host={"procs": 100}, name="huge")
+        except ConfigError as exc:
+            out["refused"] = str(exc)
+        out["controller_started"] = Controller.current() is not None
+        out["steps"] = subprocess.run(["squeue", "--steps", f"--jobs={cluster.job_id}", "--noheader"],
+                                      capture_output=True, text=True).stdout.strip()
+    return out
+
+
 if __name__ == "__main__":
-    result = {"mesh": mesh}[sys.argv[1]]()
+    result = {"mesh": mesh, "admission": admission}[sys.argv[1]]()
     print(json.dumps(result), flush=True)

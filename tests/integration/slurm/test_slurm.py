@@ -49,6 +49,23 @@ def dead_host(reason: str, node: str) -> bool:
     return f"{node} lost" in reason or "node failure" in reason or reason.startswith("heartbeat timeout")
 
 
+def test_a_mesh_beyond_the_nodes_memory_is_refused_before_any_step(slurm, tmp_path):
+    # First in the module: all four nodes are up (the next test takes some down).
+    env = {k: v for k, v in clean_env(tmp_path).items() if k != "RLMESH_MAX_PROCS"}
+    p = subprocess.run([sys.executable, str(HERE / "slurm_scenario.py"), "admission"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert p.returncode == 0 and lines, f"scenario failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    r = json.loads(lines[-1])
+    assert r["nodes"] == [[f"rlsn{i}", 8, 4000] for i in range(1, 5)]  # scontrol's CPUTot and RealMemory
+    assert r["refused"] == (
+        f"spawn_procs(per_host={{'procs': 100}}) needs 25.0 GiB of memory for 100 procs at 256 MiB a proc (what a "
+        f"recipe proc takes), more than the 15.6 GiB of the 4 usable nodes of Slurm job {r['job']} (scontrol's "
+        f"RealMemory); spawn fewer procs, or use more nodes (launcher.nodes, sbatch --nodes), or set "
+        f"RLMESH_MAX_PROCS=100 to start them anyway")
+    assert not r["controller_started"] and r["steps"] == ""  # refused before the controller or any step
+
+
 def test_mesh_of_steps_recovers_a_killed_step_and_a_lost_node(slurm, tmp_path):
     p = subprocess.run([sys.executable, str(HERE / "slurm_scenario.py"), "mesh"], env=clean_env(tmp_path),
                        capture_output=True, text=True, timeout=150)

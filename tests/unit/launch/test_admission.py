@@ -65,3 +65,29 @@ def test_spawn_procs_counts_the_setting_over_the_whole_shape(monkeypatch):
     assert str(err.value) == ("spawn_procs(per_host={'hosts': 2, 'gpus': 3}) needs 6 procs on this host beside the "
                               "2 of this controller running, which holds 7 now (RLMESH_MAX_PROCS=7); spawn fewer "
                               "procs, or set RLMESH_MAX_PROCS=8 to start them anyway")
+
+
+def test_a_cluster_refuses_by_pod_slots_then_memory_then_requested_cpu():
+    from rlmesh.launch.admission import ClusterCapacity, ProcDemand, cluster_refusal, quantity
+
+    cap = ClusterCapacity(cpus=16, memory=64 * GiB, slots=110, where="the 1 node")
+    small, fat = ProcDemand(), ProcDemand(memory=16 * GiB, memory_key="launcher.meshes.gen.memory")
+    assert cluster_refusal(110, small, [], cap) is None                       # 27.5 GiB at 256 MiB a proc
+    assert cluster_refusal(111, small, [], cap) == "111 pods, more than the 110 pod slots of the 1 node"
+    assert cluster_refusal(4, fat, [], cap) is None
+    assert cluster_refusal(1, fat, [fat] * 4, cap) == (
+        "80.0 GiB of memory for 5 procs (with the 4 of this cluster running) at 16.0 GiB a proc "
+        "(launcher.meshes.gen.memory), more than the 64.0 GiB of the 1 node")
+    cpu = ProcDemand(cpus=quantity("1500m"), cpu_key="launcher.meshes.gen.cpu")
+    assert cluster_refusal(10, cpu, [], cap) is None and "16.5 CPUs" in (cluster_refusal(11, cpu, [], cap) or "")
+    assert cluster_refusal(500, small, [], ClusterCapacity(2, 1 * GiB, None, "x"), max_procs=500) is None
+    assert quantity("64Gi") == 64 * GiB and quantity("129e6") == 129e6 and quantity("2") == 2
+
+
+def test_slurm_nodes_carry_their_cpus_and_memory():
+    from rlmesh.launch.slurm.commands import parse_nodes
+
+    line = ("NodeName=rlsn1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=8 CPULoad=0.50 Gres=(null) "
+            "NodeAddr=10.77.0.11 RealMemory=4000 AllocMem=0 FreeMem=N/A State=IDLE")
+    (node,) = parse_nodes(line)
+    assert (node.name, node.addr, node.cpus, node.memory_mb, node.gres) == ("rlsn1", "10.77.0.11", 8, 4000, "")
