@@ -176,6 +176,7 @@ class Stream(Generic[R]):
             f.add_done_callback(self._q.put)
 
     def __iter__(self) -> Iterator[R]:
+        get_client().send_held()  # a plain loop over it blocks this thread: its loop's held calls go now
         for _ in self._futs:
             yield self._q.get().get()
 

@@ -21,6 +21,7 @@ from rlmesh.transport.serialization import dumps, loads
 # data plane kinds
 CALL = "c"  # expects a reply
 CAST = "b"  # broadcast: fire and forget
+CALLS = "cs"  # several calls and casts in one message: meta (CALLS, 0, "", "", caller, inbox), payload pack_calls
 # reply statuses
 OK = "ok"
 ERR = "err"
@@ -127,3 +128,19 @@ def unpack_replies(payload: list[Any]) -> list[tuple[int, str, bytes]]:
     if type(replies) is not list:
         raise ValueError(f"a batch of replies is a list, not {type(replies).__name__}")
     return replies
+
+
+def pack_calls(calls: list[tuple[str, int, str, str, bytes]]) -> list[Any]:
+    """The payload of a :data:`CALLS` message: one-frame calls ``(kind, call_id, actor_id, endpoint,
+    args head)`` of one caller thread to one proc, in the order they were made (issue 40: one message,
+    MAC and send for the calls of one turn of the caller's event loop)."""
+    return [pickle.dumps(calls, protocol=5)]
+
+
+def unpack_calls(payload: list[Any]) -> list[tuple[str, int, str, str, bytes]]:
+    """Inverse of :func:`pack_calls` (after the message's MAC and freshness were checked)."""
+    head = payload[0]
+    calls = pickle.loads(getattr(head, "buffer", head))
+    if type(calls) is not list:
+        raise ValueError(f"a batch of calls is a list, not {type(calls).__name__}")
+    return calls

@@ -165,7 +165,21 @@ class ActorServer:
             except Exception as exc:
                 logger.warning("dropped a malformed message: %s", exc)
                 continue
-            self._dispatch(ident, meta, payload, size)
+            if meta[0] == P.CALLS:
+                self._dispatch_calls(ident, meta, payload)
+            else:
+                self._dispatch(ident, meta, payload, size)
+
+    def _dispatch_calls(self, ident: Any, meta: tuple, payload: list[Any]) -> None:
+        """A caller's batch of calls (one turn of its event loop): each is dispatched as if it came alone."""
+        try:
+            calls = P.unpack_calls(payload)
+        except Exception as exc:
+            logger.warning("dropped a malformed batch of calls: %s", exc)
+            return
+        caller, inbox = meta[4], meta[5]
+        for kind, call_id, actor_id, endpoint, head in calls:
+            self._dispatch(ident, (kind, call_id, actor_id, endpoint, caller, inbox), [head], len(head))
 
     def _dispatch(self, ident: Any, meta: tuple, payload: list[Any], size_in: int) -> None:
         kind, call_id, actor_id, endpoint, caller, inbox = meta

@@ -73,3 +73,62 @@ def test_pipelined_calls_from_an_event_loop_each_get_their_own_reply(gated):
         return await asyncio.gather(*[gated.ping.call_one(i) for i in range(500)])
 
     assert asyncio.run(burst()) == list(range(500))
+
+
+class Log(rm.Actor):
+    def __init__(self):
+        self.seen = []
+
+    @rm.endpoint
+    async def add(self, x):
+        self.seen.append(x if isinstance(x, int) else len(x))
+        return len(self.seen)
+
+    @rm.endpoint
+    async def take(self) -> list:
+        seen, self.seen = self.seen, []
+        return seen
+
+
+@pytest.fixture(scope="module")
+def log():
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        yield procs.spawn("log", Log)
+
+
+def test_calls_made_in_one_turn_of_a_loop_go_as_one_message_in_order(log):
+    client = get_client()
+
+    async def burst():
+        before = client.call_messages
+        futs = [log.add.call_one(i) for i in range(300)]
+        log.add.broadcast(300)  # a cast rides in the same message, in its place
+        futs.append(log.add.call_one(b"x" * 100_000))  # too large to hold: what was held goes first
+        futs += [log.add.call_one(i) for i in range(301, 310)]
+        sent = client.call_messages - before
+        counts = await asyncio.gather(*futs)
+        return sent, client.call_messages - before, counts
+
+    sent, total, counts = asyncio.run(burst())
+    # The 300 held calls and the cast go as one message when the large call is sent, then it, then the
+    # last 9 as one more at the end of the turn: 3 messages for 311 calls.
+    assert (sent, total) == (2, 3)
+    assert counts == [*range(1, 301), 302, *range(303, 312)]
+    assert log.take.call_one().get(timeout=10) == [*range(301), 100_000, *range(301, 310)]
+
+
+def test_a_blocking_get_in_a_coroutine_sends_what_its_turn_held(log):
+    async def blocks():
+        held = log.add.call_one(1)
+        return held.get(timeout=10)  # blocks this loop: without sending first, its turn never ends
+
+    assert asyncio.run(blocks()) == 1
+    assert log.take.call_one().get(timeout=10) == [1]
+
+
+def test_a_plain_for_over_a_stream_in_a_coroutine_sends_what_its_turn_held(log):
+    async def streams():
+        return list(log.add.stream(5))
+
+    assert asyncio.run(streams()) == [1]
+    assert log.take.call_one().get(timeout=10) == [5]
