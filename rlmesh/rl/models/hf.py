@@ -39,6 +39,11 @@ class _HFCache:
         self.past: Any = None
         self.length = 0
 
+    def repeat_rows(self, n: int) -> None:
+        """Each row ``n`` times over, in place (row ``i * n + j`` is row ``i``)."""
+        if self.past is not None:
+            self.past.batch_repeat_interleave(n)
+
 
 class HFCausalLM(nn.Module):
     """Wraps a Hugging Face causal LM; positions come from the attention mask (left padding)."""
@@ -49,6 +54,7 @@ class HFCausalLM(nn.Module):
         # transformers >= 5.2x renamed ``past_key_values`` to ``cache``; accept both.
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._keeps_logits = "logits_to_keep" in params
 
     def gradient_checkpointing_enable(self) -> None:
         """Recompute each layer's activations in the backward pass instead of keeping them
@@ -58,9 +64,17 @@ class HFCausalLM(nn.Module):
     def new_cache(self, batch: int, max_len: int | None = None) -> _HFCache:  # noqa: ARG002 (dynamic cache)
         return _HFCache()
 
+    def repeat_cache(self, cache: _HFCache, n: int) -> _HFCache:
+        """``cache`` with each row ``n`` times over (in place; the model's own cache repeats)."""
+        cache.repeat_rows(n)
+        return cache
+
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, cache: _HFCache | None = None
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, cache: _HFCache | None = None,
+        last_only: bool = False,
     ) -> torch.Tensor:
+        """Logits for ``input_ids`` (the last column's alone with ``last_only``: a prompt's other
+        columns would cost a vocabulary-wide projection each for nothing)."""
         start = cache.length if cache is not None else 0
         total = start + input_ids.shape[1]
         if attention_mask is None:
@@ -72,12 +86,13 @@ class HFCausalLM(nn.Module):
             position_ids=positions,
             use_cache=cache is not None,
             **{self._cache_kwarg: cache.past if cache is not None else None},
+            **({"logits_to_keep": 1} if last_only and self._keeps_logits else {}),
         )
         if cache is not None:
             new_past = getattr(out, "cache", None)
             cache.past = new_past if new_past is not None else out.past_key_values
             cache.length = total
-        return out.logits
+        return out.logits[:, -1:] if last_only else out.logits
 
 
 class HFTokenizer:

@@ -5,9 +5,12 @@ in minutes, and it exposes the same two calls as the Hugging Face adapter
 (:mod:`rlmesh.rl.models.hf`), so :mod:`rlmesh.rl.models.sampling` drives either:
 
 - ``new_cache(batch, max_len)`` returns an empty cache;
-- ``forward(input_ids, attention_mask, cache=None)`` returns logits for ``input_ids``,
-  the new columns after whatever the cache already holds. ``attention_mask`` covers
-  every column so far (cache + new), 1 for real tokens and 0 for left padding.
+- ``forward(input_ids, attention_mask, cache=None, last_only=False)`` returns logits for
+  ``input_ids``, the new columns after whatever the cache already holds (``last_only``: the last
+  column's alone, all a sampler reads after a prompt). ``attention_mask`` covers every column so
+  far (cache + new), 1 for real tokens and 0 for left padding;
+- ``repeat_cache(cache, n)`` returns a cache whose rows are each of ``cache``'s ``n`` times over
+  (row ``i * n + j`` is row ``i``): a prompt is read once for its ``n`` samples.
 
 Prompts are left-padded so every row's next token lands in the same column; positions
 are counted over real tokens only, so a padded prompt sees the same positions as an
@@ -147,10 +150,24 @@ class Transformer(nn.Module):
         param = self.tok_emb.weight
         return KVCache(self.config, batch, max_len, param.dtype, param.device)
 
+    def repeat_cache(self, cache: KVCache, n: int) -> KVCache:
+        """A cache of ``n`` copies of each of ``cache``'s rows (row ``i * n + j`` is row ``i``), its
+        filled columns copied: the sampler reads a prompt once for all its samples."""
+        rows = cache.keys[0].shape[0]
+        out = self.new_cache(rows * n, cache.max_len)
+        filled = cache.length
+        for dst, src in zip(out.keys + out.values, cache.keys + cache.values):
+            b, h, cols, d = dst.shape
+            dst.view(rows, n, h, cols, d)[:, :, :, :filled] = src[:, None, :, :filled]
+        out.length = filled
+        return out
+
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, cache: KVCache | None = None
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, cache: KVCache | None = None,
+        last_only: bool = False,
     ) -> torch.Tensor:
-        """Logits ``[B, T, vocab]`` for ``input_ids`` ``[B, T]`` (appended to ``cache`` if given)."""
+        """Logits ``[B, T, vocab]`` for ``input_ids`` ``[B, T]`` (appended to ``cache`` if given);
+        ``[B, 1, vocab]``, the last column's, with ``last_only``."""
         b, t = input_ids.shape
         start = cache.length if cache is not None else 0
         total = start + t
@@ -171,4 +188,6 @@ class Transformer(nn.Module):
             x = block(x, mask, cache, i)
         if cache is not None:
             cache.length = total
+        if last_only:
+            x = x[:, -1:]
         return self.head(self.ln_f(x))
