@@ -11,7 +11,7 @@ and the generator therefore agree to float precision when they hold the same wei
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -79,6 +79,7 @@ def generate(
     stop_ids: tuple[int, ...] = (),
     prefixes: list[prefix_cache.PrefixKV | None] | None = None,
     keep_cache: bool = False,
+    on_step: Callable[[], Any] | None = None,
 ) -> Generation:
     """Sample ``n`` completions for each prompt (token-id lists) with incremental decoding.
 
@@ -90,7 +91,8 @@ def generate(
 
     ``prefixes`` (one per prompt, or ``None``) hold keys and values of each prompt's first tokens
     from an earlier call (:class:`~rlmesh.rl.models.prefix_cache.PrefixCache`): only the rest is
-    read. ``keep_cache`` returns the filled cache in :attr:`Generation.cache`.
+    read. ``keep_cache`` returns the filled cache in :attr:`Generation.cache`. ``on_step`` runs before
+    each decoding step (the torch backend sets its thread count there: :class:`~rlmesh.rl.backends.torch_backend.CpuShare`).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature}); use a small top_p for near-greedy decoding")
@@ -149,6 +151,8 @@ def generate(
         if bool(finished.all()) or t == max_new_tokens - 1:
             break
         # Finished rows still run (batch shape stays fixed) but are masked everywhere.
+        if on_step is not None:
+            on_step()
         logits = model(input_ids[:, col:col + 1], attention_mask[:, :col + 1], cache)[:, -1]
     input_ids, attention_mask = input_ids[:, :width + steps], attention_mask[:, :width + steps]
     return Generation(input_ids, attention_mask, input_ids[:, width:], logprobs[:, :steps],
