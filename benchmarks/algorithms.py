@@ -350,27 +350,36 @@ def gym_panel(args: argparse.Namespace, report: Report) -> None:
             report.ratio(f"{algo.replace(' generators)', 'gen').replace(' (', '_')}/{env_id}_wall", [rw / sw for rw, sw in zip(a["rw"], a["sw"])], "rlmesh / SB3 wall s")
 
 
-def a2c_core(seed: int, steps: int, episodes: int) -> float:
-    """rlmesh's A2C update alone, in this process: the generator's collector and the trainer's update
-    (``ppo_update`` with ``a2c_loss`` and RMSprop) on CartPole-v1 with the ``a2c/CartPole-v1`` preset."""
+def a2c_core_policy(seed: int, steps: int) -> ActorCritic:
+    """rlmesh's A2C alone, in this process: the generator's collector and the trainer's update
+    (``ppo_update`` with ``a2c_loss`` and RMSprop) on CartPole-v1 with the ``a2c/CartPole-v1`` preset, its
+    random draws seeded as ``rlmesh run`` seeds them (the trainer's init from ``run.seed``, the generator's
+    sampling from ``generator.seed``), so it ends on the very weights the run's last checkpoint holds."""
     from rlmesh.recipes.compose import compose  # deferred: only the --core mode composes a preset here
     from rlmesh.rl.algorithms.a2c import a2c_loss
     from rlmesh.rl.algorithms.ppo import build_policy, ppo_update
     from rlmesh.rl.rollout import RolloutCollector
 
     cfg, _ = compose(["recipe=a2c/CartPole-v1", f"generator.seed={seed}", f"trainer.total_steps={steps}"])
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # the trainer's init (Trainer.__init__)
     policy = build_policy(*env_spaces("CartPole-v1"), None, cfg.trainer)
     optimizer = torch.optim.RMSprop(policy.parameters(), lr=cfg.trainer.lr, alpha=cfg.trainer.rmsprop_alpha,
                                     eps=cfg.trainer.adam_eps)
+    torch.manual_seed(seed)  # the generator's draws (GymGenerator.__init__)
+    np.random.seed(seed)
     collector = RolloutCollector(cfg.generator, policy, seed=seed)
     version = 0
     while collector.total_steps < steps:
         ppo_update(policy, optimizer, collector.collect(policy_version=version), cfg.trainer, loss_fn=a2c_loss)
         version += 1
     collector.close()
-    return statistics.mean(evaluate_greedy(greedy_actor(policy, collector.envs.single_action_space), "CartPole-v1",
-                                           episodes, seed=10_000)[1])
+    return policy
+
+
+def a2c_core(seed: int, steps: int, episodes: int) -> float:
+    """:func:`a2c_core_policy`'s greedy mean return."""
+    policy = a2c_core_policy(seed, steps)
+    return statistics.mean(evaluate_greedy(greedy_actor(policy), "CartPole-v1", episodes, seed=10_000)[1])
 
 
 def sb3_a2c_core(seed: int, steps: int, episodes: int) -> float:

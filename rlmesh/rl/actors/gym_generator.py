@@ -37,7 +37,10 @@ def env_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
 class GymGenerator(Generator):
     """Collects ``num_envs x num_steps`` transitions per work item.
 
-    Replica ``i`` of the mesh seeds its envs with ``config.seed + 1000 * i``.
+    Replica ``i`` of the mesh seeds its envs, and its proc's torch and numpy random generators (action
+    sampling, exploration noise, epsilon-greedy draws), with ``config.seed + 1000 * i``: so a run's
+    seed fixes what its generators draw, and a strictly on-policy run (``buffer.max_policy_lag=0``)
+    repeats exactly, as the same loop in one process does (``benchmarks/algorithms.py --core``).
     """
 
     def __init__(self, config: GymGeneratorConfig, buffer: Any = None, model: ActorCriticConfig | None = None,
@@ -47,9 +50,12 @@ class GymGenerator(Generator):
         obs_space, act_space = env_spaces(config.env_id)
         self.policy = self.build_policy(obs_space, act_space, model)
         self.action_space = act_space
-        rank = max(rm.context().rank, 0) if buffer is not None else 0
-        self.collector = RolloutCollector(config, self.policy, seed=config.seed + 1000 * rank) if buffer is not None \
-            else None
+        self.collector: RolloutCollector | None = None
+        if buffer is not None:
+            seed = config.seed + 1000 * max(rm.context().rank, 0)
+            torch.manual_seed(seed)  # the fork template left fresh entropy here (launch/fork_template.py)
+            np.random.seed(seed % 2**32)
+            self.collector = RolloutCollector(config, self.policy, seed=seed)
 
     def build_policy(self, observation_space: gym.Space, action_space: gym.Space,
                      model: ActorCriticConfig | None) -> torch.nn.Module:

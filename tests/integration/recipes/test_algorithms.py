@@ -76,6 +76,41 @@ def test_a2c_learns_cartpole(tmp_path):
     assert max(evals(run)) > 100
 
 
+@pytest.mark.timeout(300)
+def test_strictly_on_policy_a2c_run_is_the_in_process_loop_exactly(tmp_path):
+    """``rlmesh run`` with ``buffer.max_policy_lag=0`` (the A2C preset) ends on the very weights of the same
+    loop in one process, bit for bit: the trainer's init comes from ``run.seed`` and the generator's draws
+    from ``generator.seed`` (GymGenerator seeds its proc's torch), so the procs change nothing."""
+    from rlmesh.recipes.compose import compose
+    from rlmesh.rl.actors.gym_generator import env_spaces
+    from rlmesh.rl.algorithms.a2c import a2c_loss
+    from rlmesh.rl.algorithms.ppo import build_policy, ppo_update
+    from rlmesh.rl.rollout import RolloutCollector
+
+    args = ["recipe=a2c/CartPole-v1", "trainer.total_steps=1200", "run.seed=3", "generator.seed=3", "eval.every=0",
+            "eval.target=null", "eval.episodes=1", "trainer.checkpoint_every=0"]
+    run = run_recipe(args, tmp_path)
+    (ckpt,) = sorted((run / "checkpoints").glob("step_*.pt"))
+    distributed = torch.load(ckpt, weights_only=False)["model"]
+
+    cfg, _ = compose(args[:1] + ["trainer.total_steps=1200", "generator.seed=3"])
+    torch.set_num_threads(1)
+    torch.manual_seed(3)  # Trainer.__init__
+    policy = build_policy(*env_spaces("CartPole-v1"), None, cfg.trainer)
+    opt = torch.optim.RMSprop(policy.parameters(), lr=cfg.trainer.lr, alpha=cfg.trainer.rmsprop_alpha,
+                              eps=cfg.trainer.adam_eps)
+    torch.manual_seed(3)  # GymGenerator.__init__
+    collector = RolloutCollector(cfg.generator, policy, seed=3)
+    steps = 0
+    while collector.total_steps < 1200:
+        ppo_update(policy, opt, collector.collect(), cfg.trainer, loss_fn=a2c_loss)
+        steps += 1
+    collector.close()
+    assert steps >= 25 and ckpt.name == f"step_{steps:08d}.pt"  # ~38 transitions a rollout
+    for name, tensor in policy.state_dict().items():
+        assert torch.equal(distributed[name], tensor), name
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ppo_pendulum_preset_improves_and_its_normalisation_is_checkpointed(tmp_path):
