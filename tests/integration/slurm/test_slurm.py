@@ -1,7 +1,8 @@
 """launcher=slurm on a real Slurm cluster (four slurmd nodes, each in a network namespace of its
 own): a mesh of job steps across four nodes, a killed step, a node set DOWN, a lost node and a
 node whose slurmd alone stopped recovered, and the
-ppo_cartpole recipe run with ``sbatch``, preempted by a higher-priority job and resumed."""
+ppo_cartpole recipe run with ``sbatch`` across three nodes: it loses one mid-run and goes on, is
+preempted by a higher-priority job, and resumes."""
 
 from __future__ import annotations
 
@@ -32,9 +33,50 @@ def clean_env(runs_dir: Path) -> dict[str, str]:
     return env
 
 
-def squeue(job: str) -> str:
-    return subprocess.run(["squeue", "--noheader", f"--jobs={job}", "--format=%T"], capture_output=True,
+def squeue(job: str, field: str = "%T") -> str:
+    """One field of ``job`` in squeue (its state by default; ``%N`` its nodes, ``%B`` its batch host)."""
+    return subprocess.run(["squeue", "--noheader", f"--jobs={job}", f"--format={field}"], capture_output=True,
                           text=True).stdout.strip()
+
+
+def hostnames(nodelist: str) -> list[str]:
+    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+def netns(node: str) -> str:
+    return f"rlslurm-n{node.removeprefix('rlsn')}"
+
+
+def namespace_pids(ns: str) -> list[str]:
+    return subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+
+
+def worker_pids(ns: str) -> list[str]:
+    """Pids of rlmesh workers in network namespace ``ns``."""
+    out = []
+    for pid in namespace_pids(ns):
+        try:
+            if b"rlmesh.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def live_count(run_dir: Path, rows: str, env: dict[str, str]) -> int:
+    """``SELECT count(*) FROM {rows}`` on a live run, through its telemetry service (0 when it does not answer)."""
+    out = subprocess.run([sys.executable, "-m", "rlmesh.cli", "sql", str(run_dir), f"SELECT count(*) AS n FROM {rows}",
+                          "--format", "json", "--timeout", "20"], capture_output=True, text=True, env=env, timeout=60)
+    try:
+        return int(json.loads(out.stdout)["rows"][0]["n"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return 0
+
+
+def latest_step(runs_dir: Path) -> int:
+    """The step of the run's newest checkpoint (-1 before the first)."""
+    return max((int(p.stem.split("_")[1]) for p in runs_dir.glob("2*/checkpoints/step_*.json")), default=-1)
 
 
 def sbatch(args: list[str], env: dict[str, str]) -> str:
@@ -116,6 +158,22 @@ def test_recipe_under_sbatch_is_preempted_and_resumes(slurm, tmp_path):
 
     wait_for(lambda: checkpoint() or squeue(first) == "", 120, "the first checkpoint")
     assert checkpoint(), (tmp_path / "first.out").read_text()[-4000:]
+
+    # a node of the run lost mid-run: every process of its namespace killed (slurmd and the workers
+    # of the run's steps there), not the batch host's, where the controller runs. The run goes on:
+    # its procs restart on the nodes left, and it checkpoints a later step.
+    batch_host = squeue(first, "%B")
+    lost = next(n for n in hostnames(squeue(first, "%N")) if n != batch_host and worker_pids(netns(n)))
+    step_at_loss = latest_step(tmp_path)
+    subprocess.run(["kill", "-9", *namespace_pids(netns(lost))], check=True)
+    run_dir = next(tmp_path.glob("2*/run.json")).parent
+    wait_for(lambda: (live_count(run_dir, "actors WHERE event = 'restarted'", env) > 0
+                      and latest_step(tmp_path) > step_at_loss) or squeue(first) == "", 180,
+             f"the procs of {lost} restarted and a later checkpoint")
+    assert latest_step(tmp_path) > step_at_loss, (tmp_path / "first.out").read_text()[-4000:]
+    slurm.node_up(lost)
+    subprocess.run(["scontrol", "update", f"nodename={lost}", "state=RESUME"], capture_output=True)
+
     # a job of a higher partition wants every node: Slurm preempts the run (SIGTERM, 30 s grace time)
     urgent = sbatch(["--partition=urgent", "--nodes=3", "--exclusive", f"--output={tmp_path}/urgent.out",
                      "--wrap", "true"], env)
@@ -123,13 +181,17 @@ def test_recipe_under_sbatch_is_preempted_and_resumes(slurm, tmp_path):
     wait_for(lambda: squeue(first) == "", 60, "the preempted job to end")
     stopped_s = time.monotonic() - t0
     out = (tmp_path / "first.out").read_text()
-    run_dir = next(tmp_path.glob("2*/run.json")).parent
     state = json.loads((run_dir / "run.json").read_text())
     assert state["status"] == "interrupted", out[-4000:]
     assert "is ending (preempted)" in out, out[-4000:]
     with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as db:
         trained = db.execute("SELECT sum(samples), max(step) FROM train_steps").fetchone()
+        deaths = db.execute("SELECT proc, host, reason FROM actors WHERE event = 'died'").fetchall()
+        restarted = db.execute("SELECT count(*) FROM actors WHERE event = 'restarted'").fetchone()[0]
     assert trained[1] >= 1
+    lost_procs = [d for d in deaths if d[1] == lost]
+    assert lost_procs, (lost, deaths)  # its procs died with the node (the launcher or Slurm says why)
+    assert restarted >= len({d[0] for d in lost_procs}), (restarted, deaths)
     assert stopped_s < 30  # within the grace time: the run stopped itself, Slurm did not have to kill it
     wait_for(lambda: squeue(urgent) == "", 60, "the urgent job")
 
