@@ -155,6 +155,7 @@ BUILTIN: dict[str, Table] = {t.name: t for t in [
         _c("checkpoint_s", "DOUBLE", "writing the checkpoint (every rank writes its shard of a sharded one)"),
         _c("param_bytes", "BIGINT", "parameter bytes this rank holds (its shards under FSDP2)"),
         _c("optim_bytes", "BIGINT", "optimizer state bytes this rank holds (its shards under FSDP2)"),
+        _c("ref_bytes", "BIGINT", "parameter bytes of the frozen modules this rank holds beside the policy: GRPO's KL reference copy (its shards under FSDP2); 0 without one, and with LoRA (the reference is the model itself)"),
         _c("rss_peak_bytes", "BIGINT", "the proc's peak resident memory so far"),
         _c("device_peak_bytes", "BIGINT", "peak CUDA memory allocated so far (NULL on CPU)"),
     ), "rlmesh.rl trainers"),

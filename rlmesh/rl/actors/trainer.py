@@ -189,7 +189,23 @@ class Trainer(rm.Actor):
         return {}
 
     def restore_extra(self, extra: dict[str, Any]) -> None:
-        """Hook: restore what :meth:`checkpoint_extra` saved."""
+        """Hook: restore what :meth:`checkpoint_extra` saved. On a resumed trainer it also builds the
+        modules of :meth:`checkpointed_modules` that :meth:`setup` would have built: their weights are
+        loaded into them right after it."""
+
+    def frozen_modules(self) -> dict[str, torch.nn.Module]:
+        """Hook: the frozen modules this rank holds beside the policy, by name (GRPO's KL reference copy:
+        no gradients, no optimizer state, sharded like the policy on a mesh). Their parameter bytes
+        (this rank's shards) are ``train_ranks.ref_bytes``. Default: none."""
+        return {}
+
+    def checkpointed_modules(self) -> dict[str, torch.nn.Module]:
+        """Hook: which of :meth:`frozen_modules` a checkpoint holds. In a sharded checkpoint each rank
+        writes its shard of them through DCP beside the policy's (nothing is gathered); in a one-rank
+        file they are whole. On load they are filled in place after :meth:`restore_extra`, at any rank
+        count. Leave out a module that can be rebuilt from where it came from (a reference that is the
+        model folder as loaded). Default: all of :meth:`frozen_modules`."""
+        return self.frozen_modules()
 
     def shard_batch(self, batch: list[Any], world: int) -> list[list[Any]]:
         """Hook (trainer mesh, ``trainer.ranks`` > 1): split a sampled batch into ``world`` batches, one
@@ -308,7 +324,8 @@ class Trainer(rm.Actor):
         waited = clock.times["sample_s"] + clock.times["handoff_s"]
         rm.telemetry.record("train_ranks", step=self.step, ranks=1 if self.group is None else self.group.world,
                             policy_version=self.version, step_s=took + waited,
-                            **clock.row(t_step if batch else 0.0, self.model, self.optimizer))
+                            **clock.row(t_step if batch else 0.0, self.model, self.optimizer,
+                                        self.frozen_modules().values()))
         return TrainResult(self.step, self.version, self.samples_seen, trained=True, samples=samples, max_lag=max_lag,
                            duration_s=took, lr=lr, metrics=metrics)
 
@@ -423,14 +440,17 @@ class Trainer(rm.Actor):
             path = Path(self.config.checkpoint_dir) / name
         path = Path(path)
         t0 = time.perf_counter()
+        frozen = self.checkpointed_modules()
         plain = {"step": self.step, "version": self.version, "samples_seen": self.samples_seen,
-                 "buffer_cursor": self.cursor, "rng": checkpoint.rng_state(), "extra": self.checkpoint_extra()}
+                 "buffer_cursor": self.cursor, "rng": checkpoint.rng_state(), "extra": self.checkpoint_extra(),
+                 "frozen": sorted(frozen)}
         if sharded:
             from rlmesh.rl.train import dcp  # deferred: DCP's import costs ~2 s; one-rank file checkpoints skip it
 
-            dcp.save(path, self.model, self.optimizer, plain, self.step, self.version, self.group)
+            dcp.save(path, self.model, self.optimizer, plain, self.step, self.version, self.group, frozen)
         else:
-            state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **plain}
+            state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **plain,
+                     "frozen_state": {name: m.state_dict() for name, m in frozen.items()}}
             checkpoint.write(path, state, self.step, self.version)
         self.durable_cursor = self.cursor
         if self.group is None or self.group.rank == 0:
@@ -447,6 +467,24 @@ class Trainer(rm.Actor):
             size = path.stat().st_size if path.exists() else None  # type: ignore[assignment]  # None: no file
         rm.telemetry.record("checkpoints", event=event, step=self.step, policy_version=self.version, path=str(path),
                             bytes=size, buffer_cursor=self.cursor, duration_s=took)
+
+    def _load_frozen(self, path: Path, state: dict[str, Any]) -> None:
+        """The checkpoint's frozen modules (:meth:`checkpointed_modules` when it was saved) into the ones
+        this trainer holds now; one it no longer holds (``trainer.kl_coef=0`` now) is skipped."""
+        held = self.frozen_modules()
+        names = [n for n in state.get("frozen", []) if n in held]
+        if not names:
+            return
+        if path.is_dir():
+            from rlmesh.rl.train import dcp  # deferred: DCP's import costs ~2 s; one-rank file checkpoints skip it
+
+            dcp.load_frozen(path, {n: held[n] for n in names})
+            return
+        for n in names:
+            if self.group is not None:  # a one-rank file's whole module into this rank's shard
+                self.group.load_full_state_dict(held[n], state["frozen_state"][n])
+            else:
+                held[n].load_state_dict(state["frozen_state"][n])
 
     def newest_checkpoint(self) -> Path | None:
         """The newest checkpoint in ``checkpoint_dir``: a ``step_*.pt`` with its checksum file or a sharded
@@ -478,6 +516,7 @@ class Trainer(rm.Actor):
         self.cursor = self.durable_cursor = int(state.get("buffer_cursor", 0))
         checkpoint.set_rng_state(state["rng"])
         self.restore_extra(state.get("extra", {}))
+        self._load_frozen(path, state)
         self.publish()
         took = time.perf_counter() - t0
         logger.info("loaded checkpoint %s (step %d, buffer cursor %d) in %.3f s", path, self.step, self.cursor, took)

@@ -333,6 +333,9 @@ class GRPOTrainer(Trainer):
         self.temperature, self.pad_id = temperature, pad_id
         self.dtype, self.gradient_checkpointing = dtype, gradient_checkpointing
         self.ref_model: torch.nn.Module | None = None
+        self.ref_source = "checkpoint"
+        """Where the KL reference comes from on a resume: ``folder`` (the model folder as loaded: no warm
+        start changed it; rebuilt from it, never saved) or ``checkpoint`` (saved with the policy)."""
         super().__init__(config, buffer, weights, seed)
 
     def build_model(self) -> torch.nn.Module:
@@ -363,29 +366,38 @@ class GRPOTrainer(Trainer):
         ``AutoModelForCausalLM.from_pretrained`` loads, tokenizer and chat template included.
 
         On a trainer mesh every rank must be called (``call_trainer``): the full weights are gathered
-        (FSDP2 holds a shard per rank) and rank 0 writes the folder; with LoRA it loads them into a
-        whole copy of the model and merges the adapters as one rank does."""
+        (FSDP2 holds a shard per rank) and rank 0 writes the folder. With LoRA only the adapters are
+        gathered (the base weights never train: they are the folder's): rank 0 loads them into one
+        fresh copy of the model built from the folder and merges them into it in place, so it holds
+        one whole model beside its shard, not the gathered one as well."""
         base = self.model.module if self.group is not None and hasattr(self.model, "module") else self.model  # DDP
         inner = getattr(base, "model", None)
         if inner is None or not hasattr(inner, "save_pretrained"):
             raise ValueError("export writes Hugging Face folders: the built-in transformer has none (its weights "
                              "are in the trainer's checkpoints)")
         if self.group is not None:
-            full = self.group.full_state_dict(self.model)  # every rank takes part; rank 0 gets the whole model
-            if full is None:
-                return str(path)
             tokenizer = getattr(self.task, "tokenizer", None)
-            if self.lora is not None:  # a whole copy, built as one rank builds it, takes the gathered weights
+            out = pathlib.Path(path)
+            if self.lora is not None:
+                adapters = self.group.gather_entries(self.model, self._published_keys())  # every rank takes part
+                if adapters is None:
+                    return str(path)
                 with torch.random.fork_rng():  # its fresh adapters draw from torch's RNG: leave the run's alone
-                    whole = self.build_model()
-                whole.load_state_dict(full)
-                out = save_folder(whole, path, tokenizer)  # the adapters merged, as on one rank
+                    whole = build_policy_model(self.model_config, self.model_path, self.dtype, self.lora)[0]
+                unexpected = whole.load_state_dict(adapters, strict=False).unexpected_keys
+                assert not unexpected, f"adapters the fresh copy does not have: {unexpected[:3]}"
+                merged = whole.model.merge_and_unload()  # in place: the copy is this export's own
+                out.mkdir(parents=True, exist_ok=True)
+                merged.save_pretrained(out)
+                del whole, merged
             else:
-                out = pathlib.Path(path)
+                full = self.group.full_state_dict(self.model)  # every rank takes part; rank 0 gets the whole model
+                if full is None:
+                    return str(path)
                 out.mkdir(parents=True, exist_ok=True)
                 inner.save_pretrained(out, state_dict={k.removeprefix("model."): v for k, v in full.items()})
-                if tokenizer is not None and hasattr(tokenizer, "hf"):
-                    tokenizer.hf.save_pretrained(out)
+            if tokenizer is not None and hasattr(tokenizer, "hf"):
+                tokenizer.hf.save_pretrained(out)
             logger.info("exported the policy at version %d to %s (gathered from %d ranks)", self.version, out,
                         self.group.world)
             return str(out)
@@ -418,33 +430,46 @@ class GRPOTrainer(Trainer):
                                   on_step=phase.update)
         if self.config.kl_coef > 0:
             self.ref_model = self._reference()
+            self.ref_source = "folder" if self.model_path and not self.config.sft_steps else "checkpoint"
         self.optimizer = self.build_optimizer()  # fresh Adam moments after the warm start
 
     def samples_in(self, batch: list[dict[str, Any]]) -> int:
         return sum(len(item["completions"]) for item in batch)
 
+    def frozen_modules(self) -> dict[str, torch.nn.Module]:
+        """The KL reference copy (``kl_coef > 0`` without LoRA; with LoRA the reference is the model itself)."""
+        return {"ref_model": self.ref_model} if self.ref_model is not None and self.lora is None else {}
+
+    def checkpointed_modules(self) -> dict[str, torch.nn.Module]:
+        """The KL reference when a warm start made it (each rank saves its shard); one that is the model
+        folder as loaded is rebuilt from the folder on a resume, never saved."""
+        return self.frozen_modules() if self.ref_source == "checkpoint" else {}
+
     def checkpoint_extra(self) -> dict[str, Any]:
-        """The frozen KL reference (the post-warm-start model): a resumed trainer skips :meth:`setup`.
-        With LoRA the reference is the base weights, which the model's own state holds. On a trainer
-        mesh every rank calls this and the reference's shards are gathered to rank 0, which writes them."""
-        if self.ref_model is None or self.lora is not None:
-            return {}
-        if self.group is not None:
-            full = self.group.full_state_dict(self.ref_model)
-            return {} if full is None else {"ref_model": full}
-        return {"ref_model": self.ref_model.state_dict()}
+        """Whether a KL reference exists and where a resumed trainer gets it (:attr:`ref_source`): a resumed
+        trainer skips :meth:`setup`, which made it."""
+        return {"ref": self.ref_source} if self.frozen_modules() else {}
 
     def restore_extra(self, extra: dict[str, Any]) -> None:
-        if self.lora is not None and self.config.kl_coef > 0:
-            self.ref_model = self._reference()
-        elif self.group is not None:  # the sharded reference on_group built is loaded in place (or dropped)
+        """Builds the KL reference the checkpoint had, before :class:`Trainer` loads its saved weights into
+        it (``ref: checkpoint``). On a mesh ``on_group`` built it (sharded) from the freshly loaded folder."""
+        if self.lora is not None:
+            self.ref_model = self._reference() if self.config.kl_coef > 0 else None
+            return
+        self.ref_source = extra.get("ref", "checkpoint")
+        if "ref" not in extra and "ref_model" not in extra:  # saved without a reference
+            self.ref_model = None
+        elif self.group is not None:  # sharded in on_group; an older checkpoint holds it whole
             if "ref_model" in extra and self.ref_model is not None:
                 self.group.load_full_state_dict(self.ref_model, extra["ref_model"])
-            else:
-                self.ref_model = None
-        elif "ref_model" in extra:
+        elif self.ref_source == "folder":
+            with torch.random.fork_rng():  # leave the run's RNG, restored from the checkpoint, alone
+                self.ref_model = build_policy_model(self.model_config, self.model_path, self.dtype)[0].eval()
+            self.ref_model.requires_grad_(False)  # as frozen_copy leaves it, without copying a fresh model
+        else:  # the checkpoint's weights are loaded into this copy next (or, older checkpoints, here)
             self.ref_model = frozen_copy(self.model)
-            self.ref_model.load_state_dict(extra["ref_model"])
+            if "ref_model" in extra:
+                self.ref_model.load_state_dict(extra["ref_model"])
 
     # -- hooks -------------------------------------------------------------------------------------------------
 

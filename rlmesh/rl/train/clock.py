@@ -12,8 +12,9 @@ Measured from Python, without a profiler, so the split is what hooks and timers 
   other ranks also their wait for rank 0's sample), the metrics' gather (``sync_s``) and the
   gather of the full weights for publishing (inside ``publish_s``).
 
-Memory: the parameters' and optimizer state's bytes this rank holds (its shards under FSDP2),
-the proc's peak RSS and, on CUDA, the device's peak allocation.
+Memory: the parameters' and optimizer state's bytes this rank holds (its shards under FSDP2), the
+frozen modules' it holds beside them (a KL reference copy: ``ref_bytes``), the proc's peak RSS and,
+on CUDA, the device's peak allocation.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import resource
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -107,10 +108,12 @@ class StepClock:
             self.times["optimizer_s"] += time.perf_counter() - self._opt_t0
             self._opt_t0 = None
 
-    def row(self, train_step_s: float, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def row(self, train_step_s: float, model: nn.Module, optimizer: torch.optim.Optimizer,
+            frozen: Iterable[nn.Module] = ()) -> dict[str, Any]:
         """The ``train_ranks`` columns this clock fills (``backward_s`` from ``train_step_s``, the time
         of ``train_step``), then reset for the next step. ``forward_s`` is NULL when no forward of the
-        hooked module ran (a trainer calling submodules or methods only)."""
+        hooked module ran (a trainer calling submodules or methods only). ``frozen``: the modules the
+        rank holds beside the policy (``Trainer.frozen_modules``), counted in ``ref_bytes``."""
         t: dict[str, float | None] = dict(self.times)
         if self.forwards:
             t["backward_s"] = max(0.0, train_step_s - self.times["forward_s"] - self.times["optimizer_s"])
@@ -121,6 +124,7 @@ class StepClock:
             device = int(torch.cuda.max_memory_allocated())
         row = {**t, "train_step_s": train_step_s, "publish_bytes": self.publish_bytes,
                "param_bytes": local_bytes(model.parameters()), "optim_bytes": optimizer_bytes(optimizer),
+               "ref_bytes": sum(local_bytes(m.parameters()) for m in frozen),
                "rss_peak_bytes": peak_rss_bytes(), "device_peak_bytes": device}
         self.reset()
         return row

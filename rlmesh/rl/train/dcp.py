@@ -2,8 +2,9 @@
 
 Layout, per checkpoint, a directory ``step_00000042.dcp/``:
 
-- ``__<rank>_0.distcp``: each rank's shard of the model and optimizer state, and ``.metadata``
-  (which shard holds which slice of which tensor), written by DCP;
+- ``__<rank>_0.distcp``: each rank's shard of the model and optimizer state and of the frozen
+  modules the trainer checkpoints (``Trainer.checkpointed_modules``: a KL reference that is not the
+  model folder), and ``.metadata`` (which shard holds which slice of which tensor), written by DCP;
 - ``trainer.pt`` + ``trainer.json``: rank 0's plain state (step, version, buffer cursor, RNG,
   the trainer's ``checkpoint_extra``), written by :func:`rlmesh.rl.checkpoint.write`;
 - ``manifest.json``: the SHA-256 and size of every other file (:mod:`rlmesh.rl.train.layout`).
@@ -32,7 +33,8 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_model_state_dict, set_state_dict)
 
 from rlmesh.files import write_atomically
 from rlmesh.rl import checkpoint
@@ -41,9 +43,10 @@ from rlmesh.rl.train.layout import MANIFEST, PLAIN, sha256_of, verify
 
 
 def save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, plain: dict[str, Any], step: int,
-         version: int, group: TrainGroup | None = None) -> Path:
+         version: int, group: TrainGroup | None = None, frozen: dict[str, nn.Module] | None = None) -> Path:
     """Write a sharded checkpoint at ``path`` (a ``step_*.dcp`` directory). Every rank calls it;
-    ``plain`` (rank 0's) is written by rank 0."""
+    ``plain`` (rank 0's) is written by rank 0. ``frozen``: modules without optimizer state saved beside
+    the model, each rank its own shard (under FSDP2 nothing is gathered; :func:`load_frozen` reads them)."""
     path = Path(path)
     rank0 = group is None or group.rank == 0
     tmp = path.with_name(f".{path.name}.tmp")
@@ -54,7 +57,10 @@ def save(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, plain: 
     if group is not None:
         group.barrier()
     msd, osd = get_state_dict(model, optimizer)
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp))
+    state: dict[str, Any] = {"model": msd, "optim": osd}
+    if frozen:
+        state["frozen"] = {name: get_model_state_dict(m) for name, m in frozen.items()}
+    dcp.save(state, checkpoint_id=str(tmp))
     if group is not None:
         group.barrier()  # every shard is on disk
     if rank0:
@@ -81,6 +87,15 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict
     dcp.load({"model": msd, "optim": osd}, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd)
     return plain
+
+
+def load_frozen(path: Path, frozen: dict[str, nn.Module]) -> None:
+    """The frozen modules :func:`save` wrote into ``frozen``'s (sharded or not, at any rank count), in
+    place. Every rank calls it, after :func:`load` verified the directory."""
+    state = {"frozen": {name: get_model_state_dict(m) for name, m in frozen.items()}}
+    dcp.load(state, checkpoint_id=str(Path(path)))
+    for name, m in frozen.items():
+        set_model_state_dict(m, state["frozen"][name])
 
 
 def load_file_into(state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -46,6 +46,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from rlmesh import settings
@@ -208,6 +209,20 @@ class TrainGroup:
             state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             return state if self.rank == 0 else None
         return unwrap(model).state_dict() if self.rank == 0 else None
+
+    def gather_entries(self, model: nn.Module, keys: set[str]) -> dict[str, torch.Tensor] | None:
+        """Only the entries ``keys`` of ``model``'s state dict (the unwrapped module's names), whole, on rank
+        0 (CPU copies); ``None`` elsewhere. Every rank calls it: under FSDP2 each sharded entry is one
+        all-gather, in state-dict order, so no rank ever holds more of the model than those entries
+        (a LoRA export gathers the adapters this way, not the whole model)."""
+        out: dict[str, torch.Tensor] = {}
+        for k, t in unwrap(model).state_dict().items():
+            if k not in keys:
+                continue
+            full = t.full_tensor() if isinstance(t, DTensor) else t
+            if self.rank == 0:
+                out[k] = full.detach().to("cpu", copy=True)
+        return out if self.rank == 0 else None
 
     # -- numbers ---------------------------------------------------------------------------------------------------
 

@@ -93,6 +93,11 @@ class Reffed(GRPOTrainer):
         return local_bytes(self.ref_model.parameters())
 
     @rm.endpoint
+    def reference_state(self) -> dict[str, torch.Tensor]:
+        assert self.ref_model is not None
+        return {k: t.clone() for k, t in self.ref_model.state_dict().items()}
+
+    @rm.endpoint
     def kl_on(self, items: list[dict]) -> tuple[torch.Tensor, dict[str, float]]:
         """The reference's log-probs of the completions of ``items`` (all of them, on every rank), and
         GRPO's loss metrics against it with the current policy as the behaviour policy."""
@@ -123,6 +128,20 @@ def weights_of(path: Path) -> dict[str, torch.Tensor]:
     return read(path)["model"]
 
 
+def ref_bytes(mesh: str) -> list[int]:
+    """``train_ranks.ref_bytes`` of trainer mesh ``mesh``, one per rank (the same at every step)."""
+    rows = rm.telemetry.query(f"SELECT rank, min(ref_bytes) AS lo, max(ref_bytes) AS hi FROM train_ranks "
+                              f"WHERE mesh = '{mesh}' GROUP BY rank ORDER BY rank").to_pylist()
+    return [r["lo"] for r in rows if r["lo"] == r["hi"]]
+
+
+def dcp_keys(path: Path) -> set[str]:
+    """The tensor names a DCP directory holds (its metadata, read in the controller)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+
+
 def train_steps(procs, first: int, ranks: int, tmp: Path, batches, steps: int, name: str, **kw):
     buffer = procs.slice(procs=0).spawn(f"buffer_{name}", FixedBuffer, batches)
     trainer = trainer_procs(procs, first, ranks).spawn(f"trainer_{name}", Reffed, config(tmp, ranks, **kw),
@@ -145,6 +164,9 @@ def test_two_ranks_take_the_one_rank_step_and_checkpoints_cross_rank_counts(tmp_
         assert sum(per_rank) == (whole if parallel == "fsdp" else 2 * whole)
         for held in per_rank:
             assert held == pytest.approx(whole / 2, rel=0.1) if parallel == "fsdp" else held == whole
+        # and SQL has them per rank, beside the policy's parameter and optimizer bytes (train_ranks.ref_bytes)
+        assert wait_for(lambda: ref_bytes(f"trainer_two_{parallel}") == list(per_rank), 60, "train_ranks of the mesh", 0.5)
+        assert wait_for(lambda: ref_bytes(f"trainer_one_{parallel}") == [whole], 60, "train_ranks of one rank", 0.5)
         # the same reference log-probs, KL and loss on the same batch (every rank runs the sharded forward)
         ref_one, kl_one = single.kl_on.call_one(batches[0]).get(timeout=60)
         ref_two, kl_two = mesh.kl_on.call(batches[0]).get(timeout=60).values()[0]
@@ -164,6 +186,10 @@ def test_two_ranks_take_the_one_rank_step_and_checkpoints_cross_rank_counts(tmp_
         assert ck_one.name == "step_00000002.pt" and ck_two.name == "step_00000002.dcp"
         assert sorted(p.name for p in ck_two.iterdir() if p.name.endswith(".distcp")) == ["__0_0.distcp",
                                                                                            "__1_0.distcp"]
+        # the reference (a copy of the post-warm-start policy, not the model as built) is saved by every
+        # rank as its shard in the DCP directory, like the policy; rank 0's trainer.pt holds none of it
+        assert read(ck_two / "trainer.pt")["extra"] == {"ref": "checkpoint"}
+        assert any(k.startswith("frozen.ref_model.") for k in dcp_keys(ck_two))
         w_one, w_two = weights_of(ck_one), weights_of(ck_two)
         # what a generator pulls, from every rank's shards (fsdp) or from rank 0's gathered whole (ddp),
         # is the checkpoint's weights bit for bit
@@ -301,12 +327,23 @@ def test_a_model_folder_exported_from_two_ranks_is_the_whole_model(tmp_path):
                                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / "src")
-    with rm.this_host().spawn_procs(per_host={"procs": 2}) as procs:
-        mesh = trainer_procs(procs, 0, 2).spawn("export2", GRPOTrainer, config(tmp_path / "ck", 2, sft_steps=0), None,
-                                                None, str(tmp_path / "src"), weights="export2")
-        out = call_trainer(mesh, "export", str(tmp_path / "out")).get(timeout=120)  # FSDP: every rank gathers
-    assert Path(out) == tmp_path / "out"
     want = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").state_dict()
+    with rm.this_host().spawn_procs(per_host={"procs": 3}) as procs:
+        mesh = trainer_procs(procs, 0, 2).spawn("export2", Reffed, config(tmp_path / "ck", 2, sft_steps=0, kl_coef=0.5),
+                                                None, None, str(tmp_path / "src"), weights="export2")
+        out = call_trainer(mesh, "export", str(tmp_path / "out")).get(timeout=120)  # FSDP: every rank gathers
+        # a KL reference that is the model folder as loaded is not saved: a resumed trainer rebuilds it
+        ck = Path(call_trainer(mesh, "save").get(timeout=60))
+        assert read(ck / "trainer.pt")["extra"] == {"ref": "folder"}
+        assert not any(k.startswith("frozen.") for k in dcp_keys(ck))
+        back = trainer_procs(procs, 2, 1).spawn("export2_back", Reffed, config(tmp_path / "ck", 1, sft_steps=0,
+                                                                                kl_coef=0.5),
+                                                None, None, str(tmp_path / "src"), weights="export2_back")
+        ref = back.reference_state.call_one().get(timeout=60)
+    assert set(ref) == {f"model.{k}" for k in want}
+    for k in want:
+        torch.testing.assert_close(ref[f"model.{k}"], want[k], atol=0, rtol=0)
+    assert Path(out) == tmp_path / "out"
     got = transformers.AutoModelForCausalLM.from_pretrained(out).state_dict()
     assert set(got) == set(want)
     for k in want:
