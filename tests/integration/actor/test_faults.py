@@ -112,6 +112,34 @@ def test_hung_proc_is_declared_dead_by_heartbeat(events):
         assert any(e.kind == "died" and "heartbeat" in e.reason for e in events if e.proc_mesh == procs.name)
 
 
+def test_a_running_silent_proc_is_allowed_what_its_hosts_heartbeat_gaps_show(events):
+    """A hang that is no stop (the proc runs, its beats stop): the procs of one host pool their
+    heartbeat gaps, and the silence allowed is what those gaps (and its own) make plausible, from
+    the floor up, not the floor times the host's load average."""
+    import re
+
+    from rlmesh.actor.controller import Controller
+    from rlmesh.actor.supervision import GAP_MARGIN
+
+    with rm.this_host().spawn_procs(per_host={"procs": 2}, name="gapped") as procs:
+        ctl = Controller.get()
+        a, b = (ctl.procs[p] for p in procs.proc_ids)
+        host = a.hb.host
+        assert host is not None and b.hb.host is host                     # one history for the host
+        wait_for(lambda: len(a.hb.intervals) >= 5 and len(b.hb.intervals) >= 5, 30.0, "a few beats of each")
+        assert ctl.submit(lambda: host.longest(time.monotonic())).result(10) > 0
+        assert ctl.inject_fault(b.proc_id, "hang")
+        died = wait_for(lambda: next((e for e in events if e.kind == "died" and e.proc_id == b.proc_id), None),
+                        40.0, "the hung proc declared dead")
+        allowed = float(re.search(r"beyond the ([\d.]+)s the heartbeat gaps seen on its host", died.reason).group(1))
+        longest, now_allowed = ctl.submit(lambda: (host.longest(time.monotonic()),
+                                                   b.hb.allowance(1.5, 8.0, time.monotonic()))).result(10)
+        # what the gaps showed (they only grow while the other proc beats on, within the minute), twice
+        # that had both procs been silent at once (a starved controller)
+        assert 1.5 <= allowed <= 2 * now_allowed + 0.05 and now_allowed >= GAP_MARGIN * longest - 1e-9, died.reason
+        assert not any(e.kind == "died" and e.proc_id == a.proc_id for e in events)  # its neighbour lives
+
+
 def test_local_procs_beat_through_the_board_and_a_freeze_is_still_seen():
     """On the controller's host a proc's heartbeat is a store into its board slot, not a message: its
     slot advances, the supervisor's record follows it, and a frozen proc is declared dead as before."""
