@@ -31,7 +31,7 @@ the held-out reward of each evaluation.
 
 Run::
 
-    pip install 'rlmesh[bench]'          # stable-baselines3, gymnasium[box2d] (LunarLander, BipedalWalker)
+    pip install 'rlmesh[bench]'          # stable-baselines3, gymnasium[box2d] (LunarLander, BipedalWalker), gymnasium[mujoco]
     python benchmarks/algorithms.py                                   # every row, 3 seeds (hours)
     python benchmarks/algorithms.py --envs CartPole-v1 Acrobot-v1 --seeds 0 1 2 --json panel.json
     python benchmarks/algorithms.py --algos dqn --envs CartPole-v1 --seeds 0 1 2 3 4
@@ -143,6 +143,10 @@ PANEL: dict[tuple[str, str], Row] = {
     ("td3", "Pendulum-v1"): Row(20_000, dict(
         gamma=0.98, buffer_size=200_000, learning_starts=10_000, noise_std=0.1, gradient_steps=-1,
         train_freq=(1, "episode"), learning_rate=1e-3, policy_kwargs=dict(net_arch=[400, 300])), ["recipe=td3_pendulum"]),
+    # SAC on MuJoCo (hyperparams/sac.yml's mujoco-defaults: SB3's SAC with 10k random steps first), at a
+    # reduced budget: 2% of the zoo's 1e6 (10k gradient steps), what fits a shared 2-core host
+    ("sac", "Hopper-v5"): Row(20_000, dict(learning_starts=10_000)),
+    ("sac", "HalfCheetah-v5"): Row(20_000, dict(learning_starts=10_000)),
 }
 """SB3's side of every row, and the budget both sides get. A preset without a row here runs rlmesh only
 (said as a baseline not run); a row with ``recipe`` set adds a recipe that is not a preset."""
@@ -165,12 +169,18 @@ def recipe_args(algo: str, env_id: str) -> list[str]:
     return row.recipe if row is not None and row.recipe else [f"recipe={algo}/{env_id}"]
 
 
+BENCH_ENV_EXTRAS = {**ENV_EXTRAS, "gymnasium.envs.mujoco": ("mujoco", "bench")}
+"""The env modules whose simulator the panel may lack: rlmesh's (Box2D) plus MuJoCo, which only the bench
+extra installs (``gymnasium[mujoco]``)."""
+
+
 def missing_extra(env_id: str) -> str | None:
-    """The extra an env needs and lacks here (``box2d`` for LunarLander without Box2D), else ``None``."""
+    """The extra an env needs and lacks here (``box2d`` for LunarLander without Box2D, ``bench`` for
+    Hopper without MuJoCo), else ``None``."""
     import gymnasium  # deferred: only to read the registry entry's module
 
     entry = str(gymnasium.envs.registry[env_id].entry_point)
-    for prefix, (package, extra) in ENV_EXTRAS.items():
+    for prefix, (package, extra) in BENCH_ENV_EXTRAS.items():
         if entry.startswith(prefix) and not have(package):
             return extra
     return None

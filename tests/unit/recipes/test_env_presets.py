@@ -12,9 +12,10 @@ from rlmesh.recipes.compose import RecipeConfigError, compose, config_dir, valid
 from rlmesh.recipes.config_store import register
 from rlmesh.recipes.env_presets import source_of
 from rlmesh.rl.algorithms.configs import A2CConfig, DQNConfig
+from rlmesh.rl.algorithms.configs.sac import SACConfig
 from rlmesh.rl.config import PPOConfig
 
-ALGOS = {"ppo": PPOConfig, "a2c": A2CConfig, "dqn": DQNConfig}
+ALGOS = {"ppo": PPOConfig, "a2c": A2CConfig, "dqn": DQNConfig, "sac": SACConfig}
 PRESETS = sorted((f.parent.name, f.stem) for algo in ALGOS for f in (config_dir() / "recipe" / algo).glob("*.yaml"))
 
 
@@ -31,7 +32,8 @@ def test_every_standard_env_has_its_presets():
     box2d = ["LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3"]
     discrete = {"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3"}
     expected = {(a, e) for a in ("ppo", "a2c") for e in classic + box2d} | {("dqn", e) for e in discrete}
-    assert expected <= set(PRESETS)
+    sac = {("sac", e) for e in ("Pendulum-v1", "Hopper-v5", "HalfCheetah-v5")}  # MuJoCo's to run, not to compose
+    assert expected | sac <= set(PRESETS)
 
 
 @pytest.mark.timeout(300)  # ~2.5 s of CPU for 20 composes; a hang bound that a loaded host cannot reach
