@@ -59,17 +59,23 @@ class ProcEntry:
     death: tuple[int | None, int | None, str] | None = None  # exit_code, signal, reason
 
 
-@dataclass
-class _Call:
-    fut: Future
-    proc_id: str
-    incarnation: int
-    mesh: str
-    rank: int
-    endpoint: str
-    actor_id: str
-    deadline: float | None
-    timeout: float | None = None
+class _Call(Future):
+    """A pending call: its future, and what the client needs to fail or time it out. One object, not a
+    future plus a record: a pipelined burst keeps thousands alive, each walked by the garbage collector."""
+
+    __slots__ = ("proc_id", "incarnation", "mesh", "rank", "endpoint", "actor_id", "deadline", "timeout")
+
+    def __init__(self, driver: "Client", proc_id: str, incarnation: int, mesh: str, rank: int, endpoint: str,
+                 actor_id: str, deadline: float | None, timeout: float | None):
+        super().__init__(driver)
+        self.proc_id = proc_id
+        self.incarnation = incarnation
+        self.mesh = mesh
+        self.rank = rank
+        self.endpoint = endpoint
+        self.actor_id = actor_id
+        self.deadline = deadline
+        self.timeout = timeout
 
 
 def error_payload(exc: BaseException, tb: str | None = None) -> list[Any]:
@@ -229,9 +235,11 @@ class Client:
         self.inbox_addr, self._inbox_in = bind_channel(self._inbox, auth, f"{identity} replies", local=True)
         self._inbox_fd: int = self._inbox.getsockopt(zmq.FD)  # type: ignore[assignment]  # zmq.FD is an int option
         self._inbox_lock = threading.RLock()  # held by whoever reads the inbox (recursion: callbacks that wait)
-        # Threads blocked in drive_until (a thread once per wait it is in); while any, the IO thread leaves the
-        # inbox to them. A list, not a count under the lock: append and remove are each one atomic step.
-        self._drivers: list[int] = []
+        # Threads blocked in drive_until (a thread once per wait it is in), and event loops whose coroutines await
+        # this client's futures (a _LoopReader each); while any reads, the IO thread leaves the inbox to them.
+        # A list, not a count under the lock: append and remove are each one atomic step.
+        self._drivers: list[int | _LoopReader] = []
+        self._loop_readers: dict[AbstractEventLoop, _LoopReader] = {}
         # Set by the IO thread while it waits off the inbox because threads drive it: a future that gets a
         # consumer which does not read replies itself (an await, a callback) wakes it then (wake_reader).
         self._io_parked = False
@@ -269,7 +277,7 @@ class Client:
                       if c.proc_id == proc_id and c.incarnation <= incarnation]
             calls = [self._pending.pop(cid) for cid in doomed]
         for c in calls:
-            c.fut._set_exception(self._died(c.mesh, c.rank, c.endpoint, exit_code, signal, reason))
+            c._set_exception(self._died(c.mesh, c.rank, c.endpoint, exit_code, signal, reason))
 
     @staticmethod
     def _died(mesh: str, rank: int, endpoint: str, exit_code: int | None, signal: int | None,
@@ -308,10 +316,9 @@ class Client:
             call_id = next(self._ids)
             fut = None  # type: ignore[assignment]  # no future for a broadcast
             if want_reply:
-                fut = Future(driver=self)
                 deadline = None if timeout is None else time.monotonic() + timeout
-                self._pending[call_id] = _Call(fut, proc_id, entry.incarnation, mesh, rank, endpoint,
-                                               actor_id, deadline, timeout)
+                fut = self._pending[call_id] = _Call(self, proc_id, entry.incarnation, mesh, rank, endpoint,
+                                                     actor_id, deadline, timeout)
             addr = entry.addr
         kind = P.CALL if want_reply else P.CAST
         bag = getattr(self._tls, "bag", None) or self._new_bag()
@@ -417,7 +424,7 @@ class Client:
         with self._lock:
             calls = [c for c in map(self._pending.pop, call_ids, itertools.repeat(None)) if c is not None]
         for c in calls:
-            c.fut._set_exception(ActorError(why, mesh=c.mesh, rank=c.rank, endpoint=c.endpoint))
+            c._set_exception(ActorError(why, mesh=c.mesh, rank=c.rank, endpoint=c.endpoint))
 
     def pending_count(self) -> int:
         with self._lock:
@@ -441,7 +448,7 @@ class Client:
             # leaving with calls still pending, or at _PARKED_S at the latest. Parked is set before the
             # drivers are read, so that a wake_reader racing this decision never finds it unset and parks.
             self._io_parked = True
-            driven = bool(self._drivers)
+            driven = self._driven()
             if not driven:
                 self._io_parked = False
             timeout = _PARKED_S if driven else 0.2
@@ -459,7 +466,7 @@ class Client:
                     os.eventfd_read(self._efd)
                 except BlockingIOError:
                     pass
-            if not self._drivers and self._inbox_lock.acquire(blocking=False):
+            if not self._driven() and self._inbox_lock.acquire(blocking=False):  # a driver may have come meanwhile
                 try:
                     self._drain()  # also when only efd fired: zmq's FD is edge-triggered
                 finally:
@@ -473,8 +480,27 @@ class Client:
         """Make sure some thread reads the inbox: called when a future of this client gets a consumer that
         does not read replies itself (``await``, a done callback). Nothing to do while a thread drives the
         inbox or while the IO thread reads it; a write to its eventfd only when it is parked with no driver."""
-        if self._io_parked and not self._drivers and not self._closed:  # closed: its eventfd may be gone
+        if self._io_parked and not self._closed and not self._driven():  # closed: its eventfd may be gone
             os.eventfd_write(self._efd, 1)
+
+    def _driven(self) -> bool:
+        """Whether a thread reads the inbox itself now: one blocked in ``drive_until``, or a running event loop
+        with awaits on this client's futures (a loop that stopped with some still pending reads nothing)."""
+        for d in self._drivers:
+            if isinstance(d, int) or d.loop.is_running():
+                return True
+        return False
+
+    def await_begins(self, loop: AbstractEventLoop) -> "_LoopReader | None":
+        """A coroutine on ``loop`` (this thread's running loop) awaits one of this client's futures: the loop
+        reads the inbox itself until its last such await ends (see :class:`_LoopReader`). ``None`` once closed."""
+        r = self._loop_readers.get(loop)
+        if r is None:
+            if self._closed:
+                return None
+            r = _LoopReader(self, loop)
+        r.awaits += 1
+        return r
 
     def drive_until(self, fut: Future, timeout: float | None) -> None:
         """Block until ``fut`` is done, reading the inbox from this thread meanwhile (no handoff).
@@ -529,7 +555,7 @@ class Client:
                         self._inbox_lock.release()
         finally:
             drivers.remove(waiter.ident)
-            if not drivers and self._io_parked and self._pending and not self._closed:  # calls left for the IO thread
+            if self._io_parked and self._pending and not self._closed and not self._driven():  # calls left for the IO thread
                 os.eventfd_write(self._efd, 1)
 
     def _drain(self, woken: bool = False) -> None:
@@ -579,11 +605,11 @@ class Client:
             return  # timed out or failed already
         try:
             if status == P.OK:
-                c.fut._set_result(loads(payload))
+                c._set_result(loads(payload))
             else:
-                c.fut._set_exception(error_from_payload(payload, c.mesh, c.rank, c.endpoint))
+                c._set_exception(error_from_payload(payload, c.mesh, c.rank, c.endpoint))
         except Exception as exc:  # e.g. the result's class is not importable here
-            c.fut._set_exception(ActorError(
+            c._set_exception(ActorError(
                 f"could not decode the result in the caller: {exc}", mesh=c.mesh, rank=c.rank,
                 endpoint=c.endpoint))
 
@@ -591,7 +617,7 @@ class Client:
         with self._lock:
             c = self._pending.pop(call_id, None)
         if c is not None:
-            c.fut._set_exception(exc)
+            c._set_exception(exc)
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -610,6 +636,11 @@ class Client:
         self._closed = True
         os.eventfd_write(self._efd, 1)
         self._thread.join(timeout=2)
+        for r in list(self._loop_readers.values()):  # their loops stop watching the inbox (each on its own thread)
+            try:
+                r.loop.call_soon_threadsafe(r.leave)
+            except RuntimeError:  # that loop is closed: it watches nothing
+                pass
         with self._lock:
             socks, self._all_send_socks = self._all_send_socks, []
             calls = list(self._pending.values())
@@ -618,7 +649,7 @@ class Client:
             s.close(0)
         self._inbox.close(0)
         for c in calls:
-            c.fut._set_exception(ActorError("the runtime shut down before a reply came", mesh=c.mesh,
+            c._set_exception(ActorError("the runtime shut down before a reply came", mesh=c.mesh,
                                             rank=c.rank, endpoint=c.endpoint))
         try:
             os.close(self._efd)
@@ -627,6 +658,83 @@ class Client:
 
 
 _DRIVE_POLL_MS = 200  # a waiting thread looks at ``closed`` and its deadline at least this often
+_BUSY_INBOX_S = 0.001  # a loop that found another thread reading the inbox looks again after this
+
+
+class _LoopReader:
+    """An event loop that reads its client's inbox itself while coroutines on it await that client's futures.
+
+    Why: the IO thread used to read every reply of an ``await``, so each burst of replies woke a second
+    thread that completed the futures, traded the GIL with the loop's thread (which was often still making
+    calls) and wrote the loop's self-pipe to wake it (issue 40). Now the loop watches the inbox's descriptor
+    (``add_reader``) from an await's start until its last await on the client ends (at the next turn, so that
+    a coroutine awaiting call after call keeps it), and it counts as a driver: the IO thread stays off the
+    inbox meanwhile, as for a thread blocked in ``get()``. A reply read on the loop's thread resolves its
+    await directly. Used on the loop's thread only, but for ``_driven`` (read from the IO thread)."""
+
+    __slots__ = ("client", "loop", "fd", "awaits", "leaving", "watching")
+
+    def __init__(self, client: Client, loop: AbstractEventLoop):
+        self.client = client
+        self.loop = loop
+        self.fd = client._inbox_fd
+        self.awaits = 0
+        self.leaving = False
+        client._loop_readers[loop] = self
+        client._drivers.append(self)
+        loop.add_reader(self.fd, self.readable)
+        self.watching = True
+
+    def readable(self) -> None:
+        """The inbox's descriptor polled readable: drain it, unless another thread is reading it (it drains
+        until empty); then look again in a moment rather than spin on a descriptor that thread is emptying."""
+        c = self.client
+        if c._closed:
+            self.leave()
+        elif c._inbox_lock.acquire(blocking=False):
+            try:
+                c._drain(True)
+            finally:
+                c._inbox_lock.release()
+        elif self.watching:
+            self.watching = False
+            self.loop.remove_reader(self.fd)
+            self.loop.call_later(_BUSY_INBOX_S, self._watch)
+
+    def _watch(self) -> None:
+        if self.client._loop_readers.get(self.loop) is self and not self.watching and not self.client._closed:
+            self.watching = True
+            self.loop.add_reader(self.fd, self.readable)
+
+    def ended(self) -> None:
+        """An await of this loop on the client ended; the last one leaves at the next turn, if no other began."""
+        self.awaits -= 1
+        if not self.awaits and not self.leaving:
+            self.leaving = True
+            self.loop.call_soon(self._maybe_leave)
+
+    def _maybe_leave(self) -> None:
+        self.leaving = False
+        if not self.awaits:
+            self.leave()
+
+    def leave(self) -> None:
+        """Stop reading the inbox; the IO thread takes it back when calls are still pending."""
+        c = self.client
+        if self.watching:
+            self.watching = False
+            try:
+                self.loop.remove_reader(self.fd)
+            except (OSError, ValueError):  # the client closed the inbox meanwhile
+                pass
+        if c._loop_readers.get(self.loop) is self:
+            del c._loop_readers[self.loop]
+        try:
+            c._drivers.remove(self)
+        except ValueError:
+            pass
+        if c._io_parked and c._pending and not c._closed and not c._driven():
+            os.eventfd_write(c._efd, 1)
 _PARKED_S = 0.05  # the IO thread, parked while threads drive the inbox, looks again at least this often
 
 

@@ -17,8 +17,10 @@ complete and read (measured in docs/performance.md).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
+from asyncio import _get_running_loop
 from typing import Any, Callable, Generator, Generic, TypeVar
 
 T = TypeVar("T")
@@ -34,7 +36,9 @@ class Future(Generic[T]):
         self._done = False
         self._value: Any = None
         self._exc: BaseException | None = None
-        self._callbacks: list[Callable[["Future[T]"], None]] | None = None
+        # None, one callback, or a list of them: most futures get exactly one (a gather's, an await's), and a
+        # list per future was one more object per call for the garbage collector to walk (issue 40).
+        self._callbacks: Callable[["Future[T]"], None] | list[Callable[["Future[T]"], None]] | None = None
         self._event: threading.Event | None = None
         # The client whose inbox delivers this result: get() reads it directly instead of
         # waiting to be woken by the IO thread (see Client.drive_until).
@@ -58,8 +62,11 @@ class Future(Generic[T]):
             event = self._event
         if event is not None:
             event.set()
-        for fn in callbacks or ():
-            _run_callback(fn, self)
+        if type(callbacks) is list:
+            for fn in callbacks:
+                _run_callback(fn, self)
+        elif callbacks is not None:
+            _run_callback(callbacks, self)  # type: ignore[arg-type]  # one callback, not a list
 
     # --- consumer side ---
     def get(self, timeout: float | None = None) -> T:
@@ -107,9 +114,13 @@ class Future(Generic[T]):
         with _lock:
             if self._done:
                 return False
-            if self._callbacks is None:
-                self._callbacks = []
-            self._callbacks.append(fn)
+            cbs = self._callbacks
+            if cbs is None:
+                self._callbacks = fn
+            elif type(cbs) is list:
+                cbs.append(fn)
+            else:
+                self._callbacks = [cbs, fn]  # type: ignore[list-item]  # cbs is one callback here
             return True
 
     def _wait(self, timeout: float | None) -> None:
@@ -127,24 +138,50 @@ class Future(Generic[T]):
         if not self._done:
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
-
-            def wake(_f: "Future[T]") -> None:  # on the completing thread
-                held = getattr(_held, "wakes", None)
-                if held is None:
-                    _wake_now(loop, [waiter])
-                else:  # the completing thread is draining replies: one wake-up per loop per drain
-                    waiters = held.setdefault(loop, [])
-                    waiters.append(waiter)
-                    if len(waiters) >= _HOLD_MAX:
-                        del held[loop]
-                        _wake_now(loop, waiters)
-
-            self.add_done_callback(wake)
-            yield from waiter.__await__()  # cancelling the await leaves this future as it is
+            wake = _Wake(loop, waiter)
+            # The client's inbox is read on this loop while it awaits (Client.await_begins): no other thread
+            # wakes to read the reply, nor to wake this one.
+            reader = None if self._driver is None else self._driver.await_begins(loop)
+            try:
+                if reader is None:
+                    self.add_done_callback(wake)
+                elif not self._add_callback(wake):
+                    return self.get()  # done meanwhile
+                yield from waiter.__await__()  # cancelling the await leaves this future as it is
+            finally:
+                if reader is not None:
+                    reader.ended()
         return self.get()
 
     def __repr__(self) -> str:
         return f"<rlmesh.Future {'done' if self._done else 'pending'}>"
+
+
+class _Wake:
+    """An await's done callback: resolves the awaiting loop's waiter, from whichever thread completed the
+    future. An object rather than a closure: one object per await for the garbage collector, not three."""
+
+    __slots__ = ("loop", "waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None]):
+        self.loop = loop
+        self.waiter = waiter
+
+    def __call__(self, _f: Future[Any]) -> None:  # on the completing thread
+        loop, waiter = self.loop, self.waiter
+        if _get_running_loop() is loop:  # the loop's own thread read the reply: no wake-up to send
+            if not waiter.done():  # the awaiting task may have been cancelled meanwhile
+                waiter.set_result(None)
+            return
+        held = getattr(_held, "wakes", None)
+        if held is None:
+            _wake_now(loop, [waiter])
+        else:  # the completing thread is draining replies: one wake-up per loop per drain
+            waiters = held.setdefault(loop, [])
+            waiters.append(waiter)
+            if len(waiters) >= _HOLD_MAX:
+                del held[loop]
+                _wake_now(loop, waiters)
 
 
 def _still_pending(timeout: float | None) -> TimeoutError:
@@ -214,27 +251,34 @@ def _run_callback(fn: Callable[[Any], None], fut: Future[Any]) -> None:
 def gather_futures(futs: list[Future[Any]], combine: Callable[[list[Any]], T]) -> Future[T]:
     """A future that completes with ``combine(results)`` once all complete, or fails with the first error."""
     out: Future[T] = Future(driver=next((f._driver for f in futs if f._driver is not None), None))
-    n = len(futs)
-    results: list[Any] = [None] * n
-    remaining = [n]
-    lock = threading.Lock()
-    if n == 0:
+    if not futs:
         out._set_result(combine([]))
         return out
-
-    def on_done(i: int, f: Future[Any]) -> None:
-        if f._exc is not None:
-            out._set_exception(f._exc)
-            return
-        results[i] = f._value
-        with lock:  # completions may arrive on the IO thread and the supervisor thread
-            remaining[0] -= 1
-            last = remaining[0] == 0
-        if last:
-            out._set_result(combine(results))
-
-    for i, f in enumerate(futs):
-        cb = lambda f, i=i: on_done(i, f)  # noqa: E731
+    g = _Gather(futs, combine, out)
+    cb = g.one_done  # one bound method for all of them
+    for f in futs:
         if not f._add_callback(cb):  # done already: here and now
             _run_callback(cb, f)
     return out
+
+
+class _Gather:
+    """What :func:`gather_futures` waits on: one object and one callback for all its futures, the results read
+    from them at the end, rather than a closure, a results list and a lock each (one call of a 4-actor mesh
+    made ten objects for the garbage collector; issue 40). The count goes down by ``next`` on an
+    ``itertools.count``: one step under the GIL, so completions on several threads never lose one."""
+
+    __slots__ = ("futs", "combine", "out", "counted", "last")
+
+    def __init__(self, futs: list[Future[Any]], combine: Callable[[list[Any]], Any], out: Future[Any]):
+        self.futs = futs
+        self.combine = combine
+        self.out = out
+        self.counted = itertools.count(1)
+        self.last = len(futs)
+
+    def one_done(self, f: Future[Any]) -> None:
+        if f._exc is not None:
+            self.out._set_exception(f._exc)
+        elif next(self.counted) == self.last:
+            self.out._set_result(self.combine([x._value for x in self.futs]))

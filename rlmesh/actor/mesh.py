@@ -9,10 +9,11 @@ process holds the handle straight to the hosting procs through that process's
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import queue
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Generic, Iterator, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generic, Iterator, Literal, ParamSpec, TypeVar, overload
 
 from rlmesh.actor.client import get_client
 from rlmesh.actor.future import Future, gather_futures
@@ -53,6 +54,7 @@ class ActorMesh(NamedMesh, Generic[A]):
         self._points = points
         self._shape = shape
         self._rr = itertools.count()
+        self._combine: Callable[[list[Any]], ValueMesh[Any]] | None = None  # results -> ValueMesh, made once
 
     def _point(self, rank: int) -> ActorPoint:
         return self._points[self._shape.indices[rank]]
@@ -120,9 +122,12 @@ class Endpoint(Generic[P, R]):
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
         """Call every actor; the future holds a :class:`ValueMesh` (fails with the first error)."""
         payload = dumps((args, kwargs))
-        futs = [self._send(r, payload) for r in range(len(self._mesh))]
-        shape = Shape(self._mesh.shape)
-        return gather_futures(futs, lambda vals: ValueMesh(shape, vals))
+        mesh = self._mesh
+        futs = [self._send(r, payload) for r in range(len(mesh))]
+        combine = mesh._combine
+        if combine is None:  # the mesh's shape never changes (a slice is a new mesh): one per mesh, not per call
+            combine = mesh._combine = functools.partial(ValueMesh, Shape(mesh.shape))
+        return gather_futures(futs, combine)
 
     def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Call the single actor of a one-actor mesh (slice first); a larger mesh is an error."""

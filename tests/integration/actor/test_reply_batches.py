@@ -2,6 +2,7 @@
 holds a reply for a call that is still running, nor mixes up whose reply is whose."""
 
 import asyncio
+import threading
 
 import pytest
 
@@ -132,3 +133,37 @@ def test_a_plain_for_over_a_stream_in_a_coroutine_sends_what_its_turn_held(log):
 
     assert asyncio.run(streams()) == [1]
     assert log.take.call_one().get(timeout=10) == [5]
+
+
+def test_a_loop_that_awaits_reads_its_own_replies(log):
+    """While coroutines await, their loop reads the inbox itself: no other thread completes their futures
+    (nor wakes the loop for them)."""
+    completed_on = set()
+
+    async def burst():
+        futs = [log.add.call_one(i) for i in range(200)]
+        for f in futs:
+            f.add_done_callback(lambda f: completed_on.add(threading.get_ident()))
+        await asyncio.gather(*futs)
+        return threading.get_ident()
+
+    assert completed_on == {asyncio.run(burst())}
+    log.take.call_one().get(timeout=10)
+
+
+def test_a_loop_stopped_with_an_await_pending_leaves_the_inbox_to_others(gated):
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(_await(gated.never.call_one()))
+        loop.run_until_complete(asyncio.sleep(0.05))  # the loop watches the inbox for that await, then stops
+        done = threading.Event()
+        gated.ping.call_one(1).add_done_callback(lambda f: done.set())
+        assert done.wait(10), "a reply was left to a loop that no longer runs"
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+    finally:
+        loop.close()
+
+
+async def _await(fut):
+    return await fut
