@@ -10,6 +10,7 @@ and the generator therefore agree to float precision when they hold the same wei
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -137,9 +138,16 @@ def generate(
     steps = 0
     for t in range(max_new_tokens):
         scaled = logits.float() / temperature
-        probs = top_p_filter(scaled, top_p).softmax(-1)
-        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        token_logp = scaled.log_softmax(-1).gather(-1, token[:, None]).squeeze(-1)
+        logp = scaled.log_softmax(-1)
+        top_logp, top = logp.max(-1) if top_p < 1.0 else (None, None)
+        if top is not None and bool((top_logp >= math.log(top_p)).all()):
+            # every row's nucleus is its top token alone (greedy evaluation asks top_p=1e-9): the
+            # draw is the argmax, with no vocabulary-wide sort or random draw
+            token = top
+        else:
+            probs = top_p_filter(scaled, top_p).softmax(-1)
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
         live = ~finished
         col = width + t
         input_ids[:, col] = torch.where(live, token, pad_id)

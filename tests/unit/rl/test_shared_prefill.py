@@ -1,6 +1,7 @@
-"""A group's samples read their shared prompt once (:func:`rlmesh.rl.models.sampling.generate`):
-the tokens drawn and their log-probs are those of reading it once per sample, for the built-in
-transformer and for a Hugging Face model, and the trainer's full-sequence log-probs still agree."""
+"""The sampler's shortcuts (:func:`rlmesh.rl.models.sampling.generate`), for the built-in transformer
+and a Hugging Face model: a group's samples read their shared prompt once, and draw the tokens and
+log-probs of reading it once per sample (the trainer's full-sequence log-probs still agree); greedy
+decoding (a nucleus of one token) takes the argmax without a sort or a draw."""
 
 from __future__ import annotations
 
@@ -49,3 +50,15 @@ def test_last_only_is_the_last_column_of_the_full_logits(models, name):
         full, last = model(ids, mask), model(ids, mask, last_only=True)
     assert last.shape == (2, 1, full.shape[-1])
     torch.testing.assert_close(last[:, 0], full[:, -1], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["transformer", "llama"])
+def test_greedy_sampling_is_the_argmax_of_each_step(models, name):
+    model = models[name]
+    gen = generate(model, PROMPTS, n=1, max_new_tokens=5, top_p=1e-9, eos_id=None, generator=torch.Generator().manual_seed(0))
+    ids, mask = gen.input_ids[:, :gen.prompt_len], gen.attention_mask[:, :gen.prompt_len]
+    with torch.no_grad():
+        for t in range(5):  # the reference: argmax of a full forward pass over everything so far
+            nxt = model(ids, mask)[:, -1].argmax(-1)
+            assert torch.equal(gen.completion_ids[:, t], nxt)
+            ids, mask = torch.cat([ids, nxt[:, None]], 1), torch.cat([mask, torch.ones_like(nxt)[:, None]], 1)
