@@ -55,13 +55,15 @@ SRC = "s"  # the source's simulated host (the others are "0".."n-1")
 HOSTS_ENV = "RLWS_HOSTS"  # the hosts, from the parent that built them to the run inside the source's namespace
 
 
-def make_trees(base: str, big_mib: int, files: int) -> tuple[str, str]:
+def make_trees(base: str, big_mib: int, files: int, trees: tuple[str, ...] = ("big", "small")) -> tuple[str, str]:
+    """The trees named in ``trees`` (a 1 GiB file written for a small-files run cost minutes at load)."""
     big, small = os.path.join(base, "big"), os.path.join(base, "small")
     os.makedirs(big)
-    with open(os.path.join(big, "blob.bin"), "wb") as f:
-        for _ in range(big_mib):
-            f.write(os.urandom(1 << 20))
-    for i in range(files):
+    if "big" in trees:
+        with open(os.path.join(big, "blob.bin"), "wb") as f:
+            for _ in range(big_mib):
+                f.write(os.urandom(1 << 20))
+    for i in range(files if "small" in trees else 0):
         d = os.path.join(small, f"d{i // 100}")
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, f"f{i}.py"), "w") as f:
@@ -241,7 +243,7 @@ def main() -> None:
     where = f"links{a.link_mbit}" if a.link_mbit else "loopback"
     base = tempfile.mkdtemp(prefix="rlmesh-wsbench-")
     try:
-        big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files)
+        big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files, tuple(a.trees))
         links = f"each host's link {a.link_mbit} Mbit/s each way (network namespaces)" if a.link_mbit else "loopback"
         if a.host_cpu:
             links += f", each host's CPU {a.host_cpu} of a core (cgroup quota)"

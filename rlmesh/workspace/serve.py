@@ -19,7 +19,7 @@ import zmq
 
 from rlmesh.transport import Authenticator, AuthError, bind_channel, zmq_context
 from rlmesh.transport.sockets import tune
-from rlmesh.workspace.manifest import Kind, TreeManifest
+from rlmesh.workspace.manifest import TreeManifest
 from rlmesh.workspace.onesided_io import OneSidedError, Window, open_window
 from rlmesh.workspace.store import ChunkStore, CorruptChunkError
 
@@ -205,8 +205,11 @@ def source_lookup(root: str, manifest: TreeManifest,
                   extra_roots: dict[str, str] | None = None) -> Callable[[str], bytes | None]:
     """Chunks of the controller's tree, read from the files themselves (no copy into a store).
 
-    ``extra_roots``: manifest prefix -> the folder its entries come from (editable installs)."""
-    where: dict[str, tuple[str, int, int]] = {}
+    ``extra_roots``: manifest prefix -> the folder its entries come from (editable installs).
+    The index of where each chunk lies is made on the first lookup, on the server's thread: a
+    re-sync asks for one chunk, and the index of 10,000 files is then built while the receiver
+    parses the manifest, not before the manifest goes out."""
+    where: dict[str, tuple[str, int, int]] = {}  # hash -> (tree path, offset, size): joined to a file path when asked
     extras = sorted((extra_roots or {}).items(), key=lambda kv: -len(kv[0]))
 
     def source(path: str) -> str:
@@ -215,17 +218,19 @@ def source_lookup(root: str, manifest: TreeManifest,
                 return os.path.join(folder, *path[len(prefix) + 1:].split("/"))
         return os.path.join(root, *path.split("/"))
 
-    for e in manifest.entries:
-        if e.kind == Kind.FILE:
-            for i, h in enumerate(e.chunks):
-                where.setdefault(h, (source(e.path), i * manifest.chunk_bytes,
-                                     min(manifest.chunk_bytes, e.size - i * manifest.chunk_bytes)))
+    def index() -> None:
+        step = manifest.chunk_bytes
+        for e in manifest.entries:
+            for i, h in enumerate(e.chunks):  # only files have chunks
+                where.setdefault(h, (e.path, i * step, min(step, e.size - i * step)))
 
     def lookup(h: str) -> bytes | None:
+        if not where:
+            index()
         hit = where.get(h)
         if hit is None:
             return None
-        with open(hit[0], "rb") as f:
+        with open(source(hit[0]), "rb") as f:
             f.seek(hit[1])
             return f.read(hit[2])
 

@@ -25,11 +25,13 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from rlmesh.workspace.manifest import Entry, Kind, TreeManifest, UnsafePathError, check_link, check_relpath
+from rlmesh.workspace.manifest import (Entry, Kind, Row, TreeManifest, UnsafePathError, check_link, check_relpath,
+                                       entry_row, read_rows)
 
 DEFAULT_STORE = os.path.join(os.path.expanduser("~"), ".cache", "rlmesh", "chunks")
 STATE_FILE = ".rlmesh-manifest.json"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_LIST_AT = 8  # hashes asked about in one fan-out folder from which listing it beats a stat per hash
 
 
 class CorruptChunkError(ValueError):
@@ -72,7 +74,32 @@ class ChunkStore:
         return os.path.exists(self.path(h)) or os.path.exists(self.ref_path(h))
 
     def missing(self, hashes: list[str] | set[str]) -> list[str]:
-        return [h for h in dict.fromkeys(hashes) if not self.has(h)]
+        """The hashes of ``hashes`` this store holds neither as a chunk nor as a reference.
+
+        A fan-out folder asked about for many hashes at once is listed once instead of two
+        ``stat`` calls per hash: a re-sync of a 10,000-file tree asks about 10,000 chunks it holds."""
+        wanted = list(dict.fromkeys(hashes))
+        per_dir: dict[str, int] = {}
+        for h in wanted:
+            if not _HEX64.fullmatch(h):  # before any folder named by it is listed
+                raise CorruptChunkError(f"{h!r} is not a chunk hash")
+            per_dir[h[:2]] = per_dir.get(h[:2], 0) + 1
+        listed: dict[str, set[str]] = {}
+        for d, n in per_dir.items():
+            if n >= _LIST_AT:
+                try:
+                    listed[d] = set(os.listdir(os.path.join(self.root, d)))
+                except OSError:
+                    listed[d] = set()
+        out = []
+        for h in wanted:
+            names = listed.get(h[:2])
+            if names is None:
+                if not self.has(h):
+                    out.append(h)
+            elif h not in names and h + ".ref" not in names:
+                out.append(h)
+        return out
 
     def put(self, h: str, data: bytes | memoryview, mode: int = 0o444) -> None:
         """Verify and store; :class:`CorruptChunkError` if ``data`` does not hash to ``h``.
@@ -204,13 +231,16 @@ def placement(manifest: TreeManifest, wanted: Iterable[str]) -> dict[str, tuple[
     return out
 
 
-def solo_modes(manifest: TreeManifest, placed: dict[str, tuple[str, int, int]]) -> dict[str, int]:
+def solo_modes(manifest: TreeManifest, placed: dict[str, tuple[str, int, int]],
+               wanted: set[str] | None = None) -> dict[str, int]:
     """``hash -> mode`` for chunks that are the whole of a one-chunk file (the first such file in
     the manifest) and of no multi-chunk file (``placed``): stored with that file's mode, the file can
-    take the chunk's inode as it is (:func:`materialise`)."""
+    take the chunk's inode as it is (:func:`materialise`). ``wanted``: only these chunks (those
+    fetched in this sync), else all."""
     out: dict[str, int] = {}
     for e in manifest.entries:
-        if e.kind == Kind.FILE and len(e.chunks) == 1 and e.chunks[0] not in placed:
+        if (e.kind == Kind.FILE and len(e.chunks) == 1 and e.chunks[0] not in placed
+                and (wanted is None or e.chunks[0] in wanted)):
             out.setdefault(e.chunks[0], e.mode)
     return out
 
@@ -249,9 +279,43 @@ class _Targets:
         self._parents.clear()
 
 
+class _Present:
+    """Whether a tree path exists in ``dest``, as ``lexists`` says, from one ``listdir`` per folder
+    (a re-sync of 10,000 unchanged files: ~100 listings, not 10,000 ``lstat`` calls). Listings are
+    made on first use and forgotten whenever a folder or link is written (it can change what a
+    folder's path leads to)."""
+
+    def __init__(self, dest: str):
+        self.dest = dest
+        self._names: dict[str, set[str]] = {}
+
+    def __contains__(self, rel: str) -> bool:
+        folder, _, name = rel.rpartition("/")
+        names = self._names.get(folder)
+        if names is None:
+            try:
+                names = set(os.listdir(os.path.join(self.dest, *folder.split("/")) if folder else self.dest))
+            except OSError:
+                names = set()
+            self._names[folder] = names
+        return name in names
+
+    def forget(self) -> None:
+        self._names.clear()
+
+
+def read_state(dest: str) -> dict[str, Row]:
+    """``path -> row`` of the manifest last materialised into ``dest`` (empty when none, or unreadable)."""
+    try:
+        with open(os.path.join(dest, STATE_FILE), "rb") as f:
+            return read_rows(f.read())
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
                 verified: set[str] | frozenset[str] = frozenset(),
-                stored_modes: dict[str, int] | None = None) -> MaterialiseResult:
+                stored_modes: dict[str, int] | None = None, previous: dict[str, Row] | None = None) -> MaterialiseResult:
     """Make ``dest`` match ``manifest`` from chunks in ``store`` (all must be present).
 
     Entries unchanged since the last materialisation into ``dest`` (recorded in
@@ -262,18 +326,18 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
     with that mode (:meth:`ChunkStore.put`), so where its one-chunk file does not exist yet, the
     chunk is hard-linked straight to its path (complete, verified and with its mode before its name
     appears: two system calls a file instead of five, for a tree of small files the receiver's main cost).
+    ``previous``: :func:`read_state` of ``dest``, when the caller has read it already.
     """
     stored_modes = stored_modes or {}
     os.makedirs(dest, exist_ok=True)
     state = os.path.join(dest, STATE_FILE)
-    try:
-        old = {e.path: e for e in TreeManifest.from_json(open(state, "rb").read()).entries}
-    except (OSError, ValueError, KeyError):
-        old = {}
+    old = read_state(dest) if previous is None else previous
     res = MaterialiseResult()
     target = _Targets(dest)
+    present = _Present(dest)
     for e in manifest.entries:
-        if old.get(e.path) == e and os.path.lexists(os.path.join(dest, e.path)):  # path checked when first written
+        row = old.get(e.path)
+        if row is not None and row == entry_row(e) and e.path in present:  # path checked when first written
             res.files_unchanged += 1
             continue
         full = target(e.path)
@@ -283,6 +347,7 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
                 target.forget()
             os.makedirs(full, exist_ok=True)
             os.chmod(full, e.mode | 0o700)
+            present.forget()
             continue
         if (e.kind == Kind.FILE and len(e.chunks) == 1 and stored_modes.get(e.chunks[0]) == e.mode
                 and e.chunks[0] in verified and _claim(store, e.chunks[0], full)):
@@ -298,6 +363,7 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
             check_link(e.path, e.target)
             os.symlink(e.target, tmp)
             target.forget()  # the link may be a folder some later entry's path goes through
+            present.forget()
         elif len(e.chunks) == 1 and e.mode & 0o222 == 0 and _try_link(store, e.chunks[0], tmp):
             res.linked += 1  # read-only one-chunk file: shares the store's inode (verified when stored)
         elif len(e.chunks) == 1 and e.chunks[0] in verified and _claim(store, e.chunks[0], tmp):

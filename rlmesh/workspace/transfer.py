@@ -30,7 +30,7 @@ from rlmesh.workspace.manifest import Kind, TreeManifest
 from rlmesh.workspace.onesided import ChunkTransport, transport_from_env
 from rlmesh.workspace.onesided_io import OneSidedError, Puller, new_puller
 from rlmesh.workspace.serve import ChunkServer, HotChunks, store_lookup
-from rlmesh.workspace.store import ChunkStore, materialise, placement, solo_modes
+from rlmesh.workspace.store import ChunkStore, materialise, placement, read_state, solo_modes
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ class Receiver:
                 mjson = self._next(link, st, timeout, lambda: link.ask({"op": "manifest"}))[0]
                 if mjson is not None:
                     break
-            manifest = TreeManifest.from_json(mjson)  # refuses escaping paths before anything is written
+            previous = read_state(self.dest)  # rows this host accepted last time: not re-checked, not re-written
+            manifest = TreeManifest.from_json(mjson, previous)  # refuses escaping paths before anything is written
             self.server.manifest_json = mjson
             self.server.arrived()
             sizes = manifest.chunk_sizes()
@@ -112,7 +113,7 @@ class Receiver:
             st.chunks_deduplicated = len(sizes) - len(missing)
             groups = _groups(missing, sizes)
             where = placement(manifest, missing)  # chunks of multi-chunk files: written into their file object
-            modes = solo_modes(manifest, where)  # chunks of one-chunk files: stored with the file's mode
+            modes = solo_modes(manifest, where, set(missing))  # chunks of one-chunk files: stored with the file's mode
             pending: set[str] = set()
             verified: set[str] = set()
             gi = 0
@@ -178,7 +179,7 @@ class Receiver:
                     st.bytes_received += len(data)
                 if stored:
                     self.server.arrived(*stored)  # downstream requests parked for these go out now
-            res = materialise(manifest, self.store, self.dest, verified, modes)
+            res = materialise(manifest, self.store, self.dest, verified, modes, previous)
             st.files = sum(1 for e in manifest.entries if e.kind == Kind.FILE)
             st.files_written, st.files_skipped = res.files_written, res.files_unchanged
             st.bytes_total = manifest.total_bytes
