@@ -33,6 +33,19 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row of ``probs`` ``[R, V]``, by inverse CDF: one uniform number per row against
+    the row's cumulative sum (float64), so a token of probability 0 is never drawn.
+
+    Why not ``torch.multinomial``: for one draw it makes a random number per vocabulary entry; at
+    SmolLM2's 49k tokens and 32 rows that was ~40 ms of CPU a decoding step (a tenth of the step),
+    this is ~7 ms. Same distribution, another random stream.
+    """
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp_max(probs.shape[-1] - 1).squeeze(-1)
+
+
 @dataclass
 class Generation:
     """``num_prompts * n`` rows, samples of a prompt contiguous (row ``i * n + j``)."""
@@ -139,14 +152,13 @@ def generate(
     for t in range(max_new_tokens):
         scaled = logits.float() / temperature
         logp = scaled.log_softmax(-1)
-        top_logp, top = logp.max(-1) if top_p < 1.0 else (None, None)
-        if top is not None and bool((top_logp >= math.log(top_p)).all()):
+        top = logp.max(-1) if top_p < 1.0 else None
+        if top is not None and bool((top.values >= math.log(top_p)).all()):
             # every row's nucleus is its top token alone (greedy evaluation asks top_p=1e-9): the
             # draw is the argmax, with no vocabulary-wide sort or random draw
-            token = top
+            token = top.indices
         else:
-            probs = top_p_filter(scaled, top_p).softmax(-1)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            token = draw(top_p_filter(scaled, top_p).softmax(-1), generator)
         token_logp = logp.gather(-1, token[:, None]).squeeze(-1)
         live = ~finished
         col = width + t

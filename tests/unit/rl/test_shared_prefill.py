@@ -11,7 +11,7 @@ import torch
 from rlmesh.rl.backends.tiny_llama import make_tiny_llama
 from rlmesh.rl.models import Transformer, TransformerConfig, sequence_logprobs
 from rlmesh.rl.models.hf import load_hf
-from rlmesh.rl.models.sampling import generate
+from rlmesh.rl.models.sampling import draw, generate
 
 PROMPTS = [[3, 4, 5, 6, 7], [8, 9], [5, 4, 3, 9, 9, 9, 2]]  # uneven: left padding differs per group
 
@@ -62,3 +62,11 @@ def test_greedy_sampling_is_the_argmax_of_each_step(models, name):
             nxt = model(ids, mask)[:, -1].argmax(-1)
             assert torch.equal(gen.completion_ids[:, t], nxt)
             ids, mask = torch.cat([ids, nxt[:, None]], 1), torch.cat([mask, torch.ones_like(nxt)[:, None]], 1)
+
+
+def test_a_draw_follows_the_distribution_and_never_picks_a_zero():
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0, 0.0]]).repeat(4000, 1)
+    tokens = draw(probs, torch.Generator().manual_seed(0)).view(4000, 2)
+    counts = torch.bincount(tokens[:, 0], minlength=5).double() / 4000
+    torch.testing.assert_close(counts, torch.tensor([0.0, 0.5, 0.0, 0.25, 0.25], dtype=torch.float64), atol=0.03, rtol=0)
+    assert counts[0] == counts[2] == 0 and bool((tokens[:, 1] == 0).all())
