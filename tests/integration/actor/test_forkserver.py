@@ -57,13 +57,11 @@ PROBE = textwrap.dedent("""
 def probe(tmp_path_factory):
     d = tmp_path_factory.mktemp("fsmod")
     (d / "fs_probe_actors.py").write_text(PROBE)
-    sys.path.insert(0, str(d))
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # sys.path and sys.modules as they were, after the module
+        mp.syspath_prepend(str(d))
         import fs_probe_actors
 
         yield fs_probe_actors.Probe
-    finally:
-        sys.path.remove(str(d))
         sys.modules.pop("fs_probe_actors", None)
 
 
@@ -323,12 +321,12 @@ class ImportedWhere(rm.Actor):
         return {"imported_in": getattr(m, "IMPORTED_IN", None), "ppid": os.getppid(), "pid": os.getpid()}
 
 
-def test_the_template_imports_what_the_plugins_say_their_workers_will_before_its_first_fork(tmp_path):
+def test_the_template_imports_what_the_plugins_say_their_workers_will_before_its_first_fork(tmp_path, monkeypatch):
     """A controller plugin names its workers' modules; the start-up template imports them while the
     controller still runs its plugins, so forked procs find them loaded (issue 16: the first procs
     used to wait ~40 ms for the template to import the telemetry plugin after the plugins ran)."""
     (tmp_path / "fs_hinted_plugin.py").write_text(HINTED)
-    sys.path.insert(0, str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path))
     spec = "fs_hinted_plugin:on_controller_start"
     hooks.register_controller_plugin(spec, worker_modules=("fs_hinted_plugin",))
     hooks.invalidate_controller_plugins()
@@ -338,7 +336,6 @@ def test_the_template_imports_what_the_plugins_say_their_workers_will_before_its
         assert [g["imported_in"] for g in got] == [g["ppid"] for g in got], got  # imported by the template
         assert all(g["ppid"] != g["pid"] for g in got)
     finally:
-        sys.path.remove(str(tmp_path))
         with hooks._lock:
             hooks._controller_plugins.remove(spec)
             hooks._worker_module_hints.remove("fs_hinted_plugin")
