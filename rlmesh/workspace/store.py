@@ -221,7 +221,7 @@ def placement(manifest: TreeManifest, wanted: Iterable[str]) -> dict[str, tuple[
     one-chunk files only are absent (they are stored as chunk files, see :meth:`ChunkStore.put`)."""
     want = set(wanted)
     out: dict[str, tuple[str, int, int]] = {}
-    for e in manifest.entries:
+    for e in manifest.entries if want else ():  # a re-sync that fetches nothing walks no entries
         if e.kind != Kind.FILE or len(e.chunks) < 2:
             continue
         oid = object_id(e)
@@ -238,7 +238,7 @@ def solo_modes(manifest: TreeManifest, placed: dict[str, tuple[str, int, int]],
     take the chunk's inode as it is (:func:`materialise`). ``wanted``: only these chunks (those
     fetched in this sync), else all."""
     out: dict[str, int] = {}
-    for e in manifest.entries:
+    for e in manifest.entries if wanted is None or wanted else ():
         if (e.kind == Kind.FILE and len(e.chunks) == 1 and e.chunks[0] not in placed
                 and (wanted is None or e.chunks[0] in wanted)):
             out.setdefault(e.chunks[0], e.mode)
@@ -315,7 +315,8 @@ def read_state(dest: str) -> dict[str, Row]:
 
 def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
                 verified: set[str] | frozenset[str] = frozenset(),
-                stored_modes: dict[str, int] | None = None, previous: dict[str, Row] | None = None) -> MaterialiseResult:
+                stored_modes: dict[str, int] | None = None, previous: dict[str, Row] | None = None,
+                manifest_json: bytes | None = None) -> MaterialiseResult:
     """Make ``dest`` match ``manifest`` from chunks in ``store`` (all must be present).
 
     Entries unchanged since the last materialisation into ``dest`` (recorded in
@@ -326,7 +327,8 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
     with that mode (:meth:`ChunkStore.put`), so where its one-chunk file does not exist yet, the
     chunk is hard-linked straight to its path (complete, verified and with its mode before its name
     appears: two system calls a file instead of five, for a tree of small files the receiver's main cost).
-    ``previous``: :func:`read_state` of ``dest``, when the caller has read it already.
+    ``previous``: :func:`read_state` of ``dest``, when the caller has read it already;
+    ``manifest_json``: the bytes ``manifest`` was parsed from, kept as the state file as they are.
     """
     stored_modes = stored_modes or {}
     os.makedirs(dest, exist_ok=True)
@@ -408,7 +410,7 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
         res.files_removed += 1
     tmp_state = state + ".tmp"
     with open(tmp_state, "wb") as f:
-        f.write(manifest.to_json())
+        f.write(manifest.to_json() if manifest_json is None else manifest_json)
     os.replace(tmp_state, state)
     return res
 

@@ -26,7 +26,7 @@ import zmq
 
 from rlmesh.transport import Authenticator, AuthError, connect_channel, zmq_context
 from rlmesh.transport.sockets import tune
-from rlmesh.workspace.manifest import Kind, TreeManifest
+from rlmesh.workspace.manifest import Kind, TreeManifest, gc_paused
 from rlmesh.workspace.onesided import ChunkTransport, transport_from_env
 from rlmesh.workspace.onesided_io import OneSidedError, Puller, new_puller
 from rlmesh.workspace.serve import ChunkServer, HotChunks, store_lookup
@@ -54,6 +54,7 @@ class WorkspaceSyncStats:
     chunks_received: int = 0
     chunks_deduplicated: int = 0
     duration_s: float = 0.0
+    cpu_s: float = 0.0  # CPU seconds of this host's process during the pull (serving downstream included)
     transport: str = "tcp"
     relinks: int = 0  # times the upstream was replaced (its host died, or its pull failed, during the sync)
     error: str = ""
@@ -94,7 +95,7 @@ class Receiver:
 
         ``timeout`` bounds the wait for *progress* (any reply), not the whole sync.
         """
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         st = WorkspaceSyncStats()
         link = _Link(self._auth, upstream)
         puller: Puller | None = None
@@ -179,7 +180,8 @@ class Receiver:
                     st.bytes_received += len(data)
                 if stored:
                     self.server.arrived(*stored)  # downstream requests parked for these go out now
-            res = materialise(manifest, self.store, self.dest, verified, modes, previous)
+            with gc_paused():  # 10,000 entries: rows compared, listings made, no collection over them
+                res = materialise(manifest, self.store, self.dest, verified, modes, previous, mjson)
             st.files = sum(1 for e in manifest.entries if e.kind == Kind.FILE)
             st.files_written, st.files_skipped = res.files_written, res.files_unchanged
             st.bytes_total = manifest.total_bytes
@@ -194,6 +196,7 @@ class Receiver:
                     pass  # the upstream is gone: its window went with it
                 puller.close()
             st.duration_s = time.perf_counter() - t0
+            st.cpu_s = time.process_time() - c0
             link.close()
             self.last = st
         return st

@@ -70,7 +70,7 @@ def test_chain_to_three_procs_then_dedup(tmp_path):
             procs.append(p)
         stats = results(procs)
         for i, st in enumerate(stats):
-            assert st["error"] == "" and st["bytes_received"] == m.total_bytes
+            assert st["error"] == "" and st["bytes_received"] == m.total_bytes and st["cpu_s"] > 0
             assert (tmp_path / f"dest{i}" / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
             assert os.stat(tmp_path / f"dest{i}" / "big.bin").st_nlink == 2  # written once: the store's object
         assert server.bytes_sent == m.total_bytes  # the source sent every byte once, not once per host
