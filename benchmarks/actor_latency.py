@@ -293,6 +293,7 @@ def main() -> None:
     ap.add_argument("--pipelined", type=int, default=2000, help="calls per actor in a pipelined block")
     ap.add_argument("--big", type=int, default=4, help="64 MiB transfers per block")
     ap.add_argument("--curve", action="store_true", help="also the same rounds with CurveZMQ on both sides")
+    ap.add_argument("--no-frameworks", action="store_true", help="skip Ray and Monarch (the floors only)")
     ap.add_argument("--only", choices=[*sorted(BENCHES), "curve"], help=argparse.SUPPRESS)
     add_common_args(ap)
     args = ap.parse_args()
@@ -319,8 +320,9 @@ def main() -> None:
             report_rounds(report, cur, "curve")
     rm_rtt = statistics.median(res["rm_rtt"])
     for other in ("ray", "monarch"):
-        if args.smoke:
-            report.skipped(other, "--smoke runs the raw floors only (each of these starts a runtime: tens of seconds)")
+        if args.smoke or args.no_frameworks:
+            report.skipped(other, "--smoke and --no-frameworks run the raw floors only (each of these starts a "
+                                  "runtime: tens of seconds)")
             continue
         if not have(PACKAGES[other]):
             report.skipped(other, f"{other} is not installed (pip install -e '.[bench]')")

@@ -67,7 +67,10 @@ class _Call(Future):
 
     def __init__(self, driver: "Client", proc_id: str, incarnation: int, mesh: str, rank: int, endpoint: str,
                  actor_id: str, deadline: float | None, timeout: float | None):
-        super().__init__(driver)
+        # Future.__init__'s slots, set here: one Python call fewer on every call made
+        self._done = False
+        self._value = self._exc = self._callbacks = self._event = None
+        self._driver = driver
         self.proc_id = proc_id
         self.incarnation = incarnation
         self.mesh = mesh
