@@ -58,8 +58,9 @@ def test_known_rows_skip_only_their_own_checks(tmp_path):
     safe = TreeManifest([Entry("d", Kind.DIR), Entry("d/up", Kind.SYMLINK, 0o777, target="..")])
     known = read_rows(safe.to_json())
     assert [e.path for e in TreeManifest.from_json(safe.to_json(), known).entries] == ["d", "d/up"]
-    with pytest.raises(UnsafePathError, match="escapes"):
-        TreeManifest.from_json(TreeManifest([*safe.entries, Entry("../x", Kind.FILE)]).to_json(), known)
+    for bad in ("../x", ".", "d/./x", "d//x"):
+        with pytest.raises(UnsafePathError, match="escapes"):
+            TreeManifest.from_json(TreeManifest([*safe.entries, Entry(bad, Kind.FILE)]).to_json(), known)
     esc = TreeManifest([*safe.entries, Entry("esc", Kind.SYMLINK, 0o777, target="d/up/..")])
     with pytest.raises(UnsafePathError, match="outside the workspace root"):
         TreeManifest.from_json(esc.to_json(), known)
