@@ -167,3 +167,18 @@ def test_a_loop_stopped_with_an_await_pending_leaves_the_inbox_to_others(gated):
 
 async def _await(fut):
     return await fut
+
+
+class Relay(rm.Actor):
+    @rm.endpoint
+    async def burst(self, target, n: int) -> list:
+        """Pipelined calls from an actor's own loop (uvloop in workers): held for its turn, replies read on it."""
+        return await asyncio.gather(*[target.add.call_one(i) for i in range(n)])
+
+
+def test_an_actors_loop_batches_its_calls_and_reads_their_replies(log):
+    with rm.this_host().spawn_procs(per_host={"procs": 1}) as procs:
+        relay = procs.spawn("relay", Relay)
+        assert relay.burst.call_one(log, 100).get(timeout=30) == list(range(1, 101))
+        assert relay.burst.call_one(log, 3).get(timeout=30) == [101, 102, 103]
+    assert log.take.call_one().get(timeout=10) == [*range(100), 0, 1, 2]
