@@ -186,9 +186,11 @@ class _CallerSockets(ThreadSockets):
     send (issue 40: 0.13x raw zmq's pipelined rate). Calls made in one turn of a running event loop
     cannot be awaited before the turn ends, so they wait for it (``loop.call_soon``) and go as one
     message per destination proc: one MAC over the batch (its counter covers every call in it, and the
-    server still drops a call id it served), one send. Calls from a thread with no running loop, and
-    large arguments, are sent at once, after what the thread held (per actor, calls arrive in the order
-    they were made). A thread that blocks (``Future.get``) sends what it holds first."""
+    server still drops a call id it served), one send. Calls from a thread with no running loop, large
+    arguments and broadcasts (nothing waits on them: a coroutine, or a notebook cell on its kernel's
+    loop, may block on something else next) are sent at once, after what the thread held (per actor,
+    calls arrive in the order they were made). A thread that waits on a call (``get``, ``done``, a
+    ``Stream``) sends what it holds first."""
 
     def __init__(self, auth: Authenticator, lock: threading.Lock, registry: list, dead: "DeadAddresses | None" = None):
         super().__init__(auth, lock, registry, dead)
@@ -326,7 +328,7 @@ class Client:
         kind = P.CALL if want_reply else P.CAST
         bag = getattr(self._tls, "bag", None) or self._new_bag()
         loop = _get_running_loop()
-        if loop is not None and len(payload) == 1 and len(head := payload[0]) <= self._hold_call_bytes:
+        if want_reply and loop is not None and len(payload) == 1 and len(head := payload[0]) <= self._hold_call_bytes:
             # From an event loop: held for the end of this turn of it, then sent with the others this turn
             # made to the same proc, as one message (see _CallerSockets).
             if bag.held_loop is not loop:
@@ -341,7 +343,7 @@ class Client:
             bag.held_bytes += len(head) + _HELD_CALL_OVERHEAD
             if bag.held_bytes >= self._held_batch_bytes:
                 self._send_held(bag)
-            if timeout is not None and want_reply:
+            if timeout is not None:
                 self._new_timeouts.append((time.monotonic() + timeout, call_id))
                 os.eventfd_write(self._efd, 1)
             return fut

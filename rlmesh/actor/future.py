@@ -87,6 +87,8 @@ class Future(Generic[T]):
         return self.get(timeout)
 
     def done(self) -> bool:
+        if not self._done and self._driver is not None:
+            self._driver.send_held()  # polled in a loop that blocks this turn: its calls must leave first
         return self._done
 
     def exception(self, timeout: float | None = None) -> BaseException | None:

@@ -3,6 +3,7 @@ holds a reply for a call that is still running, nor mixes up whose reply is whos
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -103,19 +104,20 @@ def test_calls_made_in_one_turn_of_a_loop_go_as_one_message_in_order(log):
     async def burst():
         before = client.call_messages
         futs = [log.add.call_one(i) for i in range(300)]
-        log.add.broadcast(300)  # a cast rides in the same message, in its place
         futs.append(log.add.call_one(b"x" * 100_000))  # too large to hold: what was held goes first
         futs += [log.add.call_one(i) for i in range(301, 310)]
+        log.add.broadcast(310)  # nothing waits on a broadcast: it goes at once, after what was held
+        futs += [log.add.call_one(i) for i in range(311, 320)]
         sent = client.call_messages - before
         counts = await asyncio.gather(*futs)
         return sent, client.call_messages - before, counts
 
     sent, total, counts = asyncio.run(burst())
-    # The 300 held calls and the cast go as one message when the large call is sent, then it, then the
-    # last 9 as one more at the end of the turn: 3 messages for 311 calls.
-    assert (sent, total) == (2, 3)
-    assert counts == [*range(1, 301), 302, *range(303, 312)]
-    assert log.take.call_one().get(timeout=10) == [*range(301), 100_000, *range(301, 310)]
+    # The 300 held calls go as one message when the large call is sent, then it; the next 9 when the
+    # broadcast is sent, then it; the last 9 as one more at the end of the turn: 5 messages for 320 calls.
+    assert (sent, total) == (4, 5)
+    assert counts == [*range(1, 302), *range(302, 311), *range(312, 321)]
+    assert log.take.call_one().get(timeout=10) == [*range(300), 100_000, *range(301, 320)]
 
 
 def test_a_blocking_get_in_a_coroutine_sends_what_its_turn_held(log):
@@ -125,6 +127,19 @@ def test_a_blocking_get_in_a_coroutine_sends_what_its_turn_held(log):
 
     assert asyncio.run(blocks()) == 1
     assert log.take.call_one().get(timeout=10) == [1]
+
+
+def test_polling_done_in_a_coroutine_sends_what_its_turn_held(log):
+    async def polls():
+        held = log.add.call_one(2)
+        deadline = time.monotonic() + 10
+        while not held.done():  # blocks this loop's turn: without sending first, the call never leaves
+            assert time.monotonic() < deadline, "a polled call was never sent"
+            time.sleep(0.001)
+        return held.get()
+
+    assert asyncio.run(polls()) == 1
+    assert log.take.call_one().get(timeout=10) == [2]
 
 
 def test_a_plain_for_over_a_stream_in_a_coroutine_sends_what_its_turn_held(log):
