@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/trainer_mesh.py                 # SmolLM2-135M folder, ranks 1,2 (4 if memory allows)
     .venv/bin/python benchmarks/trainer_mesh.py --model random  # the built-in transformer of the same shape
     .venv/bin/python benchmarks/trainer_mesh.py --smoke         # a tiny model, 1 and 2 ranks, one step each
+    .venv/bin/python benchmarks/trainer_mesh.py --state         # 2 ranks: checkpoint with a KL reference, LoRA export
 
 Each rank count gets fresh procs (a proc belongs to one process group for its life): proc 0 holds
 a buffer that serves the same fixed batch on every call, procs 1..N the trainer mesh
@@ -13,6 +14,13 @@ forward/backward, optimizer, the publish: every rank its part, or with ``--publi
 gather of the full weights and rank 0's publish), after ``--warmup``
 untimed steps. The split per rank and the bytes each rank holds come from the run's ``train_ranks``
 rows; each rank's resident memory (now and peak, ``VmRSS``/``VmHWM``) from ``/proc``.
+
+``--state`` measures what a two-rank mesh of the real model writes and holds outside a step: the
+bytes and seconds of a sharded checkpoint per rank with a KL reference that is the model folder
+(not saved) and one a warm start would have made (saved, a shard per rank), and the peak RSS of each
+rank above its RSS before, during the save and during a LoRA export (``/proc/self/clear_refs`` resets
+the peak first). Run it against an older checkout (``PYTHONPATH=<checkout>``, with a copy of this
+script there) for a before/after in the same session.
 
 Printed as ratios against one rank in one run: tokens/s, scaling efficiency
 (``tokens/s at N / (N * tokens/s at 1)``), parameter + optimizer bytes per rank (FSDP2: about 1/N),
@@ -39,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import banner  # noqa: E402
 
 import rlmesh as rm  # noqa: E402
+from rlmesh.rl.algorithms.grpo import GRPOTrainer  # noqa: E402
 from rlmesh.rl.backends.base import Completion  # noqa: E402
 from rlmesh.rl.buffer import BufferedRollout, SampleResult  # noqa: E402
 
@@ -128,6 +137,70 @@ def per_rank(result: dict, warmup: int) -> list[dict]:
     return rows
 
 
+class Timed(GRPOTrainer):
+    """A GRPO trainer rank that times its own save or export and its peak RSS above the RSS before it."""
+
+    def __init__(self, *a, saved_ref: bool = False, **kw) -> None:
+        self.saved_ref = saved_ref
+        super().__init__(*a, **kw)
+
+    def setup(self) -> None:
+        super().setup()
+        if self.saved_ref:  # a reference a warm start made: what a checkpoint must hold
+            self.ref_source = "checkpoint"
+
+    @rm.endpoint
+    def timed(self, what: str, path: str) -> dict:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+        rss = proc_memory(os.getpid())[0]
+        t0 = time.perf_counter()
+        if what == "save":
+            self.save_checkpoint(path)
+        else:
+            self.export(path)
+        took = time.perf_counter() - t0
+        return {"rank": self.group.rank if self.group else 0, "s": took, "rss": rss,
+                "peak_above": proc_memory(os.getpid())[1] - rss}
+
+
+def state_bench(args: argparse.Namespace, model_path: str) -> None:
+    """``--state``: per-rank bytes, seconds and peak RSS of a checkpoint save and of a LoRA export."""
+    import shutil
+
+    from rlmesh.rl.config import GRPOConfig, LoRAConfig
+    from rlmesh.rl.run.placement import call_trainer, trainer_procs
+
+    items = batch(49152, 2, 2, args.prompt_len, args.completion_len)
+    work = Path(tempfile.mkdtemp(prefix="trainer_mesh_state_"))
+    cases = [("save", "KL reference = the model folder", {"kl_coef": 0.1}, {}),
+             ("save", "KL reference made by a warm start", {"kl_coef": 0.1}, {"saved_ref": True}),
+             ("export", "LoRA r=8 export", {}, {"lora": LoRAConfig(r=8)})]
+    print(f"\n{'case':<36} {'rank':>4} {'s':>6} {'bytes written MB':>16} {'peak above RSS MB':>17}")
+    try:
+        for i, (what, label, cfg_kw, kw) in enumerate(cases):
+            cfg = GRPOConfig(lr=1e-5, max_groups=2, ranks=2, parallel="fsdp", checkpoint_dir=None,
+                             group_timeout_s=1800, sft_steps=0, **cfg_kw)
+            with rm.this_host().spawn_procs(per_host={"procs": 3}, name=f"state{i}") as procs:
+                buffer = procs.slice(procs=0).spawn("batch", FixedBatch, items)
+                trainer = trainer_procs(procs, 1, 2).spawn("trainer", Timed, cfg, buffer, None, model_path,
+                                                           weights=f"state{i}", seed=0, **kw)
+                if what == "save":  # one step first: Adam's moments exist, as in any checkpoint after step 1
+                    assert call_trainer(trainer, "train", 1, 60.0).get(timeout=3600).trained
+                out = work / f"case{i}.dcp" if what == "save" else work / f"case{i}"
+                rows = trainer.timed.call(what, str(out)).get(timeout=3600).values()
+            for r in sorted(rows, key=lambda r: r["rank"]):
+                if what == "save":
+                    mine = [out / f"__{r['rank']}_0.distcp"] + ([p for p in out.iterdir() if not p.name.startswith("__")]
+                                                               if r["rank"] == 0 else [])
+                    written = f"{sum(p.stat().st_size for p in mine) / 2**20:16.1f}"
+                else:
+                    written = f"{'-':>16}"
+                print(f"{label:<36} {r['rank']:>4} {r['s']:>6.2f} {written} {r['peak_above'] / 2**20:>17.0f}",
+                      flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def load() -> str:
     one, five, _ = os.getloadavg()
     return f"{one:.1f} (1 min), {five:.1f} (5 min)"
@@ -148,6 +221,8 @@ def main() -> None:
                     help="trainer.publish: every rank its part, or rank 0 the gathered whole")
     ap.add_argument("--json", default=None)
     ap.add_argument("--smoke", action="store_true", help="a tiny built-in model, ranks 1,2, one timed step")
+    ap.add_argument("--state", action="store_true", help="2 ranks of the model folder: checkpoint bytes, seconds "
+                                                         "and peak RSS per rank with a KL reference; a LoRA export")
     args = ap.parse_args()
 
     from rlmesh.rl.models import TransformerConfig
@@ -170,6 +245,13 @@ def main() -> None:
         avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         args.ranks = "1,2,4" if avail > 2 * need else "1,2"
     counts = [int(x) for x in args.ranks.split(",")]
+    if args.state:
+        assert model_path is not None, "--state needs a model folder (--model smollm2 or a path)"
+        banner("trainer mesh: checkpoint and export of 2 ranks (FSDP2, gloo, CPU)", "torch", "transformers")
+        print(f"# model: {name}\n# load at start: {load()}")
+        state_bench(args, model_path)
+        print(f"# load at end: {load()}")
+        return
 
     banner("trainer mesh: the same GRPO step at 1..N ranks (FSDP2, gloo, CPU)", "torch", "transformers")
     print(f"# model: {name}")

@@ -3,7 +3,8 @@
 It owns what all algorithms share: the model and optimiser (built by hooks), the step
 and weight-version counters, sampling batches from the ``ReplayBuffer`` (peer to peer),
 publishing weights through :mod:`rlmesh.weights`, checkpoints (model, optimiser, RNG
-states, step, version and whatever :meth:`Trainer.checkpoint_extra` adds) and one
+states, step, version, whatever :meth:`Trainer.checkpoint_extra` adds and the frozen modules of
+:meth:`Trainer.checkpointed_modules`) and one
 ``train_steps`` telemetry row per step. An algorithm implements :meth:`train_step`.
 
 Version semantics: the published version is the number of train steps taken, so a
