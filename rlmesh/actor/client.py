@@ -384,8 +384,8 @@ class Client:
         return bag
 
     def send_held(self) -> None:
-        """Send now the calls this thread holds for the end of its event loop's turn: before it blocks
-        (``Future.get``, a ``Stream`` read in plain ``for``), which would hold them for as long."""
+        """Send now the calls this thread holds for the end of its event loop's turn: before it waits on a
+        call (``Future.get`` or ``done``, a ``Stream`` read in plain ``for``), which would hold them as long."""
         bag = getattr(self._tls, "bag", None)
         if bag is not None and bag.held:
             self._send_held(bag)
