@@ -101,11 +101,11 @@ class Receiver:
         puller: Puller | None = None
         try:
             link.ask({"op": "manifest"})
+            previous = read_state(self.dest)  # read while the manifest travels: rows accepted last time are not re-checked
             while True:
                 mjson = self._next(link, st, timeout, lambda: link.ask({"op": "manifest"}))[0]
                 if mjson is not None:
                     break
-            previous = read_state(self.dest)  # rows this host accepted last time: not re-checked, not re-written
             manifest = TreeManifest.from_json(mjson, previous)  # refuses escaping paths before anything is written
             self.server.manifest_json = mjson
             self.server.arrived()
