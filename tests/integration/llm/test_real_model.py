@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -28,12 +30,75 @@ from rlmesh.rl.models.sampling import sequence_logprobs
 
 ROOT = Path(__file__).resolve().parents[3]
 RUN = [sys.executable, "-m", "rlmesh.cli", "run"]
+SMALL = ["steps=2", "generator.samples_per_prompt=4", "generator.max_new_tokens=24", "reward.format_reward=0.1",
+         "eval.episodes=1", "eval.every=2", "telemetry.health_interval_s=0", "run.progress=false"]
+"""What the recipe runs below share, sized for the suite: two steps (one may have no informative group),
+one held-out prompt evaluated at versions 0 and 2 (the evaluator pulls the last version)."""
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID", "RLMESH_RUNS_DIR")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
 
 
 def _run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RLMESH_SECRET", "RLMESH_JOB_ID", "RLMESH_RUNS_DIR")}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def gsm8k_run(model_dir: Path) -> list[str]:
+    """One rank, full fine-tuning. No checkpoint_dir: the trainer's save at stop (1.6 GB of weights and
+    Adam moments) is read by nothing here."""
+    return [*RUN, "recipe=grpo_gsm8k", f"model.path={model_dir}", *SMALL, "prompts_per_step=2",
+            "trainer.max_groups=1", "trainer.lr=1e-4", "trainer.checkpoint_dir="]
+
+
+def lora_run(model_dir: Path) -> list[str]:
+    """LoRA on two ranks, which train only whole pairs of informative groups a step: four prompts a step."""
+    return [*RUN, "recipe=grpo_gsm8k", f"model.path={model_dir}", *SMALL, "prompts_per_step=4",
+            "trainer.max_groups=2", "model.lora.r=8", "trainer.lr=1e-3", "trainer.kl_coef=0.01", "trainer.ranks=2"]
+
+
+RUNS = {"test_grpo_gsm8k_steps_through_the_mesh_and_exports_a_transformers_folder": gsm8k_run,
+        "test_lora_on_a_two_rank_trainer_mesh_trains_adapters_only_ships_only_them_and_exports": lora_run}
+
+
+@dataclass
+class Started:
+    """A recipe run started by :func:`recipe_runs`, its output going to files in its folder."""
+
+    proc: subprocess.Popen
+    cwd: Path
+
+    def wait(self, timeout: float) -> subprocess.CompletedProcess:
+        code = self.proc.wait(timeout=timeout)
+        out, err = ((self.cwd / name).read_text(errors="replace") for name in ("out.txt", "err.txt"))
+        return subprocess.CompletedProcess(self.proc.args, code, out, err)
+
+
+@pytest.fixture(scope="module")
+def recipe_runs(request, model_dir, tmp_path_factory) -> Iterator[dict[str, Started]]:
+    """The recipe runs of this module's selected tests, started together: a run spends much of its
+    time waiting (a proc's imports, a batch, a weight version), so two side by side end well before
+    two one after the other would. Each test waits for its own run and asserts on it alone."""
+    selected = {item.originalname for item in request.session.items}
+    runs: dict[str, Started] = {}
+    try:
+        for test, args in RUNS.items():
+            if test in selected:
+                cwd = tmp_path_factory.mktemp(test[5:30])
+                with open(cwd / "out.txt", "w") as out, open(cwd / "err.txt", "w") as err:
+                    runs[test] = Started(subprocess.Popen(args(model_dir), cwd=cwd, env=_env(), stdout=out,
+                                                          stderr=err, text=True), cwd)
+        yield runs
+    finally:
+        for run in runs.values():
+            if run.proc.poll() is None:  # a test that failed before its run ended
+                run.proc.terminate()
+                try:
+                    run.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    run.proc.kill()
 
 
 @pytest.mark.timeout(300)
@@ -58,12 +123,11 @@ def test_chat_prompts_sample_and_the_trainer_agrees_on_logprobs(model_dir):
 
 
 @pytest.mark.timeout(900)
-def test_grpo_gsm8k_steps_through_the_mesh_and_exports_a_transformers_folder(model_dir, tmp_path):
-    r = _run([*RUN, "recipe=grpo_gsm8k", f"model.path={model_dir}", "steps=2", "prompts_per_step=2",
-              "generator.samples_per_prompt=4", "generator.max_new_tokens=24", "eval.episodes=2", "eval.every=1",
-              "reward.format_reward=0.1", "trainer.lr=1e-4", "telemetry.health_interval_s=0"], tmp_path, timeout=850)
+def test_grpo_gsm8k_steps_through_the_mesh_and_exports_a_transformers_folder(model_dir, recipe_runs):
+    run = recipe_runs["test_grpo_gsm8k_steps_through_the_mesh_and_exports_a_transformers_folder"]
+    r = run.wait(timeout=850)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
-    run_dir = next((tmp_path / "runs").glob("2*/telemetry.duckdb")).parent
+    run_dir = next((run.cwd / "runs").glob("2*/telemetry.duckdb")).parent
     with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as con:
         steps = con.execute("SELECT step, json_extract_string(metrics, '$.\"train/groups\"') FROM train_steps").fetchall()
         rollouts = con.execute("SELECT DISTINCT source, finish_reason IS NOT NULL, prompt_tokens > 20 FROM rollouts "
@@ -102,18 +166,15 @@ def test_a_task_and_a_model_that_cannot_agree_are_refused_before_any_proc_starts
 
 
 @pytest.mark.timeout(900)
-def test_lora_on_a_two_rank_trainer_mesh_trains_adapters_only_ships_only_them_and_exports(model_dir, tmp_path):
+def test_lora_on_a_two_rank_trainer_mesh_trains_adapters_only_ships_only_them_and_exports(model_dir, recipe_runs):
     """``model.lora.r=8`` at ``trainer.ranks=2``: the recipe trains through an FSDP2 mesh of two gloo
     ranks, a weight version is the adapters (under 1 % of the model's bytes, in a part per rank), the KL
-    reference is the base model itself, and the export gathers the ranks' shards into an ordinary folder
-    with the adapters merged."""
-    # two ranks train only whole pairs of informative groups a step: four prompts a step, not two
-    r = _run([*RUN, "recipe=grpo_gsm8k", f"model.path={model_dir}", "steps=2", "prompts_per_step=4",
-              "generator.samples_per_prompt=4", "generator.max_new_tokens=24", "eval.episodes=2", "eval.every=1",
-              "reward.format_reward=0.1", "model.lora.r=8", "trainer.lr=1e-3", "trainer.kl_coef=0.01",
-              "trainer.ranks=2", "telemetry.health_interval_s=0"], tmp_path, timeout=850)
+    reference is the base model itself, and the export gathers the adapters from the ranks into an ordinary
+    folder with them merged."""
+    run = recipe_runs["test_lora_on_a_two_rank_trainer_mesh_trains_adapters_only_ships_only_them_and_exports"]
+    r = run.wait(timeout=850)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
-    run_dir = next((tmp_path / "runs").glob("2*/telemetry.duckdb")).parent
+    run_dir = next((run.cwd / "runs").glob("2*/telemetry.duckdb")).parent
     with duckdb.connect(str(run_dir / "telemetry.duckdb"), read_only=True) as con:
         synced = con.execute("SELECT max(bytes), max(version) FROM weight_syncs WHERE ok").fetchone()
         kl, groups = con.execute("SELECT max(TRY_CAST(json_extract_string(metrics, '$.\"losses/kl\"') AS DOUBLE)), "
