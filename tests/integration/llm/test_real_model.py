@@ -76,11 +76,12 @@ class Started:
         return subprocess.CompletedProcess(self.proc.args, code, out, err)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def recipe_runs(request, model_dir, tmp_path_factory) -> Iterator[dict[str, Started]]:
-    """The recipe runs of this module's selected tests, started together: a run spends much of its
-    time waiting (a proc's imports, a batch, a weight version), so two side by side end well before
-    two one after the other would. Each test waits for its own run and asserts on it alone."""
+    """The recipe runs of this module's selected tests, started together as the module starts (the
+    other tests run meanwhile): a run spends much of its time waiting (a proc's imports, a batch, a
+    weight version), so runs side by side end well before runs one after the other would. Each test
+    waits for its own run and asserts on it alone."""
     selected = {item.originalname for item in request.session.items}
     runs: dict[str, Started] = {}
     try:
