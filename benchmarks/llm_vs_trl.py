@@ -31,8 +31,10 @@ so nothing is set twice by hand:
 - **CPUs and threads**: both sides run as subprocesses pinned to the same CPU set
   (``os.sched_setaffinity``, inherited by every proc rlmesh starts). TRL's process uses
   ``torch.set_num_threads(len(cpus))``; rlmesh's actor procs set one torch thread each (trainer,
-  generator, evaluator, reward: ``rlmesh/rl/actors``), so rlmesh overlaps generation (one thread)
-  with training (one thread) instead of using two threads for each in turn.
+  generator, evaluator, reward: ``rlmesh/rl/actors``), so rlmesh overlaps generation with training
+  instead of using two threads for each in turn; its sampling (generator, evaluator) then takes as
+  many threads as the set has CPUs that other processes leave free (``CpuShare``: one beside a
+  training trainer, two while it waits, one on a host others load).
 - **seconds per step**: from the start of the training loop (rlmesh: its first work item issued,
   with the procs up and the models loaded; TRL: ``on_train_begin``) to the end of the last step,
   over the steps; "steady" is the median interval between consecutive step ends. Start-up, model
@@ -50,11 +52,12 @@ Run (both sides, interleaved: ``--seeds 0 1`` runs rlmesh then TRL for seed 0, T
     .venv/bin/python benchmarks/llm_vs_trl.py --steps 10 --prompts 8 --samples 4 --max-new-tokens 64
     .venv/bin/python benchmarks/llm_vs_trl.py --smoke     # 2 steps, 2 prompts, 8 tokens: ~2 minutes
 
-Measured on the 2-core machine, quiet (load 1.0-3.0), CPUs 0-1, 5 steps of 8 prompts x 4 x 48 tokens,
-seeds 0 and 1, TRL on 1 and on 2 torch threads: rlmesh 18.6 / 25.8 s a step, TRL 34.0 / 33.1 s on 2
-threads (62.6 / 53.4 on 1): 0.55x / 0.78x the faster TRL, the target (0.5x) not met; held-out
-0.133 -> 0.133 / 0.200 against TRL's 0.133 -> 0.133 / 0.100. rlmesh's loop is bound by its one
-generator thread (65-76 tokens/s against TRL's 107-116 on two threads).
+Measured on the 2-core machine, CPUs 0-1, 5 steps of 8 prompts x 4 x 48 tokens, TRL on 2 threads,
+seeds 0 and 1 (docs/performance.md): quiet (load 1.8-5.1, seed 1), rlmesh 10.7 s a step against TRL's
+28.0: 0.38x, the target (0.5x) met; rlmesh sampled 145 tokens/s (1-2 threads, following the free CPUs)
+against TRL's 130; held-out 0.133 -> 0.067 against TRL's 0.133 -> 0.100 (one problem of 30 behind). At
+load 22-26 (seed 0) rlmesh 86.2 s against TRL's 339.0 (0.25x: TRL's two threads starve under load),
+held-out level at 0.133.
 
 TRL is a benchmark-only dependency (``pip install -e '.[bench]'``, or ``pip install trl``: it keeps
 torch as installed). Without it the script still runs rlmesh's side and prints TRL's row as not
@@ -163,8 +166,9 @@ def run_rlmesh(a: dict, cpus: list[int], timeout: float) -> dict:
             "total_tokens_per_s": (trained[0] + trained[1]) / loop_s, "informative_fraction": informative,
             "heldout_before": before, "heldout_after": after,
             "eval_s": {str(ver): d for ver, _, d in evals}, "wall_s": wall,
-            "threads": "1 torch thread per actor proc (trainer, generator, evaluator+buffer, reward: 4 procs + controller)",
-            "torch_threads": {"trainer": 1, "generator": 1, "evaluator": 1, "reward": 1},
+            "threads": "1 torch thread per actor proc (trainer, generator, evaluator+buffer, reward: 4 procs + controller); "
+                       "sampling follows the free CPUs",
+            "torch_threads": {"trainer": 1, "generator": "1 to len(cpus)", "evaluator": "1 to len(cpus)", "reward": 1},
             "load_start": load0, "load_end": os.getloadavg()[0], "load_run_avg_max": load,
         }
 
