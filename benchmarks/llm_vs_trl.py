@@ -53,11 +53,11 @@ Run (both sides, interleaved: ``--seeds 0 1`` runs rlmesh then TRL for seed 0, T
     .venv/bin/python benchmarks/llm_vs_trl.py --smoke     # 2 steps, 2 prompts, 8 tokens: ~2 minutes
 
 Measured on the 2-core machine, CPUs 0-1, 5 steps of 8 prompts x 4 x 48 tokens, TRL on 2 threads,
-seeds 0 and 1 (docs/performance.md): quiet (load 1.8-5.1, seed 1), rlmesh 10.7 s a step against TRL's
-28.0: 0.38x, the target (0.5x) met; rlmesh sampled 145 tokens/s (1-2 threads, following the free CPUs)
-against TRL's 130; held-out 0.133 -> 0.067 against TRL's 0.133 -> 0.100 (one problem of 30 behind). At
-load 22-26 (seed 0) rlmesh 86.2 s against TRL's 339.0 (0.25x: TRL's two threads starve under load),
-held-out level at 0.133.
+quiet (load 0.2-5.1), seeds 0 / 1 (docs/performance.md): rlmesh 12.8 / 10.7 s a step against TRL's
+27.2 / 28.0: 0.47x / 0.38x, the target (0.5x) met; rlmesh sampled 124 / 145 tokens/s (1-2 threads,
+following the free CPUs) against TRL's 154 / 130; held-out 0.133 -> 0.133 / 0.067 against TRL's
+0.133 -> 0.133 / 0.100 (level / one problem of 30 behind). At load 22-26 (seed 0) rlmesh 86.2 s against
+TRL's 339.0 (TRL's two threads starve under load).
 
 TRL is a benchmark-only dependency (``pip install -e '.[bench]'``, or ``pip install trl``: it keeps
 torch as installed). Without it the script still runs rlmesh's side and prints TRL's row as not
