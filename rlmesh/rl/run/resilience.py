@@ -184,7 +184,10 @@ class Recovery:
         """
         before = [r.incarnation for r in self._records(trainer)] if len(trainer) > 1 else None
         try:
-            m = await call_trainer(trainer, "train", batch_size, timeout_s)
+            if self.unsettled:
+                m = await self._train_settling(trainer, buffer, work, batch_size, timeout_s)
+            else:
+                m = await call_trainer(trainer, "train", batch_size, timeout_s)
         except rm.ActorDied as exc:
             dead = self.died(exc, trainer)
             self.unsettled = self.unsettled or dead is trainer
@@ -214,6 +217,32 @@ class Recovery:
             await self.settle(buffer, work, m.policy_version)
             self.unsettled = False
         return m if m.trained else None
+
+    SETTLE_POLL_S = 0.5
+    """How often the buffer is asked where a dead trainer's items went while its replacement's first
+    ``train`` call waits (:meth:`_train_settling`)."""
+
+    async def _train_settling(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
+                              timeout_s: float) -> TrainResult:
+        """The first ``train`` call to a restarted trainer, settling with the buffer while it waits.
+
+        Why: the replacement's first ``sample`` settles its leases (what its checkpoint covers is
+        ``trained`` from then on) and then waits for fresh rollouts. The generation credit of those
+        items is freed only once the controller hears of them, so until then it issues no new work,
+        no rollout comes, and the sample waits out its whole timeout (``run.train_timeout_s``: a
+        120 s stall after a trainer-mesh restart, seen in the chaos tests on a busy host). Asking the
+        buffer every :attr:`SETTLE_POLL_S` while the call waits frees the credit within that."""
+        async def answer() -> TrainResult:
+            return await call_trainer(trainer, "train", batch_size, timeout_s)
+
+        call = asyncio.ensure_future(answer())
+        try:
+            while not (await asyncio.wait({call}, timeout=self.SETTLE_POLL_S))[0]:
+                await self.settle(buffer, work, work.version)
+        except BaseException:
+            call.cancel()  # the remote call goes on; its answer, if any, is not waited for
+            raise
+        return call.result()
 
     async def settle(self, buffer: Any, work: AsyncWorkScheduler, version: int) -> None:
         """After a trainer died (once it is back, and again after its replacement's first answer): the
