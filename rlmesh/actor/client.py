@@ -344,8 +344,7 @@ class Client:
             if bag.held_bytes >= self._held_batch_bytes:
                 self._send_held(bag)
             if timeout is not None:
-                self._new_timeouts.append((time.monotonic() + timeout, call_id))
-                os.eventfd_write(self._efd, 1)
+                self._arm_timeout(call_id, timeout)
             return fut
         if bag.held:  # what this thread held goes first: calls to one actor arrive in the order they were made
             self._send_held(bag)
@@ -374,9 +373,13 @@ class Client:
             self.call_messages += 1
             self.bytes_sent += size
         if timeout is not None and want_reply:
-            self._new_timeouts.append((time.monotonic() + timeout, call_id))
-            os.eventfd_write(self._efd, 1)
+            self._arm_timeout(call_id, timeout)
         return fut
+
+    def _arm_timeout(self, call_id: int, timeout: float) -> None:
+        """Hand the IO thread call ``call_id``'s deadline (it fails the call with ``CallTimeout`` then)."""
+        self._new_timeouts.append((time.monotonic() + timeout, call_id))
+        os.eventfd_write(self._efd, 1)
 
     def _new_bag(self) -> "_CallerSockets":
         """This thread's first call: its sockets, one per destination, made as it first sends to each."""
