@@ -31,7 +31,7 @@ MAX_WINDOWS = 8  # one-sided windows a server holds open (one per downstream pee
 class ChunkServer:
     """Serves a manifest and chunks (``lookup(hash) -> bytes | None``) on an authenticated ROUTER channel."""
 
-    def __init__(self, manifest_json: bytes | None, lookup: Callable[[str], bytes | None],
+    def __init__(self, manifest_json: bytes | None, lookup: Callable[[str], bytes | memoryview | None],
                  auth: Authenticator | None = None, host: str | None = None):
         self.manifest_json = manifest_json
         self._lookup = lookup
@@ -47,7 +47,7 @@ class ChunkServer:
         self._stop = threading.Event()
         self.bytes_sent = 0
         self._windows: dict[bytes, Window] = {}  # downstream peer -> its one-sided window
-        self._held: dict[bytes, list[tuple[object, object, list[str], list[bytes]]]] = {}  # batches awaiting ring room
+        self._held: dict[bytes, list[tuple[object, object, list[str], list[Any]]]] = {}  # batches awaiting ring room
         self._thread = threading.Thread(target=self._run, name="rlmesh-workspace-server", daemon=True)
         self._thread.start()
 
@@ -60,7 +60,7 @@ class ChunkServer:
         """Answer a ``get``: the chunks held now go several to a message (one MAC, one send per
         ~``BATCH_BYTES``: a tree of small files is not a message per file), the rest are parked."""
         batch: list[str] = []
-        datas: list[bytes] = []
+        datas: list[bytes | memoryview] = []
         size = 0
         for h in hashes:
             data = self._lookup(h)
@@ -76,7 +76,7 @@ class ChunkServer:
         if batch:
             self._send_batch(ident, out, rid, batch, datas)
 
-    def _send_batch(self, ident: bytes, out: Any, rid: object, batch: list[str], datas: list[bytes]) -> None:
+    def _send_batch(self, ident: bytes, out: Any, rid: object, batch: list[str], datas: list[Any]) -> None:
         win = self._windows.get(ident)
         if win is not None and sum(len(d) for d in datas) <= win.ring.capacity:
             if self._held.get(ident):  # batches before it still wait for room: keep their order
@@ -116,9 +116,9 @@ class ChunkServer:
                 return
 
     def _send_placed(self, win: Window, ident: bytes, out: Any, rid: object, batch: list[str],
-                     datas: list[bytes]) -> bool:
+                     datas: list[Any]) -> bool:
         """Copy a batch into the peer's window and tell it where; False while the window has no room."""
-        placed = win.place(datas)  # type: ignore[arg-type]  # bytes are what place() takes
+        placed = win.place(datas)
         if placed is None:
             return False
         seq, at = placed
@@ -238,24 +238,28 @@ def source_lookup(root: str, manifest: TreeManifest,
 
 
 class HotChunks:
-    """Small chunks that arrived in this receiver's pulls (verified), kept in memory to forward.
+    """Chunks that arrived in this receiver's pulls (verified), kept in memory to forward.
 
     Why: a host forwards every chunk it receives. For a tree of small files, reading each one back
     from the store (open, read, close, and Python around them) was about as much CPU per file as
-    storing it. Only chunks up to ``max_chunk`` bytes are kept, up to ``cap`` bytes in all, the
-    oldest dropped first (those are read from the store again). Big chunks cost per byte, not per
-    chunk, and come from the page cache."""
+    storing it; for a big file, a read of each 4 MiB chunk back from the page cache was a copy the
+    forward did not need. A chunk received in a frame of its own (``owned``: nobody reuses that
+    memory) is kept as it is, whatever its size; one in reused memory (a one-sided read's window) is
+    copied, and only up to ``max_chunk`` bytes. Up to ``cap`` bytes in all, the oldest dropped first
+    (those are read from the store again): a downstream host asks for a chunk before it arrives here,
+    so the forward happens on arrival and only recent chunks matter."""
 
     def __init__(self, cap: int = 64 << 20, max_chunk: int = 256 << 10) -> None:
         self.cap, self.max_chunk = cap, max_chunk
-        self._chunks: dict[str, bytes] = {}
+        self._chunks: dict[str, bytes | memoryview] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def add(self, h: str, data: bytes | memoryview) -> None:
-        if len(data) > self.max_chunk:
-            return
-        data = data if isinstance(data, bytes) else bytes(data)  # a one-sided read's view is reused: copy
+    def add(self, h: str, data: bytes | memoryview, owned: bool = False) -> None:
+        if not (owned or isinstance(data, bytes)):  # a one-sided read's view is reused: copy, small ones only
+            if len(data) > self.max_chunk:
+                return
+            data = bytes(data)
         with self._lock:
             if h in self._chunks:
                 return
@@ -264,23 +268,29 @@ class HotChunks:
             while self._bytes > self.cap:
                 self._bytes -= len(self._chunks.pop(next(iter(self._chunks))))
 
-    def get(self, h: str) -> bytes | None:
+    def get(self, h: str) -> bytes | memoryview | None:
         with self._lock:
             return self._chunks.get(h)
 
 
-def store_lookup(store: ChunkStore, fresh: set[str] | None = None,
-                 hot: HotChunks | None = None) -> Callable[[str], bytes | None]:
+def store_lookup(store: ChunkStore, fresh: set[str] | None = None, hot: HotChunks | None = None,
+                 coming: set[str] | None = None) -> Callable[[str], bytes | memoryview | None]:
     """Chunks from a host's store, re-hashed before they are forwarded (a chunk edited in place through
     a destination link is never passed on), except those in ``fresh``: hashed on arrival in this sync.
-    Those still in ``hot`` (small ones, in memory since they arrived) are not read at all."""
+    Those still in ``hot`` (in memory since they arrived) are not read at all. Those in ``coming``
+    (asked of upstream, not stored yet) are not looked for: a downstream host asks for the whole tree
+    before most of it is here, and two failed ``open`` calls per chunk were ~10 % of a forwarding
+    host's time on a tree of small files."""
     fresh = fresh if fresh is not None else set()
+    coming = coming if coming is not None else set()
 
-    def lookup(h: str) -> bytes | None:
+    def lookup(h: str) -> bytes | memoryview | None:
         if hot is not None:
             data = hot.get(h)
             if data is not None:
                 return data
+        if h in coming:
+            return None
         try:
             return store.read(h) if h in fresh else store.read_verified(h)
         except (OSError, CorruptChunkError):
