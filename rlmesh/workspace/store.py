@@ -22,6 +22,7 @@ import importlib.util
 import itertools
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -31,6 +32,7 @@ from rlmesh.workspace.manifest import (Entry, Kind, Row, TreeManifest, UnsafePat
 DEFAULT_STORE = os.path.join(os.path.expanduser("~"), ".cache", "rlmesh", "chunks")
 STATE_FILE = ".rlmesh-manifest.json"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX64_LINES = re.compile(r"(?:[0-9a-f]{64}\n)*")
 _LIST_AT = 8  # hashes asked about in one fan-out folder from which listing it beats a stat per hash
 
 
@@ -79,11 +81,9 @@ class ChunkStore:
         A fan-out folder asked about for many hashes at once is listed once instead of two
         ``stat`` calls per hash: a re-sync of a 10,000-file tree asks about 10,000 chunks it holds."""
         wanted = list(dict.fromkeys(hashes))
-        per_dir: dict[str, int] = {}
-        for h in wanted:
-            if not _HEX64.fullmatch(h):  # before any folder named by it is listed
-                raise CorruptChunkError(f"{h!r} is not a chunk hash")
-            per_dir[h[:2]] = per_dir.get(h[:2], 0) + 1
+        if not _HEX64_LINES.fullmatch("".join(f"{h}\n" for h in wanted)):  # one scan: no folder named by a bad one is listed
+            raise CorruptChunkError(f"{next(h for h in wanted if not _HEX64.fullmatch(h))!r} is not a chunk hash")
+        per_dir = Counter(h[:2] for h in wanted)
         listed: dict[str, set[str]] = {}
         for d, n in per_dir.items():
             if n >= _LIST_AT:
@@ -327,7 +327,8 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
     with that mode (:meth:`ChunkStore.put`), so where its one-chunk file does not exist yet, the
     chunk is hard-linked straight to its path (complete, verified and with its mode before its name
     appears: two system calls a file instead of five, for a tree of small files the receiver's main cost).
-    ``previous``: :func:`read_state` of ``dest``, when the caller has read it already;
+    ``previous``: :func:`read_state` of ``dest``, when the caller has read it already (and, when ``manifest``
+    came from :meth:`TreeManifest.from_json` with it as ``known``, its rows were compared there: ``same``);
     ``manifest_json``: the bytes ``manifest`` was parsed from, kept as the state file as they are.
     """
     stored_modes = stored_modes or {}
@@ -337,9 +338,12 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
     res = MaterialiseResult()
     target = _Targets(dest)
     present = _Present(dest)
+    if previous is not None and manifest.same:  # parsed against ``previous`` (from_json's ``known``): compared there
+        same: frozenset[str] | set[str] = manifest.same
+    else:
+        same = {e.path for e in manifest.entries if (row := old.get(e.path)) is not None and row == entry_row(e)}
     for e in manifest.entries:
-        row = old.get(e.path)
-        if row is not None and row == entry_row(e) and e.path in present:  # path checked when first written
+        if e.path in same and e.path in present:  # path checked when first written
             res.files_unchanged += 1
             continue
         full = target(e.path)

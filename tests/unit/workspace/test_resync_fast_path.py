@@ -113,3 +113,38 @@ def test_a_state_file_from_before_rows_were_arrays_still_counts(tmp_path):
                                                              "size": e.size, "chunks": list(e.chunks), "target": ""}]}
     (dest / STATE_FILE).write_text(json.dumps(old_format))
     assert materialise(m, store, str(dest)).files_unchanged == 1
+
+
+def test_a_rewalk_sends_the_bytes_a_fresh_encoding_would(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / 'q"uo te.py').write_text("é = 1\n")
+    (tmp_path / "d" / "x.bin").write_bytes(os.urandom(3000))
+    os.symlink("x.bin", tmp_path / "d" / "ln")
+    for _ in range(2):  # the first walk encodes each row; the second joins the rows kept from it
+        m = build_manifest(str(tmp_path), chunk_bytes=1024)
+        assert m.to_json() == TreeManifest(m.entries, m.chunk_bytes).to_json()
+    (tmp_path / "d" / "x.bin").write_bytes(os.urandom(10))
+    m = build_manifest(str(tmp_path), chunk_bytes=1024)
+    assert m.to_json() == TreeManifest(m.entries, m.chunk_bytes).to_json()
+
+
+def test_rows_equal_to_the_state_are_marked_same_and_others_are_written(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    for i in range(3):
+        (src / f"m{i}.py").write_text(f"X = {i}\n")
+    store = ChunkStore(str(tmp_path / "store"))
+
+    def sync() -> tuple[TreeManifest, int]:
+        m = build_manifest(str(src))
+        for e in m.entries:
+            store.put(e.chunks[0], (src / e.path).read_bytes())
+        prev = read_state(str(dest))
+        parsed = TreeManifest.from_json(m.to_json(), prev)
+        return parsed, materialise(parsed, store, str(dest), previous=prev).files_written
+
+    assert sync()[1] == 3
+    (src / "m1.py").write_text("X = 'edited'\n")
+    parsed, written = sync()
+    assert parsed.same == {"m0.py", "m2.py"} and written == 1
+    assert (dest / "m1.py").read_text() == "X = 'edited'\n"
