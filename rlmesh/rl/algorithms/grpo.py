@@ -11,7 +11,8 @@ Read in order, this file is the whole algorithm on a batch of scored completions
    Schulman 2020). ``aggregation`` chooses how tokens are averaged (GRPO's per-sequence mean,
    DAPO's token mean, Dr. GRPO's constant normaliser).
 3. **Update** (:func:`grpo_update`): ``update_epochs`` passes over the informative groups (groups
-   whose rewards all agree carry no signal and are skipped), gradient clipping.
+   whose rewards all agree carry no policy gradient and, without a KL term, are skipped), the loss
+   averaged over the whole batch (a skipped group counts as the zero it contributes), gradient clipping.
 4. **Warm start and reference loop** (:func:`sft_warmstart`, :func:`generate_and_score`,
    :func:`evaluate_heldout`): a supervised warm start on the task format for the built-in
    transformer (RL needs a policy whose samples are sometimes right; a pretrained LM would be),
@@ -201,12 +202,16 @@ def grpo_update(
 ) -> dict[str, float]:
     """One GRPO train step on a scored batch; returns ``losses/*`` and ``train/*`` metrics.
 
-    Groups whose rewards are all equal have zero advantage and are skipped. With
-    ``max_groups``, at most that many informative groups are trained on: oversample
-    prompts at generation time and keep a full batch of signal (DAPO's dynamic sampling,
-    Yu et al. 2025) once most groups become unanimous. ``advantages`` (flat, one per row) replaces
-    the group-relative ones and ``loss_fn`` (the arguments and result of
-    :func:`grpo_loss`) the loss: ``GRPOTrainer``'s two hooks.
+    Groups whose rewards are all equal have zero advantage: without a KL term they have no gradient
+    and are skipped (compute saved), with one they are trained for it. The loss is still the whole
+    batch's average (:func:`batch_rows`): ``token_mean`` divides by every completion token of the
+    batch, as TRL's ``loss_type="dapo"`` does, so the step's gradient does not grow as fewer groups
+    happen to be informative (with informative tokens alone as the divisor, a step with one informative
+    group of eight weighed 8x its share, and often hit ``max_grad_norm``). With ``max_groups``, at most
+    that many informative groups are trained on and the average is over them alone: DAPO's dynamic
+    sampling (Yu et al. 2025) oversamples prompts and keeps a full batch of signal, so its batch is the
+    groups it keeps. ``advantages`` (flat, one per row) replaces the group-relative ones and ``loss_fn``
+    (the arguments and result of :func:`grpo_loss`) the loss: ``GRPOTrainer``'s two hooks.
     """
     gen = batch.generation
     if advantages is None:
@@ -215,21 +220,22 @@ def grpo_update(
     mask = gen.trained_mask.float()  # observation tokens of multi-turn trajectories are read, not trained
     if config.kl_coef > 0 and ref_model is None:
         raise ValueError("grpo_update: trainer.kl_coef > 0 needs a ref_model (or set trainer.kl_coef=0)")
-    # Groups with identical rewards carry no signal; skipping them saves compute, not bias.
     informative_groups = advantages.view(-1, group_size).abs().sum(1) > 0
     metrics: dict[str, float] = {"train/informative_fraction": float(informative_groups.float().mean())}
-    groups = informative_groups.nonzero().squeeze(1)[:max_groups]
-    if groups.numel() == 0:
+    trained, counted = batch_rows(informative_groups, group_size, config.kl_coef > 0, max_groups)
+    if trained.numel() == 0:
         return metrics
-    rows = (groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)
-    metrics["train/groups"] = float(groups.numel())
+    metrics["train/groups"] = float(trained.numel() // group_size)
     # Micro-batches: each chunk's loss is weighted by its share of what the whole batch's loss averages
     # over (tokens for token_mean, sequences otherwise), so the summed gradients are the full batch's.
-    size = getattr(config, "micro_batch_size", None) or len(rows)
-    chunks = [rows[i:i + size] for i in range(0, len(rows), size)]
-    total_tokens = mask[rows].sum().clamp_min(1.0)
-    weights = [float(mask[c].sum() / total_tokens) if config.aggregation == "token_mean" else len(c) / len(rows)
-               for c in chunks]
+    size = getattr(config, "micro_batch_size", None) or len(trained)
+    chunks = [trained[i:i + size] for i in range(0, len(trained), size)]
+    token_mean = config.aggregation == "token_mean"
+    trained_tokens = mask[trained].sum().clamp_min(1.0)
+    counted_tokens = mask[counted].sum().clamp_min(1.0)
+    weights = [float(mask[c].sum() / counted_tokens) if token_mean else len(c) / len(counted) for c in chunks]
+    # the diagnostics (losses/*) are means over the trained rows alone, however the loss is normalised
+    shares = [float(mask[c].sum() / trained_tokens) if token_mean else len(c) / len(trained) for c in chunks]
     refs: list[torch.Tensor | None] = [None] * len(chunks)
     if config.kl_coef > 0:
         with torch.no_grad():
@@ -248,11 +254,38 @@ def grpo_update(
             parts.append(out.metrics())
         metrics["train/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
         optimizer.step()
-    metrics.update({k: sum(w * m[k] for w, m in zip(weights, parts)) for k in parts[0]})
+    metrics.update({k: sum(w * m[k] for w, m in zip(shares, parts)) for k in parts[0]})
     # -log p of the sampled tokens, averaged: a Monte Carlo estimate of the sampling policy's entropy
-    metrics["train/entropy"] = float(-(gen.completion_logprobs[rows] * mask[rows]).sum() / total_tokens)
-    metrics["train/tokens"] = float(total_tokens)
+    metrics["train/entropy"] = float(-(gen.completion_logprobs[trained] * mask[trained]).sum() / trained_tokens)
+    metrics["train/tokens"] = float(trained_tokens)
+    metrics["train/normaliser_tokens" if token_mean else "train/normaliser_rows"] = \
+        float(counted_tokens) if token_mean else float(len(counted))
     return metrics
+
+
+def batch_rows(informative: torch.Tensor, group_size: int, kl: bool = False,
+               max_groups: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(trained, counted)``: the rows a GRPO step runs forward and backward, and the rows its loss
+    averages over (every row of ``counted`` weighs the same; a counted row that is not trained adds the
+    zero its gradient would be). ``informative`` is one bool per group of ``group_size`` rows.
+
+    - Without ``max_groups``: every row is counted (the batch's mean, TRL's ``dapo`` and ``grpo`` losses);
+      the informative groups are trained, and with ``kl`` the unanimous ones too (the KL term has a
+      gradient there).
+    - With ``max_groups`` (dynamic sampling): the first ``max_groups`` informative groups are trained
+      and counted, nothing else (DAPO's batch is the informative groups it keeps).
+    """
+    groups = informative.nonzero().squeeze(1)
+    if max_groups is not None:
+        trained_groups = counted_groups = groups[:max_groups]
+    else:
+        counted_groups = torch.arange(informative.numel())
+        trained_groups = counted_groups if kl else groups
+
+    def rows(g: torch.Tensor) -> torch.Tensor:
+        return (g[:, None] * group_size + torch.arange(group_size)).reshape(-1)
+
+    return rows(trained_groups), rows(counted_groups)
 
 
 @torch.no_grad()
@@ -496,7 +529,15 @@ class GRPOTrainer(Trainer):
         return split_groups(batch, world, self.compute_advantages, self.config.max_groups)
 
     def units_in(self, batch: list[dict[str, Any]]) -> float:
-        return grpo_units(batch, self.compute_advantages, self.config.aggregation)
+        """What this rank's loss averages over (:func:`batch_rows`): its trained tokens (or completions) of
+        its informative groups with ``max_groups``, else of every completion it holds."""
+        if self.config.max_groups is not None:
+            return grpo_units(batch, self.compute_advantages, self.config.aggregation)
+        rows = [c for item in batch for c in item["completions"]]
+        if self.config.aggregation != "token_mean":
+            return float(len(rows))
+        return float(sum(sum(c.loss_mask) if getattr(c, "loss_mask", None) is not None else len(c.token_ids)
+                         for c in rows))
 
     def on_group(self, group: Any) -> None:
         """Each rank's loss is scaled by its ``rank_weight``, so the gradient FSDP averages is the whole batch's.

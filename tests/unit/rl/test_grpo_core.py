@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from rlmesh.rl.config import GRPOConfig, LLMGeneratorConfig
-from rlmesh.rl.algorithms.grpo import evaluate_heldout, frozen_copy, generate_and_score, grpo_update, sft_warmstart
+from rlmesh.rl.algorithms.grpo import (ScoredBatch, evaluate_heldout, frozen_copy, generate_and_score, grpo_update,
+                                       sft_warmstart)
+from rlmesh.rl.models.sampling import Generation
 from rlmesh.rl.models import Transformer, TransformerConfig, sequence_logprobs
 from rlmesh.rl.tasks import AdditionTask
 
@@ -111,3 +113,29 @@ def test_micro_batches_accumulate_the_full_batch_gradient(setup, aggregation):
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
     assert metrics[0]["losses/loss"] == pytest.approx(metrics[1]["losses/loss"], rel=1e-4, abs=1e-7)
     assert metrics[0]["train/tokens"] == metrics[1]["train/tokens"] > 0
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
+def test_unanimous_groups_count_in_the_average_as_zeros(setup, aggregation):
+    """The loss is the whole batch's mean (TRL's ``dapo`` and ``grpo`` losses): adding a unanimous group
+    scales the gradient by the share of the batch the informative group is, without changing its direction."""
+    task, model = setup
+    batch = generate_and_score(model, task, task.sample(2, random.Random(5)),
+                               LLMGeneratorConfig(samples_per_prompt=4, max_new_tokens=3),
+                               torch.Generator().manual_seed(2))
+    batch.rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # group 1 unanimous
+    gen = batch.generation
+    half = ScoredBatch(batch.problems[:1], Generation(gen.input_ids[:4], gen.attention_mask[:4], gen.completion_ids[:4],
+                                                      gen.completion_logprobs[:4], gen.completion_mask[:4],
+                                                      gen.prompt_len), batch.rewards[:4], batch.texts[:4])
+    grads, metrics = [], []
+    for b in (batch, half):
+        m = frozen_copy(model).train().requires_grad_(True)
+        cfg = GRPOConfig(aggregation=aggregation, max_grad_norm=1e9)
+        metrics.append(grpo_update(m, torch.optim.SGD(m.parameters(), lr=0.0), b, cfg, group_size=4))
+        grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
+    mask = gen.completion_mask.float()
+    share = float(mask[:4].sum() / mask.sum()) if aggregation == "token_mean" else 0.5
+    assert 0 < share < 1 and metrics[0]["train/groups"] == 1.0
+    torch.testing.assert_close(grads[0], grads[1] * share, atol=1e-7, rtol=1e-4)
+    assert metrics[0]["losses/loss"] == pytest.approx(metrics[1]["losses/loss"], rel=1e-4, abs=1e-7)  # trained rows' mean

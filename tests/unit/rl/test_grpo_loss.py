@@ -88,3 +88,15 @@ def test_gradient_raises_logprob_of_positive_advantage_tokens():
     lp = torch.zeros(2, 2, requires_grad=True)
     grpo_loss(lp, lp.detach(), _t(1.0, -1.0), torch.ones(2, 2)).loss.backward()
     assert (lp.grad[0] < 0).all() and (lp.grad[1] > 0).all()
+
+
+def test_batch_rows_train_informative_groups_and_average_over_the_whole_batch():
+    from rlmesh.rl.algorithms.grpo import batch_rows
+
+    informative = torch.tensor([True, False, True, False])  # groups of 2 rows
+    trained, counted = batch_rows(informative, 2)
+    assert trained.tolist() == [0, 1, 4, 5] and counted.tolist() == list(range(8))
+    trained, counted = batch_rows(informative, 2, kl=True)  # the KL term has a gradient on unanimous groups
+    assert trained.tolist() == counted.tolist() == list(range(8))
+    trained, counted = batch_rows(informative, 2, kl=True, max_groups=1)  # dynamic sampling: the kept groups
+    assert trained.tolist() == counted.tolist() == [0, 1]
