@@ -6,7 +6,8 @@
 N hosts are simulated as N receiver processes (``python -m rlmesh.workspace.node``), each
 with its own chunk store and destination, on loopback. "rlmesh" times from handing the
 already started receivers their upstream addresses to the last one's tree materialised (the
-manifest walk included, Python start-up not: a mesh's procs are running before a sync).
+manifest walk included, hashing every file as a new controller's first sync does; Python start-up
+not: a mesh's procs are running before a sync).
 "rsync" is ``rsync -a`` (local mode, or to an ``rsync --daemon`` per receiver started before the
 clock over shaped links) four ways: to each destination in turn ("seq"), along a chain (each
 receiver from the one before, "chain"), in a binary tree (every receiver that has the tree sends
@@ -49,6 +50,7 @@ from _rsync import RsyncHost, rsync_daemons
 from rlmesh.launch.netns import HostNetwork, Link, NetnsHost, see_cgroups
 from rlmesh.transport import Authenticator
 from rlmesh.workspace import build_manifest
+from rlmesh.workspace.manifest import forget_walks
 from rlmesh.workspace.serve import ChunkServer, source_lookup
 
 SRC = "s"  # the source's simulated host (the others are "0".."n-1")
@@ -87,9 +89,14 @@ class Net:
         return self.hosts[str(i)].prefix() if self.mbit else []
 
 
-def rlmesh_sync(src: str, work: str, n: int, net: Net, transport: str | None = None) -> tuple[float, list[dict]]:
+def rlmesh_sync(src: str, work: str, n: int, net: Net, transport: str | None = None,
+                cold: bool = False) -> tuple[float, list[dict]]:
     """N receivers started and idle first (as the procs of a mesh are), then timed from handing out the
-    chain's upstream addresses to the last tree materialised (the manifest walk included)."""
+    chain's upstream addresses to the last tree materialised (the manifest walk included). ``cold``: the
+    walk hashes every file, as a new controller process's first sync does (this process keeps the
+    hashes of files unchanged since its last walk, which would spare every sample after the first)."""
+    if cold:
+        forget_walks()
     procs = [subprocess.Popen([*net.prefix(i), sys.executable, "-m", "rlmesh.workspace.node", "--upstream", "-",
                                "--store", os.path.join(work, f"store{i}"), "--dest", os.path.join(work, f"dest{i}"),
                                "--host", net.host(i), "--timeout", "600",
@@ -221,8 +228,8 @@ def main() -> None:
                          "real hosts, instead of N hosts' work adding up on this machine's cores")
     ap.add_argument("--in-netns", action="store_true", help=argparse.SUPPRESS)  # set when re-run in the source's
     ap.add_argument("--work-dir", default=None,
-                    help="where the receivers' stores and trees (and rsync's and raw's copies) go, e.g. /dev/shm: "
-                         "memory as each simulated host's own disk, instead of one disk shared by all of them")
+                    help="where the source tree, the receivers' stores and trees (and rsync's and raw's copies) go, "
+                         "e.g. /dev/shm: memory as each simulated host's own disk, instead of one disk shared by all")
     add_common_args(ap)
     a = ap.parse_args()
     if a.smoke:  # loopback only: shaped links need root and network namespaces
@@ -241,7 +248,7 @@ def main() -> None:
     report = Report("workspace_sync", smoke=a.smoke, args=vars(a))
     net = Net(a.link_mbit)
     where = f"links{a.link_mbit}" if a.link_mbit else "loopback"
-    base = tempfile.mkdtemp(prefix="rlmesh-wsbench-")
+    base = tempfile.mkdtemp(prefix="rlmesh-wsbench-", dir=a.work_dir)  # the source tree too: one file system for all
     try:
         big, small = make_trees(os.path.join(base, "src"), a.big_mib, a.files, tuple(a.trees))
         links = f"each host's link {a.link_mbit} Mbit/s each way (network namespaces)" if a.link_mbit else "loopback"
@@ -266,7 +273,7 @@ def main() -> None:
                             if not a.smoke:  # a few MiB: not worth a sync of a shared machine's disks
                                 os.sync()  # each contender starts with no dirty pages of the one before (or of make_trees)
                             if c == "rlmesh":
-                                wall, stats = rlmesh_sync(src, work, n, net, a.transport)
+                                wall, stats = rlmesh_sync(src, work, n, net, a.transport, cold=True)
                                 used.update(s["transport"] for s in stats)
                                 walls.append(wall)
                                 hosts.append(max(s["duration_s"] for s in stats))

@@ -264,6 +264,12 @@ _cache: dict[str, tuple[_FileKey, Entry, str]] = {}  # path -> (its stat key, it
 _excluded_cache: dict[tuple[str, ...], dict[tuple[str, bool], bool]] = {}
 
 
+def forget_walks() -> None:
+    """Drop what earlier walks in this process learnt: the next :func:`build_manifest` hashes every file
+    again, as a new process's first walk does (benchmarks time that first sync)."""
+    _cache.clear()
+
+
 def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), defaults: bool = True,
                    chunk_bytes: int = CHUNK_BYTES) -> TreeManifest:
     """Walk ``root`` (exclusions: ``DEFAULT_EXCLUDES``, ``exclude`` and the root ``.gitignore``).
