@@ -41,14 +41,14 @@ def check_env_id(env_id: str, key: str) -> None:
     raise ConfigError(f"{key}={env_id!r} is not a registered gymnasium environment; {hint}")
 
 
-ENV_EXTRAS = {"gymnasium.envs.box2d": ("Box2D", "box2d")}
+ENV_EXTRAS = {"gymnasium.envs.box2d": ("Box2D", "box2d"), "gymnasium.envs.mujoco": ("mujoco", "mujoco")}
 """gymnasium's env modules whose envs need a package gymnasium does not install itself: module prefix ->
-(the package to import, rlmesh's extra that installs it)."""
+(the package to import, rlmesh's extra that installs it; gymnasium's extra of the same name does too)."""
 
 
 def check_env_extras(env_id: str, entry_point: object, key: str) -> None:
-    """A registered env whose simulator is not installed (LunarLander without Box2D) is refused here, naming
-    the extra, instead of failing in ``gymnasium.make`` inside a generator proc."""
+    """A registered env whose simulator is not installed (LunarLander without Box2D, Hopper without MuJoCo) is
+    refused here, naming the extra, instead of failing in ``gymnasium.make`` inside a generator proc."""
     for prefix, (package, extra) in ENV_EXTRAS.items():
         if isinstance(entry_point, str) and entry_point.startswith(prefix) \
                 and importlib.util.find_spec(package) is None:

@@ -92,12 +92,14 @@ def test_source_line(text, source):
     assert source_of(text) == source
 
 
-def test_a_box2d_env_without_box2d_names_the_extra(monkeypatch):
+@pytest.mark.parametrize("recipe,env_id,package,extra", [("ppo/LunarLander-v3", "LunarLander-v3", "Box2D", "box2d"),
+                                                           ("sac/Hopper-v5", "Hopper-v5", "mujoco", "mujoco")])
+def test_an_env_without_its_simulator_names_the_extra(monkeypatch, recipe, env_id, package, extra):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "Box2D" else real(name, *a))
-    with pytest.raises(RecipeConfigError, match=r"generator\.env_id='LunarLander-v3' needs Box2D, which is not "
-                                                r"installed: pip install 'rlmesh\[box2d\]'"):
-        compose(["recipe=ppo/LunarLander-v3"])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
+    with pytest.raises(RecipeConfigError, match=rf"generator\.env_id='{env_id}' needs {package}, which is not "
+                                                rf"installed: pip install 'rlmesh\[{extra}\]'"):
+        compose([f"recipe={recipe}"])
     compose(["recipe=ppo/Acrobot-v1"])  # classic control needs nothing more
 
 
