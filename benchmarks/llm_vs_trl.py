@@ -95,7 +95,9 @@ def overrides(a: dict) -> list[str]:
             f"generator.samples_per_prompt={a['samples']}", f"generator.max_new_tokens={a['max_new_tokens']}",
             "generator.temperature=1.0", f"trainer.lr={a['lr']}", f"trainer.kl_coef={a['kl']}",
             f"eval.every={a['steps']}", f"eval.episodes={a['eval_episodes']}", f"run.seed={a['seed']}",
-            "trainer.checkpoint_every=0", "model.export=false", "run.progress=false"]
+            "trainer.checkpoint_every=0", "model.export=false", "run.progress=false",
+            *([f"buffer.max_policy_lag={a['lag']}"] if a.get("lag") is not None else []),
+            *([f"task.heldout_fraction={a['heldout_fraction']}"] if a.get("heldout_fraction") is not None else [])]
 
 
 def compose_task(a: dict) -> tuple[Any, Any]:
@@ -151,6 +153,7 @@ def run_rlmesh(a: dict, cpus: list[int], timeout: float) -> dict:
                         + " OR ".join(f"starts_with(rollout_id, '{w}/')" for w in consumed))[0] if consumed else (0, 0, 0)
             load = q("SELECT avg(load_1m), max(load_1m) FROM host_health")[0] if _has(con, "host_health", "load_1m") else (None, None)
             informative = [json.loads(m).get("train/informative_fraction", 0.0) for *_, m in steps]
+            rewards = [json.loads(m).get("rollout/reward_mean") for *_, m in steps]
         ends = [t for _, t, _, _ in steps]
         loop_s = ends[-1] - start
         before = next((v for ver, v, _ in evals if ver == 0), None)
@@ -164,6 +167,7 @@ def run_rlmesh(a: dict, cpus: list[int], timeout: float) -> dict:
             "train_s": sum(d for _, _, d, _ in steps), "train_wait_s": wait_s,  # a step's duration holds its wait for a batch
             "trained_completion_tokens": trained[0], "trained_prompt_tokens": trained[1], "trained_rows": trained[2],
             "total_tokens_per_s": (trained[0] + trained[1]) / loop_s, "informative_fraction": informative,
+            "reward_mean": rewards,  # per train step: the mean reward of the 32 completions it trained on
             "heldout_before": before, "heldout_after": after,
             "eval_s": {str(ver): d for ver, _, d in evals}, "wall_s": wall,
             "threads": "1 torch thread per actor proc (trainer, generator, evaluator+buffer, reward: 4 procs + controller); "
@@ -379,12 +383,12 @@ def fmt(x: Any, spec: str) -> str:
 
 def row(r: dict) -> str:
     acc = f"{fmt(r.get('heldout_before'), '.3f')} -> {fmt(r.get('heldout_after'), '.3f')}"
-    return (f"{r['label']:9s} seed {r['seed']}  {fmt(r['s_per_step'], '7.1f')}  {fmt(r['steady_s_per_step'], '7.1f')}  "
+    return (f"{r['label']:11s} seed {r['seed']}  {fmt(r['s_per_step'], '7.1f')}  {fmt(r['steady_s_per_step'], '7.1f')}  "
             f"{fmt(r['gen_tokens_per_s'], '8.1f')}  {fmt(r['total_tokens_per_s'], '8.1f')}  {acc:15s}  "
             f"{fmt(r['loop_s'], '6.0f')}  {fmt(r['wall_s'], '6.0f')}  {r['load_start']:4.1f}  {r['threads']}")
 
 
-HEADER = (f"{'side':9s} {'seed':6s} {'s/step':>7s}  {'steady':>7s}  {'gen tok/s':>8s}  {'tok/s':>8s}  "
+HEADER = (f"{'side':11s} {'seed':6s} {'s/step':>7s}  {'steady':>7s}  {'gen tok/s':>8s}  {'tok/s':>8s}  "
           f"{'held-out':15s}  {'loop s':>6s}  {'wall s':>6s}  load  threads")
 
 
@@ -397,12 +401,20 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--kl", type=float, default=0.0, help="KL weight (rlmesh trainer.kl_coef, TRL beta)")
-    p.add_argument("--eval-episodes", type=int, default=30, help="held-out problems (the sample's held-out split has 30)")
+    p.add_argument("--eval-episodes", type=int, help="held-out problems (default: the whole held-out split, 30 "
+                                                       "problems of the shipped sample at its heldout_fraction 0.1)")
+    p.add_argument("--heldout-fraction", type=float,
+                   help="task.heldout_fraction for both sides (more held-out problems, fewer train rows: 0.25 "
+                        "holds out ~100 of the sample's 400)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="one round per seed; the order alternates")
     p.add_argument("--cpus", help="CPU set for both sides, e.g. 0,1 (default: this process's affinity)")
     p.add_argument("--trl-threads", type=int, nargs="+",
                    help="torch threads of TRL's process; several values run TRL once each and the ratios use "
                         "the fastest (default: one per CPU of the set)")
+    p.add_argument("--rlmesh-lags", type=int, nargs="+",
+                   help="run rlmesh once per buffer.max_policy_lag given (0: strictly on-policy, as TRL; 1: the "
+                        "recipe's, generating the next batch while one trains), labelled rlmesh/lagN "
+                        "(default: the recipe's, labelled rlmesh)")
     p.add_argument("--only", nargs="+", choices=["rlmesh", "trl"], default=["rlmesh", "trl"])
     p.add_argument("--smoke", action="store_true", help=f"a quick check of both sides: {SMOKE}")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per side")
@@ -417,7 +429,9 @@ def main() -> None:
          "eval_episodes": args.eval_episodes}
     if args.smoke:
         a.update(SMOKE)
-    a.update(lr=args.lr, kl=args.kl, model=model_folder(args.model))
+    a.update(lr=args.lr, kl=args.kl, model=model_folder(args.model), heldout_fraction=args.heldout_fraction)
+    if a["eval_episodes"] is None:  # the whole held-out split, each problem once
+        a["eval_episodes"] = len(compose_task({**a, "eval_episodes": 1, "seed": 0})[1].rows("heldout"))
     cpus = sorted(int(c) for c in args.cpus.split(",")) if args.cpus else sorted(os.sched_getaffinity(0))
     missing = trl_missing() if "trl" in args.only else None
     machine = {"machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "cpus_total": os.cpu_count(),
@@ -433,22 +447,23 @@ def main() -> None:
           f"{a['eval_episodes']} held-out problems (greedy){' [smoke]' if args.smoke else ''}")
     print(f"# overrides: {' '.join(overrides({**a, 'seed': args.seeds[0]}))}")
     results: list[dict] = []
-    sides = [("rlmesh", None)] if "rlmesh" in args.only else []
+    sides: list[tuple[str, int | None]] = [("rlmesh", lag) for lag in (args.rlmesh_lags or [None])] \
+        if "rlmesh" in args.only else []
     # --smoke: TRL on one thread unless told (two threads on a busy 2-core host ran 3.5x slower)
     sides += [("trl", n) for n in (args.trl_threads or [1 if args.smoke else len(cpus)])] if "trl" in args.only else []
     print("\n" + HEADER, flush=True)
     for k, seed in enumerate(args.seeds):
-        for side, threads in sides if k % 2 == 0 else sides[::-1]:
+        for side, knob in sides if k % 2 == 0 else sides[::-1]:  # knob: rlmesh's lag, TRL's threads
             if side == "trl" and missing:
                 results.append({"side": "trl", "label": "trl", "seed": seed, "skipped": missing})
-                print(f"{'trl':9s} seed {seed}  not installed: {missing}", flush=True)
+                print(f"{'trl':11s} seed {seed}  not installed: {missing}", flush=True)
                 continue
-            label = side if side == "rlmesh" else f"trl/{threads}t"
+            label = (side if knob is None else f"rlmesh/lag{knob}") if side == "rlmesh" else f"trl/{knob}t"
             try:
                 if side == "rlmesh":
-                    r = run_rlmesh({**a, "seed": seed}, cpus, args.timeout)
+                    r = run_rlmesh({**a, "seed": seed, "lag": knob}, cpus, args.timeout)
                 else:
-                    r = run_trl({**a, "seed": seed, "trl_threads": threads}, cpus, args.timeout)
+                    r = run_trl({**a, "seed": seed, "trl_threads": knob}, cpus, args.timeout)
             except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the other side still runs; the exit code says it
                 results.append({"side": side, "label": label, "seed": seed, "skipped": f"failed: {exc}"})
                 print(f"{label:9s} seed {seed}  FAILED: {str(exc)[-1500:]}", flush=True)
@@ -475,48 +490,84 @@ def _write(path: str, data: dict) -> None:
 
 def summarise(results: list[dict]) -> dict:
     """Ratios rlmesh / TRL per seed (same run), and the targets, against the strictest TRL variant:
-    the fastest for time, the most accurate for accuracy."""
+    the fastest for time, the most accurate for accuracy; one set per rlmesh arm (``--rlmesh-lags``).
+    Then each side's train reward per step: the mean reward of the 32 completions a step trained on,
+    a learning curve with far more samples behind it than the held-out score."""
     lines = ["", "# ratios rlmesh / TRL, same seed, same run (targets: s/step <= 0.5x TRL's; held-out after >= TRL's)"]
     ratios: list[dict] = []
     by_seed: dict[int, list[dict]] = {}
     for r in results:
         by_seed.setdefault(r["seed"], []).append(r)
     for seed, rs in by_seed.items():
-        m = next((r for r in rs if r["side"] == "rlmesh"), None)
+        meshes = [r for r in rs if r["side"] == "rlmesh" and "skipped" not in r]
         trls = [r for r in rs if r["side"] == "trl" and "skipped" not in r]
-        if not m or not trls:
+        if not meshes or not trls:
             ran = ", ".join(r["label"] for r in rs if "skipped" not in r) or "nothing"
             lines.append(f"seed {seed}: no ratio (only {ran} ran)")
             continue
-        for t in trls:
-            rr = {"seed": seed, "baseline": t["label"], "s_per_step": m["s_per_step"] / t["s_per_step"],
-                  "steady_s_per_step": (m["steady_s_per_step"] / t["steady_s_per_step"]
-                                        if m["steady_s_per_step"] and t["steady_s_per_step"] else None),
-                  "gen_tokens_per_s": (m["gen_tokens_per_s"] or 0) / t["gen_tokens_per_s"],
-                  "total_tokens_per_s": m["total_tokens_per_s"] / t["total_tokens_per_s"],
-                  "heldout_after_rlmesh": m["heldout_after"], "heldout_after_trl": t["heldout_after"]}
-            ratios.append(rr)
-            lines.append(f"seed {seed} vs {t['label']}: s/step {rr['s_per_step']:.2f} (steady "
-                         f"{fmt(rr['steady_s_per_step'], '.2f')}), gen tok/s {rr['gen_tokens_per_s']:.2f}, total tok/s "
-                         f"{rr['total_tokens_per_s']:.2f}; held-out after {fmt(m['heldout_after'], '.3f')} vs "
-                         f"{fmt(t['heldout_after'], '.3f')}")
-        fast = min(trls, key=lambda t: t["s_per_step"])
-        best = max(trls, key=lambda t: t["heldout_after"] if t["heldout_after"] is not None else -1)
-        time_met = m["s_per_step"] <= 0.5 * fast["s_per_step"]
-        acc_met = m["heldout_after"] is not None and best["heldout_after"] is not None and \
-            m["heldout_after"] >= best["heldout_after"]
-        ratios.append({"seed": seed, "targets": True, "time_baseline": fast["label"], "time_target_met": time_met,
-                       "accuracy_baseline": best["label"], "accuracy_target_met": acc_met})
-        lines.append(f"seed {seed} targets: time {'met' if time_met else 'NOT met'} ({m['s_per_step'] / fast['s_per_step']:.2f}x "
-                     f"the fastest TRL, {fast['label']}), accuracy {'met' if acc_met else 'NOT met'} "
-                     f"({fmt(m['heldout_after'], '.3f')} vs {fmt(best['heldout_after'], '.3f')}, {best['label']})")
-        lines.append(f"  where the time goes: rlmesh generating {m['gen_s']:.0f} s ({m['gen_calls']} calls), training "
-                     f"steps {m['train_s']:.0f} s (their buffer waits included; {m['train_wait_s']:.0f} s of buffer waits in all), version-0 eval "
-                     f"{m['eval_s'].get('0', 0):.0f} s, inside a {m['loop_s']:.0f} s loop; informative fraction per "
-                     f"step {' '.join(f'{x:.2f}' for x in m['informative_fraction'])}")
-        for t in trls:
-            lines.append(f"  {t['label']}: generating {t['gen_s']:.0f} s, training {t['train_s']:.0f} s of {t['loop_s']:.0f} s")
+        for m in meshes:
+            lines.extend(_ratios(seed, m, trls, ratios))
+    lines.extend(reward_curves(results))
     return {"lines": lines, "ratios": ratios}
+
+
+def _ratios(seed: int, m: dict, trls: list[dict], ratios: list[dict]) -> list[str]:
+    lines = []
+    who = f"seed {seed}" if m["label"] == "rlmesh" else f"seed {seed} {m['label']}"
+    for t in trls:
+        rr = {"seed": seed, "side": m["label"], "baseline": t["label"], "s_per_step": m["s_per_step"] / t["s_per_step"],
+              "steady_s_per_step": (m["steady_s_per_step"] / t["steady_s_per_step"]
+                                    if m["steady_s_per_step"] and t["steady_s_per_step"] else None),
+              "gen_tokens_per_s": (m["gen_tokens_per_s"] or 0) / t["gen_tokens_per_s"],
+              "total_tokens_per_s": m["total_tokens_per_s"] / t["total_tokens_per_s"],
+              "heldout_after_rlmesh": m["heldout_after"], "heldout_after_trl": t["heldout_after"]}
+        ratios.append(rr)
+        lines.append(f"{who} vs {t['label']}: s/step {rr['s_per_step']:.2f} (steady "
+                     f"{fmt(rr['steady_s_per_step'], '.2f')}), gen tok/s {rr['gen_tokens_per_s']:.2f}, total tok/s "
+                     f"{rr['total_tokens_per_s']:.2f}; held-out after {fmt(m['heldout_after'], '.3f')} vs "
+                     f"{fmt(t['heldout_after'], '.3f')}")
+    fast = min(trls, key=lambda t: t["s_per_step"])
+    best = max(trls, key=lambda t: t["heldout_after"] if t["heldout_after"] is not None else -1)
+    time_met = m["s_per_step"] <= 0.5 * fast["s_per_step"]
+    acc_met = m["heldout_after"] is not None and best["heldout_after"] is not None and \
+        m["heldout_after"] >= best["heldout_after"]
+    ratios.append({"seed": seed, "side": m["label"], "targets": True, "time_baseline": fast["label"],
+                   "time_target_met": time_met, "accuracy_baseline": best["label"], "accuracy_target_met": acc_met})
+    lines.append(f"{who} targets: time {'met' if time_met else 'NOT met'} "
+                 f"({m['s_per_step'] / fast['s_per_step']:.2f}x the fastest TRL, {fast['label']}), accuracy "
+                 f"{'met' if acc_met else 'NOT met'} ({fmt(m['heldout_after'], '.3f')} vs "
+                 f"{fmt(best['heldout_after'], '.3f')}, {best['label']})")
+    lines.append(f"  where the time goes: {m['label']} generating {m['gen_s']:.0f} s ({m['gen_calls']} calls), training "
+                 f"steps {m['train_s']:.0f} s (their buffer waits included; {m['train_wait_s']:.0f} s of buffer waits in "
+                 f"all), version-0 eval {m['eval_s'].get('0', 0):.0f} s, inside a {m['loop_s']:.0f} s loop; informative "
+                 f"fraction per step {' '.join(f'{x:.2f}' for x in m['informative_fraction'])}")
+    for t in trls:
+        lines.append(f"  {t['label']}: generating {t['gen_s']:.0f} s, training {t['train_s']:.0f} s of {t['loop_s']:.0f} s")
+    return lines
+
+
+def reward_curves(results: list[dict]) -> list[str]:
+    """Each run's train reward per step in quarters of the run, and per side its mean over seeds."""
+    lines = ["", "# train reward per step (mean of the completions each step trained on), by quarter of the run"]
+    by_label: dict[str, list[list[float]]] = {}
+    for r in results:
+        curve = [x for x in r.get("reward_mean") or [] if x is not None]
+        if "skipped" in r or not curve:
+            continue
+        by_label.setdefault(r["label"], []).append(curve)
+        lines.append(f"{r['label']:11s} seed {r['seed']}: {_quarters(curve)}")
+    for label, curves in by_label.items():
+        width = min(map(len, curves))
+        mean = [statistics.fmean(c[i] for c in curves) for i in range(width)]
+        lines.append(f"{label:11s} mean of {len(curves)} seed(s): {_quarters(mean)}")
+    return lines
+
+
+def _quarters(curve: list[float]) -> str:
+    q = max(1, len(curve) // 4)
+    parts = [curve[i:i + q] for i in range(0, len(curve), q)]
+    return (" | ".join(f"steps {i * q + 1}-{i * q + len(p)} {statistics.fmean(p):.3f}" for i, p in enumerate(parts))
+            + f"; all {statistics.fmean(curve):.3f}")
 
 
 if __name__ == "__main__":
