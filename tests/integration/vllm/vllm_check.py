@@ -13,7 +13,9 @@ What it shows, on a tiny random-weight Llama written by ``make_tiny_llama``:
    model's greedy completions, and log-probs follow the new weights;
 3. publishing the original weights again (version 2) brings the original outputs back.
 ``--engine-process`` runs it all with vLLM's own engine processes (weights then reach the
-workers through a private shared-memory publication). Prints one JSON line of measurements last; exits non-zero on any failed check.
+workers through a private shared-memory publication); ``--both`` runs it in-process, then with engine
+processes, in one interpreter (vLLM's import and the tiny model are paid once). Prints one JSON line of
+measurements per mode, ``{"mode": ..., ...}``; exits non-zero on any failed check.
 """
 
 from __future__ import annotations
@@ -50,19 +52,14 @@ def main() -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--engine-process", action="store_true",
                     help="in_process=False: vLLM's engine-core and worker processes (the tensor-parallel path)")
+    ap.add_argument("--both", action="store_true", help="in-process, then --engine-process, in this one interpreter")
     ap.add_argument("--tol", type=float, default=1e-4, help="largest allowed log-prob gap vs the HF model")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    import torch
-
     from rlmesh.rl.backends.base import SamplingParams
     from rlmesh.rl.backends.tiny_llama import make_tiny_llama
-    from rlmesh.rl.backends.vllm_backend import VLLMBackend
-    from rlmesh.rl.models.hf import load_hf
-    from rlmesh.rl.models.sampling import generate
     from rlmesh.rl.tasks.addition import AdditionTask
-    from rlmesh.weights import Publisher, Subscriber
 
     tmp = tempfile.TemporaryDirectory(prefix="rlmesh-vllm-")
     path = make_tiny_llama(args.model_dir or os.path.join(tmp.name, "tiny-llama"))
@@ -70,15 +67,34 @@ def main() -> int:
     tok = task.tokenizer
     prompts = [tok.encode(s, bos=True) for s in ("12+34=", "5+7=", "99+1=", "40+2=")]
     greedy = SamplingParams(n=1, max_tokens=8, top_p=1e-6)
-    results: dict[str, float | int | str] = {}
+    failures: list[str] = []
+    modes = [False, True] if args.both else [args.engine_process]
+    for engine_process in modes:
+        failures += check_mode(args, path, tok, prompts, greedy, engine_process)
+    return 1 if failures else 0
+
+
+def check_mode(args, path, tok, prompts, greedy, engine_process: bool) -> list[str]:
+    """The checks of the docstring against one engine; returns the failed ones (and prints its JSON line)."""
+    import torch
+
+    from rlmesh.rl.backends.base import SamplingParams
+    from rlmesh.rl.backends.vllm_backend import VLLMBackend
+    from rlmesh.rl.models.hf import load_hf
+    from rlmesh.rl.models.sampling import generate
+    from rlmesh.weights import Publisher, Subscriber
+
+    mode = "engine-process" if engine_process else "in-process"
+    print(f"-- {mode}", flush=True)
+    results: dict[str, float | int | str] = {"mode": mode}
     failures: list[str] = []
 
     def check(ok: bool, what: str) -> None:
-        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        print(("ok   " if ok else "FAIL ") + f"[{mode}] " + what, flush=True)
         if not ok:
             failures.append(what)
 
-    backend = VLLMBackend(path, dtype=args.dtype, in_process=not args.engine_process)
+    backend = VLLMBackend(path, dtype=args.dtype, in_process=not engine_process)
     try:
         results["engine_start_s"] = round(backend.start_seconds, 2)
         trainer, _ = load_hf(path)  # the trainer's model: HFCausalLM keys ("model.model.layers...")
@@ -145,7 +161,7 @@ def main() -> int:
         backend.close()
     results["failures"] = len(failures)
     print(json.dumps(results), flush=True)
-    return 1 if failures else 0
+    return failures
 
 
 if __name__ == "__main__":

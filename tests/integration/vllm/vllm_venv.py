@@ -66,6 +66,11 @@ def cuda_vllm_ready() -> str | None:
 def run_check(python: Path | str, script: Path, *extra: str, timeout: float = 420) -> dict:
     """Run ``script`` with ``python`` (this checkout on its path); its last JSON line, or a failure
     showing the checks it printed and the ends of its output."""
+    return run_check_all(python, script, *extra, timeout=timeout)[-1]
+
+
+def run_check_all(python: Path | str, script: Path, *extra: str, timeout: float = 420) -> list[dict]:
+    """:func:`run_check`, with every JSON line the script printed (one per mode it checked)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RLMESH_TELEMETRY": "0", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([str(python), str(script), *extra], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
@@ -75,4 +80,4 @@ def run_check(python: Path | str, script: Path, *extra: str, timeout: float = 42
         f"{script.name} failed (rc {proc.returncode}):\n{checks}\n--- stdout tail\n{proc.stdout[-3000:]}"
         f"\n--- stderr tail\n{proc.stderr[-4000:]}")
     print(checks)
-    return json.loads(lines[-1])
+    return [json.loads(ln) for ln in lines]
