@@ -212,11 +212,13 @@ def source_lookup(root: str, manifest: TreeManifest,
     where: dict[str, tuple[str, int, int]] = {}  # hash -> (tree path, offset, size): joined to a file path when asked
     extras = sorted((extra_roots or {}).items(), key=lambda kv: -len(kv[0]))
 
+    base = root.rstrip("/") + "/"
+
     def source(path: str) -> str:
         for prefix, folder in extras:
             if path.startswith(prefix + "/"):
                 return os.path.join(folder, *path[len(prefix) + 1:].split("/"))
-        return os.path.join(root, *path.split("/"))
+        return base + path if os.sep == "/" else os.path.join(root, *path.split("/"))  # tree paths are POSIX
 
     def index() -> None:
         step = manifest.chunk_bytes
@@ -225,14 +227,24 @@ def source_lookup(root: str, manifest: TreeManifest,
                 where.setdefault(h, (e.path, i * step, min(step, e.size - i * step)))
 
     def lookup(h: str) -> bytes | None:
+        """One ``pread`` on a bare descriptor: a tree of small files is a lookup per file, and a buffered
+        file object, a seek and a join per path were most of the source's serving time."""
         if not where:
             index()
         hit = where.get(h)
         if hit is None:
             return None
-        with open(source(hit[0]), "rb") as f:
-            f.seek(hit[1])
-            return f.read(hit[2])
+        fd = os.open(source(hit[0]), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.pread(fd, hit[2], hit[1])
+            while len(data) < hit[2]:  # a short read (a network file system): the rest, or the end
+                more = os.pread(fd, hit[2] - len(data), hit[1] + len(data))
+                if not more:
+                    break
+                data += more
+            return data
+        finally:
+            os.close(fd)
 
     return lookup
 

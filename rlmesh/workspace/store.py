@@ -107,8 +107,8 @@ class ChunkStore:
         ``mode``: read-only unless the chunk is written for one file that will take its inode
         (:func:`materialise`'s ``stored_modes``): it is made with that file's mode, so the file
         needs no ``chmod`` later. Either way nobody edits a chunk in place."""
-        _check(h, data)
-        dst = self.path(h)
+        _check(h, data)  # ``h`` is now our own hex digest: its path needs no pattern check
+        dst = f"{self.root}{os.sep}{h[:2]}{os.sep}{h}"
         self._folder_of(dst)
         _write_new(dst, data, mode)
 
@@ -173,7 +173,11 @@ def _check(h: str, data: bytes | memoryview) -> None:
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view = memoryview(data)
+    n = os.pwrite(fd, data, offset)  # almost always all of it: one call, no view
+    if n == len(data):
+        return
+    view = memoryview(data)[n:]
+    offset += n
     while view:
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n
@@ -484,10 +488,11 @@ def _claim(store: ChunkStore, h: str, tmp: str) -> bool:
     shares a chunk's inode with the store (a chunk already linked is copied for any other file), so
     an in-place edit of that file can only corrupt the store's chunk, which every read re-hashes
     (:meth:`ChunkStore.read_verified` drops it, and the next sync fetches it again)."""
+    path = store.path(h)
     try:
-        if os.stat(store.path(h)).st_nlink != 1:
+        if os.stat(path).st_nlink != 1:
             return False
-        os.link(store.path(h), tmp)
+        os.link(path, tmp)
         return True
     except OSError:
         return False
