@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -238,19 +239,29 @@ def _gitignore_patterns(root: str) -> list[str]:
     return [ln.strip() for ln in lines if ln.strip() and not ln.startswith(("#", "!"))]
 
 
-def _excluded(rel: str, is_dir: bool, patterns: list[str]) -> bool:
-    name = rel.rsplit("/", 1)[-1]
-    for pat in patterns:
-        dir_only = pat.endswith("/")
-        p = pat.rstrip("/")
-        if dir_only and not is_dir:
-            continue
-        if "/" in p.lstrip("/"):
-            if fnmatch.fnmatchcase(rel, p.lstrip("/")):
+class _Excluder:
+    """The exclusion patterns as four compiled alternations (name or path; any entry or folders only).
+
+    Why: a first walk asks about every file, and ``fnmatch`` pattern by pattern cost ~5-8 us a file;
+    one ``match`` per kind says the same (each alternative is ``fnmatch.translate`` of one pattern).
+    A pattern with a ``/`` inside matches the path from the root; one without, the name; a trailing
+    ``/`` limits it to folders."""
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        groups: dict[tuple[bool, bool], list[str]] = {(p, d): [] for p in (False, True) for d in (False, True)}
+        for pat in patterns:
+            dir_only = pat.endswith("/")
+            p = pat.rstrip("/")
+            by_path = "/" in p.lstrip("/")
+            groups[(by_path, dir_only)].append(fnmatch.translate(p.lstrip("/") if by_path else p))
+        self._match = {k: re.compile("|".join(v)).match if v else None for k, v in groups.items()}
+
+    def __call__(self, rel: str, is_dir: bool) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        for (by_path, dir_only), match in self._match.items():
+            if match is not None and (is_dir or not dir_only) and match(rel if by_path else name):
                 return True
-        elif fnmatch.fnmatchcase(name, p):
-            return True
-    return False
+        return False
 
 
 def hash_chunks(fp: str, chunk_bytes: int) -> tuple[int, tuple[str, ...]]:
@@ -277,7 +288,7 @@ def hash_chunks(fp: str, chunk_bytes: int) -> tuple[int, tuple[str, ...]]:
 
 _FileKey = tuple[int, int, int, int, int, str]  # size, mtime_ns, inode, st_mode, chunk_bytes, path in the tree
 _cache: dict[str, tuple[_FileKey, Entry, str]] = {}  # path -> (its stat key, its entry, the entry's wire row)
-_excluded_cache: dict[tuple[str, ...], dict[tuple[str, bool], bool]] = {}
+_excluded_cache: dict[tuple[str, ...], tuple[_Excluder, dict[tuple[str, bool], bool]]] = {}
 
 
 def forget_walks() -> None:
@@ -301,7 +312,9 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     root = os.path.abspath(root)
     real_root = os.path.realpath(root)
     patterns = (*(DEFAULT_EXCLUDES if defaults else ()), *exclude, *_gitignore_patterns(root))
-    excluded = _excluded_cache.setdefault(patterns, {})
+    if patterns not in _excluded_cache:
+        _excluded_cache[patterns] = (_Excluder(patterns), {})
+    excluder, excluded = _excluded_cache[patterns]
     entries: list[Entry] = []
     encoded: list[str] = []
     links: list[Entry] = []
@@ -309,7 +322,7 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     def skip(rel: str, is_dir: bool) -> bool:
         hit = excluded.get((rel, is_dir))
         if hit is None:
-            hit = excluded[(rel, is_dir)] = _excluded(rel, is_dir, list(patterns))
+            hit = excluded[(rel, is_dir)] = excluder(rel, is_dir)
         return hit
 
     def walk(folder: str, reldir: str) -> None:
