@@ -20,8 +20,8 @@ start-up included, the final evaluation excluded for SB3 (rlmesh's own end-of-ru
 episode). Printed: each seed's row, then per preset the mean ± std over seeds of each seed's mean
 return, the seed spread (min..max), the mean wall times, and a ``ratio`` line of the per-seed wall
 times (rlmesh / SB3). ``--json PATH`` writes all of it. Differences that remain, stated: the zoo runs
-some envs with gSDE (state-dependent exploration) or a set initial log-std, which rlmesh's Gaussian
-policy does not have (each preset's comment says where); rlmesh's DQN steps ``num_envs x num_steps``
+some envs with gSDE (state-dependent exploration) and a set initial log-std, which rlmesh's presets leave
+off (each preset's comment says where and how to add it); rlmesh's DQN steps ``num_envs x num_steps``
 transitions per train call where SB3 trains every ``train_freq`` steps (the same update-to-data ratio,
 coarser grain).
 
@@ -169,18 +169,13 @@ def recipe_args(algo: str, env_id: str) -> list[str]:
     return row.recipe if row is not None and row.recipe else [f"recipe={algo}/{env_id}"]
 
 
-BENCH_ENV_EXTRAS = {**ENV_EXTRAS, "gymnasium.envs.mujoco": ("mujoco", "bench")}
-"""The env modules whose simulator the panel may lack: rlmesh's (Box2D) plus MuJoCo, which only the bench
-extra installs (``gymnasium[mujoco]``)."""
-
-
 def missing_extra(env_id: str) -> str | None:
-    """The extra an env needs and lacks here (``box2d`` for LunarLander without Box2D, ``bench`` for
+    """The extra an env needs and lacks here (``box2d`` for LunarLander without Box2D, ``mujoco`` for
     Hopper without MuJoCo), else ``None``."""
     import gymnasium  # deferred: only to read the registry entry's module
 
     entry = str(gymnasium.envs.registry[env_id].entry_point)
-    for prefix, (package, extra) in BENCH_ENV_EXTRAS.items():
+    for prefix, (package, extra) in ENV_EXTRAS.items():
         if entry.startswith(prefix) and not have(package):
             return extra
     return None
@@ -423,6 +418,77 @@ def core_table(args: argparse.Namespace, report: Report) -> None:
     report.ratio("core_a2c/CartPole-v1_wall", walls, "rlmesh / SB3 train s, in process")
 
 
+def sac_core_policy(seed: int, steps: int, rollout_steps: int = 1) -> torch.nn.Module:
+    """rlmesh's SAC alone, in this process, in SB3's shape: the ``sac_pendulum`` recipe's networks,
+    ``sac_update`` and replay ring, one env, the actor the update trains stepping the env itself (no policy
+    lag), and the gradient steps the ratio owes taken after every ``rollout_steps`` env steps (1: SB3's loop,
+    one env step then one gradient step; 64: the recipe's rollout size without the procs)."""
+    from rlmesh.recipes.compose import compose  # deferred: only the --core mode composes a preset here
+    from rlmesh.rl.algorithms.sac import SACModel, owed_gradient_steps, sac_optimizers, sac_update
+    from rlmesh.rl.replay import TransitionReplayCore, transitions_from_rollout
+    from rlmesh.rl.rollout import RolloutCollector
+
+    cfg, _ = compose(["recipe=sac_pendulum", f"generator.seed={seed}", f"generator.num_steps={rollout_steps}",
+                      f"trainer.total_steps={steps}"])
+    c = cfg.trainer
+    torch.manual_seed(seed)  # the trainer's init (Trainer.__init__)
+    model = SACModel(*env_spaces(cfg.generator.env_id), c)
+    opts = sac_optimizers(model, c.lr)
+    np.random.seed(seed)
+    collector = RolloutCollector(cfg.generator, model.actor, seed=seed)
+    ring, rng, done, k = TransitionReplayCore(cfg.buffer), torch.Generator().manual_seed(seed), 0, 0
+    while collector.total_steps < steps:
+        model.actor.random_actions.fill_(collector.total_steps < c.learning_starts)
+        ring.add(str(k), 0, transitions_from_rollout(collector.collect()))
+        k += 1
+        owed = owed_gradient_steps(collector.total_steps, c.learning_starts, c.gradient_steps, c.train_freq, done)
+        sample = ring.sample(owed, c.batch_size, c.learning_starts, rng)
+        if sample.transitions is not None:
+            sac_update(model, opts, sample.transitions, c)
+            done += owed
+    collector.close()
+    return model.actor
+
+
+def sb3_sac_core(seed: int, steps: int) -> Any:
+    """SB3's SAC with the zoo's Pendulum-v1 values (``PANEL``), trained in this process."""
+    from stable_baselines3 import SAC  # the bench extra: optional, imported only where SB3 runs
+    from stable_baselines3.common.env_util import make_vec_env
+
+    model = SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=1, seed=seed), seed=seed, device="cpu",
+                **PANEL[("sac", "Pendulum-v1")].sb3)
+    return model.learn(total_timesteps=steps)
+
+
+def sac_core_table(args: argparse.Namespace, report: Report) -> None:
+    """``--core-sac``: SAC's update alone on Pendulum-v1 (no procs, no start-up), seed by seed in one process:
+    rlmesh with each of ``--core-sac-rollouts`` (env steps between update rounds; 1 is SB3's loop), then SB3.
+    Separates the algorithm (rollout 1 against SB3) from the batching (rollout 64 against 1) and from the
+    procs and their one rollout of policy lag (the panel's ``sac`` row against rollout 64)."""
+    steps = SMOKE[2] if args.smoke else int(PANEL[("sac", "Pendulum-v1")].budget * args.scale)
+    torch.set_num_threads(1)
+    res: dict[str, list[float]] = {}
+    secs: dict[str, list[float]] = {}
+    for seed in args.core_seeds:
+        for name in [f"rlmesh_rollout{n}" for n in args.core_sac_rollouts] + ["sb3"]:
+            t0 = time.perf_counter()
+            if name == "sb3":
+                model = sb3_sac_core(seed, steps)
+                act = lambda obs, m=model: m.predict(obs, deterministic=True)[0]  # noqa: E731
+            else:
+                act = greedy_actor(sac_core_policy(seed, steps, int(name[len("rlmesh_rollout"):])),
+                                   env_spaces("Pendulum-v1")[1])
+            secs.setdefault(name, []).append(time.perf_counter() - t0)
+            res.setdefault(name, []).append(statistics.mean(evaluate_greedy(act, "Pendulum-v1", args.episodes,
+                                                                            seed=10_000)[1]))
+            print(f"core sac Pendulum-v1 {steps} steps seed {seed} {name}: {res[name][-1]:.1f} in "
+                  f"{secs[name][-1]:.1f} s", flush=True)
+    for name, xs in res.items():
+        print(f"core sac Pendulum-v1 {name}: {_ms(xs)} ({_spread(xs)}) over {len(xs)} seeds, "
+              f"{statistics.mean(secs[name]):.1f} s per seed", flush=True)
+    report.row(core="sac", env="Pendulum-v1", steps=steps, returns=res, train_s=secs)
+
+
 def llm_table(args: argparse.Namespace) -> None:
     print(f"\n| recipe | seed | held-out reward by train step (steps={args.llm_steps}) | wall s |")
     print("|---|---|---|---|")
@@ -460,6 +526,10 @@ def main() -> None:
     p.add_argument("--core", action="store_true",
                    help="also (or with --no-gym, only) A2C's update alone on CartPole-v1 against SB3's, in process")
     p.add_argument("--core-seeds", nargs="+", type=int, default=list(range(10)))
+    p.add_argument("--core-sac", action="store_true",
+                   help="also (or with --no-gym, only) SAC's update alone on Pendulum-v1 against SB3's, in process")
+    p.add_argument("--core-sac-rollouts", nargs="+", type=int, default=[1, 64],
+                   help="--core-sac: env steps between rlmesh's update rounds, one run per value (1: SB3's loop)")
     p.add_argument("--llm", action="store_true", help="also (or with --no-gym, only) the LLM table")
     p.add_argument("--no-gym", action="store_true")
     p.add_argument("--llm-steps", type=int, default=400)
@@ -475,6 +545,8 @@ def main() -> None:
         gym_panel(args, report)
     if args.core and have("stable_baselines3"):
         core_table(args, report)
+    if args.core_sac and have("stable_baselines3"):
+        sac_core_table(args, report)
     if args.llm:
         llm_table(args)
     report.write(args.json)

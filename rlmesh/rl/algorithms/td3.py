@@ -25,7 +25,7 @@ from torch import nn
 
 from rlmesh.rl.algorithms.configs.td3 import TD3Config
 from rlmesh.rl.algorithms.dqn import soft_update
-from rlmesh.rl.algorithms.sac import BoundedActor, OffPolicyGenerator, OffPolicyTrainer, TwinQ, critic_loss, mlp
+from rlmesh.rl.algorithms.sac import BoundedActor, OffPolicyGenerator, OffPolicyTrainer, TwinQ, adam, critic_loss, mlp
 from rlmesh.rl.replay import Transitions
 
 __all__ = ["DeterministicActor", "TD3Config", "TD3Generator", "TD3Trainer", "smoothed_target_actions",
@@ -131,8 +131,8 @@ class TD3Trainer(OffPolicyTrainer):
         return TD3Model(observation_space, action_space, self.config)
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"actor": torch.optim.Adam(self.model.actor.parameters(), lr=self.config.lr),
-                "critic": torch.optim.Adam(self.model.critic.parameters(), lr=self.config.lr)}
+        return {"actor": adam(self.model.actor.parameters(), self.config.lr),
+                "critic": adam(self.model.critic.parameters(), self.config.lr)}
 
     def update(self, batch: Transitions) -> dict[str, float]:
         return td3_update(self.model, self.opts, batch, self.config, self.gradient_steps_done)
