@@ -1,11 +1,13 @@
 """TreeManifest walk, exclusions, path refusal and materialisation from a store (pure filesystem, no sockets)."""
 
+import fnmatch
 import os
+import random
 
 import pytest
 
 from rlmesh.workspace import ChunkStore, CorruptChunkError, TreeManifest, UnsafePathError, build_manifest, materialise
-from rlmesh.workspace.manifest import Entry, Kind
+from rlmesh.workspace.manifest import DEFAULT_EXCLUDES, Entry, Kind, _Excluder
 from rlmesh.workspace.store import solo_modes
 
 
@@ -174,3 +176,30 @@ def test_a_chunk_stored_with_its_files_mode_is_linked_straight_into_place(tmp_pa
     materialise(m2, store, str(dest), verified={h2}, stored_modes=modes2)
     assert (dest / first).read_text() == "echo bye\n" and os.stat(dest / first).st_ino == os.stat(store.path(h2)).st_ino
     assert oct(os.stat(dest / first).st_mode & 0o777) == oct(0o750)
+
+
+def _one_by_one(rel, is_dir, patterns):
+    """The exclusion rule, pattern by pattern with fnmatch (what the compiled matcher must agree with)."""
+    name = rel.rsplit("/", 1)[-1]
+    for pat in patterns:
+        dir_only, p = pat.endswith("/"), pat.rstrip("/")
+        if dir_only and not is_dir:
+            continue
+        if fnmatch.fnmatchcase(rel, p.lstrip("/")) if "/" in p.lstrip("/") else fnmatch.fnmatchcase(name, p):
+            return True
+    return False
+
+
+def test_compiled_exclusions_agree_with_fnmatch_pattern_by_pattern():
+    rnd = random.Random(7)
+    patterns = (*DEFAULT_EXCLUDES, "*.pyc", "build/", "/dist", "docs/*.md", "a/b/", "[ab]*x", "?", "data/*/raw/")
+    parts = ["a", "b", "x", ".git", ".venv1", "runs", "__pycache__", "m.pyc", "build", "dist", "docs", "r.md", "data",
+             "raw", "ax", "zz"]
+    match = _Excluder(patterns)
+    seen = set()
+    for _ in range(3000):
+        rel, is_dir = "/".join(rnd.choice(parts) for _ in range(rnd.randint(1, 4))), rnd.random() < 0.5
+        expected = _one_by_one(rel, is_dir, patterns)
+        assert match(rel, is_dir) == expected, (rel, is_dir)
+        seen.add(expected)
+    assert seen == {True, False}
