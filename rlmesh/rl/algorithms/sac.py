@@ -336,8 +336,9 @@ def sac_update(model: SACModel, optimizers: dict[str, torch.optim.Optimizer], ba
 
 def adam(params: Any, lr: float) -> torch.optim.Adam:
     """Adam with torch's fused kernel (``fused=True``, CPU included): the same update as the default,
-    in one call per step instead of a Python loop of a dozen ops per parameter tensor, which is about a
-    third of a small SAC gradient step on CPU (SB3's SAC uses the default loop)."""
+    in one call per step instead of a Python loop of a dozen ops per parameter tensor (the default loop,
+    which SB3's SAC uses, is a third of a small SAC gradient step in torch's profiler); measured 10-20 %
+    less CPU per gradient step at 64x64 to 256x256 networks on 2 shared cores."""
     return torch.optim.Adam(params, lr=lr, fused=True)
 
 
