@@ -143,6 +143,10 @@ PANEL: dict[tuple[str, str], Row] = {
     ("td3", "Pendulum-v1"): Row(20_000, dict(
         gamma=0.98, buffer_size=200_000, learning_starts=10_000, noise_std=0.1, gradient_steps=-1,
         train_freq=(1, "episode"), learning_rate=1e-3, policy_kwargs=dict(net_arch=[400, 300])), ["recipe=td3_pendulum"]),
+    ("sac", "MountainCarContinuous-v0"): Row(50_000, dict(
+        learning_rate=3e-4, buffer_size=50_000, batch_size=512, ent_coef=0.1, train_freq=32, gradient_steps=32,
+        gamma=0.9999, tau=0.01, learning_starts=0, use_sde=True, policy_kwargs=dict(log_std_init=-3.67,
+                                                                                    net_arch=[64, 64]))),
     # SAC on MuJoCo (hyperparams/sac.yml's mujoco-defaults: SB3's SAC with 10k random steps first), at a
     # reduced budget: 2% of the zoo's 1e6 (10k gradient steps), what fits a shared 2-core host
     ("sac", "Hopper-v5"): Row(20_000, dict(learning_starts=10_000)),
