@@ -83,7 +83,7 @@ class SlotPool:
         now = time.monotonic()
         with self.lock:
             protected = {id(s) for s in self.advertised()[: self.keep - 1]}
-            for s in sorted(self.slots, key=lambda s: (s.state == READY, s.version)):
+            for s in sorted(self.slots, key=lambda s: (s.state == READY, s.version, -s.populated)):
                 if id(s) in protected or self._held(s, now):
                     continue
                 fits = s.data_cap >= plan.total and s.manifest_cap >= need_manifest

@@ -143,6 +143,7 @@ class Publisher:
         self._closed = False
         self._cuda_live = False
         self._reserving: threading.Thread | None = None
+        self._reserve_stop = threading.Event()
         self._rdma: Any = None
         self._server: Any = None
         _ensure_secret()
@@ -175,34 +176,63 @@ class Publisher:
         return self._latest if self._latest >= 0 else None
 
     def reserve(self, state_dict: Mapping[str, Any], *, wait: bool = False, meta: dict[str, Any] | None = None) -> None:
-        """Create the shared-memory slots versions of ``state_dict``'s layout will be written to, on a
-        background thread, so that readers can map them ahead (``Subscriber.prepare``).
+        """Create the shared-memory slots versions of ``state_dict``'s layout will be written to, and
+        allocate their pages, on a background thread, so that readers can map the slots ahead
+        (``Subscriber.prepare``) and the first publish costs about what a later one does.
 
         The first two versions each need a slot (``keep`` >= 2 keeps the newest readable while the
-        next is written). A slot is made sparse: its data pages come with the first version's
-        ``pwrite``, which fills fresh pages without the zero-fill that reserving them ahead (or a
-        page fault) costs, so this takes milliseconds, and the first publish costs about a later
-        one. When: right after the model is built. :meth:`publish` waits for it if it is still
-        running. A ``/dev/shm`` without room for the slots fails here (logged) and at ``publish``
-        (raised), with the fix; ``meta``: what :meth:`publish` will put into each manifest (the
-        slots leave room for it).
+        next is written). The slots are made in milliseconds; then the first version's slot has its
+        pages populated (``SlotFile.populate``: 0.5 s of a core per GiB on a 2-core VM, the first
+        write's extra cost otherwise). Only that one: the second slot's pages come with version 2's
+        ``pwrite``, so that populating ahead never takes more CPU from the first training step than
+        it saves the first version. When: right after the model is built, so that this overlaps the
+        first training step. :meth:`publish` stops the population wherever it has
+        got to (waiting for at most one 32 MiB step) and writes the pages not yet populated with
+        ``pwrite``, which allocates them without a zero-fill: called back to back, reserve and the
+        first publish cost what the publish alone would. ``wait``: return once the slots exist
+        (their pages still populating). A ``/dev/shm`` without room for the slots fails here
+        (logged) and at ``publish`` (raised), with the fix; ``meta``: what :meth:`publish` will put
+        into each manifest (the slots leave room for it).
         """
         plan = replace(plan_layout(self.name, 0, state_dict), extra=dict(meta or {}))
         n = min(self.keep, 2)  # what the pool keeps in steady state: the newest, and one spare (keep >= 2)
+        made_them = threading.Event()
+        stop = threading.Event()
 
         def run() -> None:
             t0 = time.perf_counter()
             try:
                 made = self.pool.reserve(plan, n)
-                logger.info("weights %r: reserved %d slot(s) of %d bytes in %.2fs", self.name, made, plan.total,
-                            time.perf_counter() - t0)
             except Exception:  # noqa: BLE001 - publish() allocates (and reports) itself
                 logger.warning("weights %r: reserving slots ahead failed", self.name, exc_info=True)
+                return
+            finally:
+                made_them.set()
+            t1 = time.perf_counter()
+            try:
+                with self.pool.lock:  # the slot the first publish takes (acquire prefers the most populated)
+                    first = next((s for s in self.pool.slots if s.fresh and s.data_cap >= plan.total), None)
+                done = first is None or first.populate(stop)
+            except Exception:  # noqa: BLE001 - publish() writes them itself (and reports a full /dev/shm)
+                logger.warning("weights %r: populating reserved slots failed", self.name, exc_info=True)
+                return
+            logger.info("weights %r: reserved %d slot(s) of %d bytes in %.2fs, pages %s in %.2fs", self.name,
+                        made, plan.total, t1 - t0, "populated" if done else "partly populated",
+                        time.perf_counter() - t1)
 
+        self._stop_reserving()
         self._reserving = threading.Thread(target=run, name=f"rlmesh-weights-reserve-{self.name}", daemon=True)
+        self._reserve_stop = stop
         self._reserving.start()
         if wait:
+            made_them.wait()
+
+    def _stop_reserving(self) -> None:
+        """Stop a reserve thread's page population where it is and wait for it (at most one step)."""
+        if self._reserving is not None:
+            self._reserve_stop.set()
             self._reserving.join()
+            self._reserving = None
 
     def publish(self, state_dict: Mapping[str, Any], version: int, *,
                 meta: dict[str, Any] | None = None) -> PublishStats:
@@ -221,16 +251,16 @@ class Publisher:
         if version <= self._latest:
             raise ValueError(f"versions are monotonic: {version} after {self._latest} for {self.name!r}")
         plan = replace(plan_layout(self.name, version, state_dict), extra=meta)  # the slot leaves room for it
-        if self._reserving is not None:  # slots being reserved ahead: use them rather than make more
-            self._reserving.join()
-            self._reserving = None
+        self._stop_reserving()  # slots reserved ahead: use them (as far as populated) rather than make more
         slot = self.pool.acquire(plan)
         try:
-            if slot.fresh:  # its pages come with this write: no zero-fill, no fault (see SlotFile.write_fresh)
-                dsts: list[Any] = [_FreshBytes(slot, e.offset) for e in plan.entries]
-            else:
-                data = slot.data_view()
-                dsts = [data[e.offset : e.offset + e.nbytes] for e in plan.entries]
+            data = slot.data_view()
+            # Pages populated ahead are written through the mapping; the rest of a fresh slot with
+            # pwrite, which brings its pages without a zero-fill or a fault (see SlotFile.write_fresh).
+            dsts: list[Any] = [data[e.offset : e.offset + e.nbytes]
+                               if not slot.fresh or e.offset + e.nbytes <= slot.populated
+                               else _FreshBytes(slot, e.offset) for e in plan.entries]
+            del data
             sums = [_write_value(dst, state_dict[e.key]) for dst, e in zip(dsts, plan.entries)]
             slot.written()
             copied = time.perf_counter()
@@ -288,6 +318,7 @@ class Publisher:
         if self._closed:
             return
         self._closed = True
+        self._stop_reserving()
         if self._server:
             self._server.close()
         self.pool.close()

@@ -82,26 +82,36 @@ def _allocated(path: str) -> int:
     return os.stat(path).st_blocks * 512
 
 
-def test_reserved_slots_get_their_pages_from_the_first_write_not_before():
-    """reserve() and a reader's prepare() allocate no data pages (zeroing them ahead cost 0.5-0.8 s per
-    GiB); the first version fills them with pwrite, reads back exactly, and later versions into the same
-    slot go through the (then populated) mapping and read back exactly too."""
+def test_reserve_populates_the_first_slot_ahead_and_every_version_reads_back_exactly():
+    """reserve() populates the first version's slot on its thread (its pages' allocation then leaves the
+    first publish); the second slot and a reader's prepare() allocate nothing (its pages come with
+    version 2's pwrite). Versions written through the populated mapping, through pwrite, and through
+    a slot populated only in part (a publish right after reserve stops the populator) read back exactly."""
     d = LocalKV()
     mib = 1 << 20
     sd = {"w": torch.arange(4 * mib // 4, dtype=torch.float32), "b": torch.ones(3, dtype=torch.float64)}
     with Publisher("opt-fresh", directory=d) as pub:
         pub.reserve(sd, wait=True)
-        assert all(s.fresh and _allocated(s.path) < mib for s in pub.pool.slots)
+        pub._reserving.join()  # population done (no publish stops it)
+        first, second = pub.pool.slots
+        assert first.populated >= 4 * mib and _allocated(first.path) >= 4 * mib
+        assert second.fresh and second.populated == 0 and _allocated(second.path) < mib
         sub = Subscriber("opt-fresh", "shm", directory=d)
         assert sub.prepare() is True
-        assert all(_allocated(s.path) < mib for s in pub.pool.slots)  # mapped, not populated
-        for v in range(1, 5):  # versions 1 and 2 into fresh slots, 3 and 4 into written ones
+        assert _allocated(second.path) < mib  # mapped, not populated
+        for v in range(1, 5):  # 1: populated slot, 2: pwrite into the fresh one, 3 and 4: written slots
             stats = pub.publish({k: t + v for k, t in sd.items()}, version=v)
             slot = next(s for s in pub.pool.slots if s.idx == stats.slot)
             assert not slot.fresh and _allocated(slot.path) >= 4 * mib
             got, ver = sub.pull(min_version=v)
             assert int(ver) == v and all(torch.equal(got[k], sd[k] + v) for k in sd)
         assert len(pub.pool.slots) == 2
+    big = {f"w{i}": torch.full((mib // 4,), float(i)) for i in range(48)}  # 48 MiB: more than one 32 MiB step
+    with Publisher("opt-partial", directory=d) as pub:
+        pub.reserve(big, wait=True)
+        pub.publish(big, version=1)  # at once: the populator stops wherever it got to
+        got, ver = Subscriber("opt-partial", "shm", directory=d).pull(min_version=1)
+        assert int(ver) == 1 and all(torch.equal(got[k], big[k]) for k in big)
 
 
 def test_a_full_shm_dir_is_an_error_naming_the_fix_at_reserve_and_at_publish(monkeypatch):
