@@ -16,6 +16,7 @@ the JSON manifest of the version it holds, then the data at a page boundary.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import glob
@@ -85,8 +86,6 @@ class _Madvise:
         self.ok = sys.platform.startswith("linux")  # the advice number is Linux's
         self._fn: Any = None
         if self.ok:
-            import ctypes
-
             try:
                 fn = ctypes.CDLL(None, use_errno=True).madvise
             except (OSError, AttributeError):
@@ -100,8 +99,6 @@ class _Madvise:
             return False
         if self._fn(addr, length, _MADV_POPULATE_WRITE) == 0:
             return True
-        import ctypes
-
         err = ctypes.get_errno()
         if err in (errno.EINVAL, errno.ENOSYS):
             self.ok = False  # an older kernel: touch pages from now on
@@ -202,9 +199,7 @@ class SlotFile:
         A full ``/dev/shm`` raises ``OSError`` naming the fix (a fault there would be a SIGBUS)."""
         if not self.fresh:
             return True
-        import ctypes
-
-        import numpy as np
+        import numpy as np  # deferred: readers of this module (shm subscribers) need no numpy at import
 
         holder = ctypes.c_char.from_buffer(self.mm)  # keeps the mapping (and so the address) alive
         try:
