@@ -143,6 +143,7 @@ class Publisher:
         self._closed = False
         self._cuda_live = False
         self._reserving: threading.Thread | None = None
+        self._reserved_bytes = 0
         self._reserve_stop = threading.Event()
         self._rdma: Any = None
         self._server: Any = None
@@ -165,6 +166,7 @@ class Publisher:
             "ctl": self.ctl_path, Transport.TCP.value: self._server.addr if self._server else None,
             Transport.RDMA.value: self._rdma.describe() if self._rdma else None,
             Transport.CUDA_IPC.value: self._cuda_live, "keep": self.keep,
+            "reserved": self._reserved_bytes,  # a network reader's prepare() readies a staging buffer this big
         }
 
     def versions(self) -> list[int]:
@@ -203,6 +205,9 @@ class Publisher:
             t0 = time.perf_counter()
             try:
                 made = self.pool.reserve(plan, n)
+                if plan.total > self._reserved_bytes and not self._closed:
+                    self._reserved_bytes = plan.total
+                    self.directory.put(publisher_key(self.name), self.record())
             except Exception:  # noqa: BLE001 - publish() allocates (and reports) itself
                 logger.warning("weights %r: reserving slots ahead failed", self.name, exc_info=True)
                 return

@@ -114,6 +114,27 @@ def test_reserve_populates_the_first_slot_ahead_and_every_version_reads_back_exa
         assert int(ver) == 1 and all(torch.equal(got[k], big[k]) for k in big)
 
 
+def test_a_tcp_readers_prepare_readies_a_staging_buffer_of_the_reserved_size():
+    """reserve() puts its size in the directory record; a TCP reader's prepare() allocates its staging
+    buffer that big and faults it in on a thread (the first pull waits for it), and the pulls into it
+    read back exactly. Without a reservation prepare() readies nothing."""
+    d = LocalKV()
+    sd = {"w": torch.arange(1 << 18, dtype=torch.float32), "b": torch.ones(3, dtype=torch.float64)}
+    with Publisher("opt-tcp-warm", directory=d) as pub:
+        sub = Subscriber("opt-tcp-warm", "tcp", directory=d)
+        assert sub.prepare() is True and sub._readers["tcp"]._staging is None  # nothing reserved yet
+        pub.reserve(sd, wait=True)
+        assert pub.record()["reserved"] >= (1 << 20)
+        sub2 = Subscriber("opt-tcp-warm", "tcp", directory=d)
+        assert sub2.prepare() is True
+        reader = sub2._readers["tcp"]
+        assert reader._staging is not None and reader._staging.numel() == pub.record()["reserved"]
+        for v in (1, 2):
+            pub.publish({k: t + v for k, t in sd.items()}, version=v)
+            got, ver = sub2.pull(min_version=v)
+            assert int(ver) == v and all(torch.equal(got[k], sd[k] + v) for k in sd)
+
+
 def test_a_full_shm_dir_is_an_error_naming_the_fix_at_reserve_and_at_publish(monkeypatch):
     """No room for a slot: reserve() logs it, publish() raises an OSError that says how to make room;
     a write the kernel refuses midway (ENOSPC from pwrite) says the same, and the publisher goes on."""
