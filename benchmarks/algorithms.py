@@ -246,11 +246,12 @@ def eval_rlmesh(algo: str, env_id: str, run_dir: str, episodes: int) -> list[flo
     ckpt = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*.pt")))[-1]
     obs_space, act_space = env_spaces(env_id)
     state = torch.load(ckpt, weights_only=False)["model"]
-    if algo in OFF_POLICY_ACTORS:  # the actor only, its shape from the run's trainer config
+    if algo in OFF_POLICY_ACTORS:  # the actor only, its shape (and SAC's gSDE) from the run's trainer config
         module, name = OFF_POLICY_ACTORS[algo].split(":")
         with duckdb.connect(os.path.join(run_dir, "telemetry.duckdb"), read_only=True) as con:
-            hidden = json.loads(con.execute("SELECT config FROM runs").fetchone()[0])["trainer"]["hidden_sizes"]
-        policy = getattr(importlib.import_module(module), name)(obs_space, act_space, hidden)
+            trainer = json.loads(con.execute("SELECT config FROM runs").fetchone()[0])["trainer"]
+        extra = {"use_sde": trainer["use_sde"]} if algo == "sac" else {}
+        policy = getattr(importlib.import_module(module), name)(obs_space, act_space, trainer["hidden_sizes"], **extra)
         state = {k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")}
     else:
         policy = QNetwork(obs_space, act_space) if algo == "dqn" else ActorCritic(obs_space, act_space)
