@@ -23,10 +23,10 @@ _HEAVY_FILES = {
     "tests/integration/vllm/test_vllm_real_model.py": 150,
     "tests/integration/llm/test_real_model.py": 110,
     "tests/integration/recipes/test_algorithms.py": 80,
-    "tests/integration/recipes/test_off_policy_recipes.py": 24,
+    "tests/integration/recipes/test_off_policy_recipes.py": 11,
     "tests/integration/benchmarks/test_smoke_a.py": 90,  # every benchmark's --smoke, in two halves
     "tests/integration/benchmarks/test_smoke_b.py": 90,
-    "tests/integration/vllm/test_vllm_backend.py": 77,
+    "tests/integration/vllm/test_vllm_backend.py": 55,
     "tests/integration/recipes/test_recipes.py": 48,
     "tests/integration/recipes/test_sweep.py": 34,
     "tests/integration/observe/test_observe.py": 33,
