@@ -49,15 +49,19 @@ so nothing is set twice by hand:
 
 Run (both sides, interleaved: ``--seeds 0 1`` runs rlmesh then TRL for seed 0, TRL then rlmesh for seed 1)::
 
-    .venv/bin/python benchmarks/llm_vs_trl.py --steps 10 --prompts 8 --samples 4 --max-new-tokens 64
+    .venv/bin/python benchmarks/llm_vs_trl.py --steps 20 --prompts 8 --samples 4 --max-new-tokens 48 \\
+        --rlmesh-lags 1 0 --heldout-fraction 0.25 --trl-threads 2 --cpus 0,1
     .venv/bin/python benchmarks/llm_vs_trl.py --smoke     # 2 steps, 2 prompts, 8 tokens: ~2 minutes
 
-Measured on the 2-core machine, CPUs 0-1, 5 steps of 8 prompts x 4 x 48 tokens, TRL on 2 threads,
-quiet (load 0.2-5.1), seeds 0 / 1 (docs/performance.md): rlmesh 12.8 / 10.7 s a step against TRL's
-27.2 / 28.0: 0.47x / 0.38x, the target (0.5x) met; rlmesh sampled 124 / 145 tokens/s (1-2 threads,
-following the free CPUs) against TRL's 154 / 130; held-out 0.133 -> 0.133 / 0.067 against TRL's
-0.133 -> 0.133 / 0.100 (level / one problem of 30 behind). At load 22-26 (seed 0) rlmesh 86.2 s against
-TRL's 339.0 (TRL's two threads starve under load).
+``--rlmesh-lags 1 0`` runs rlmesh with the recipe's one-step generation lag and strictly on-policy (as TRL);
+``--heldout-fraction 0.25`` holds out 80 of the sample's 400 problems for both sides (the default 0.1: 30).
+Each side's train reward per step (the completions it trained on) is printed by quarter of the run.
+
+Measured on the 2-core machine, CPUs 0-1, 8 prompts x 4 x 48 tokens, TRL on 2 threads (docs/performance.md):
+5 steps, quiet (load 0.2-5.1), seeds 0 / 1: rlmesh 12.8 / 10.7 s a step against TRL's 27.2 / 28.0: 0.47x /
+0.38x, the target (0.5x) met. 20 steps, 80 held-out problems, seed 0, load 5-10: rlmesh 35.0 s a step (lag 1)
+/ 33.0 (lag 0) against TRL's 88.6 (0.39x / 0.37x); held-out 0.113 -> 0.175 (lag 1) / 0.087 (lag 0) against TRL's 0.150;
+train reward over the 20 steps 0.042 (lag 1) / 0.080 (lag 0) against TRL's 0.064: within one seed's noise.
 
 TRL is a benchmark-only dependency (``pip install -e '.[bench]'``, or ``pip install trl``: it keeps
 torch as installed). Without it the script still runs rlmesh's side and prints TRL's row as not
