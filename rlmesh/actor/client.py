@@ -335,7 +335,7 @@ class Client:
                 if bag.held:  # held on a loop that stopped before its turn ended: those go first
                     self._send_held(bag)
                 bag.held_loop = loop
-                loop.call_soon(self._send_held, bag)
+                loop.call_soon(self._send_held_at_turn_end, bag, loop)
             held = bag.held.get(addr)
             if held is None:
                 held = bag.held[addr] = []
@@ -509,6 +509,30 @@ class Client:
             r = _LoopReader(self, loop)
         r.awaits += 1
         return r
+
+    def _send_held_at_turn_end(self, bag: "_CallerSockets", loop: AbstractEventLoop) -> None:
+        """The end of the turn of ``loop`` that held calls: send them, and let the loop read their replies
+        from now rather than from its first await on them, through the turn after this one. The awaits of
+        a burst (``gather`` wraps each future in a task) begin only when those tasks first run, after this
+        send: a reply back before then went to the IO thread, which then kept the inbox and completed the
+        whole burst on its thread, waking the loop for it (seen at load ~3). With nobody awaiting by then the
+        loop leaves the inbox again (:meth:`_LoopReader.ended`); a coroutine that blocks the loop polling
+        ``done()`` meanwhile reads the inbox itself (:meth:`read_if_reading_here`)."""
+        if bag.held_loop is loop and bag.held and loop.is_running():
+            reader = self.await_begins(loop)
+            if reader is not None:
+                loop.call_soon(reader.ended)
+        self._send_held(bag)
+
+    def read_if_reading_here(self) -> None:
+        """Drain the inbox on this thread if its running event loop is the one reading it (a coroutine polling
+        ``Future.done()`` blocks that loop: nobody else reads meanwhile). Otherwise nothing."""
+        loop = _get_running_loop()
+        if loop is not None and loop in self._loop_readers and self._inbox_lock.acquire(blocking=False):
+            try:
+                self._drain()
+            finally:
+                self._inbox_lock.release()
 
     def drive_until(self, fut: Future, timeout: float | None) -> None:
         """Block until ``fut`` is done, reading the inbox from this thread meanwhile (no handoff).

@@ -89,6 +89,7 @@ class Future(Generic[T]):
     def done(self) -> bool:
         if not self._done and self._driver is not None:
             self._driver.send_held()  # polled in a loop that blocks this turn: its calls must leave first
+            self._driver.read_if_reading_here()  # ... and its replies be read, if that loop is their reader
         return self._done
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
