@@ -21,10 +21,11 @@ PRESETS = sorted((f.parent.name, f.stem) for algo in ALGOS for f in (config_dir(
 
 @pytest.fixture
 def box2d_found(monkeypatch):
-    """Box2D found, installed or not: these tests compose and validate the Box2D presets, and nothing here
-    makes an env (the test suite installs no Box2D; its absence is tested below)."""
+    """Box2D and MuJoCo found, installed or not: these tests compose and validate the Box2D and MuJoCo
+    presets, and nothing here makes an env (the test suite installs neither; their absence is tested below)."""
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "Box2D" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name in ("Box2D", "mujoco") else real(name, *a))
 
 
 def test_every_standard_env_has_its_presets():
