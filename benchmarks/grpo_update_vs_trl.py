@@ -27,7 +27,6 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -37,6 +36,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Report, add_common_args, banner, have  # noqa: E402
 from llm_vs_trl import compose_task, model_folder, trained_prompts  # noqa: E402
 
 
@@ -104,10 +104,6 @@ def compare(gr: dict[str, torch.Tensor], gt: dict[str, torch.Tensor]) -> dict[st
 
 
 def main() -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-    from datasets import Dataset
-
     from rlmesh.rl.algorithms.grpo import grpo_update
     from rlmesh.rl.backends.torch_backend import build_policy_model
 
@@ -120,8 +116,20 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
-    ap.add_argument("--json")
+    add_common_args(ap)
     args = ap.parse_args()
+    if args.smoke:  # one batch of 2 prompts x 2 x 8 tokens: checks that both updates run and compare
+        args.steps, args.prompts, args.samples, args.max_new_tokens = 1, 2, 2, 8
+    report = Report("same-batch GRPO update: rlmesh against TRL's GRPOTrainer", smoke=args.smoke, args=vars(args))
+    banner(report.title, "torch", "transformers", "trl")
+    if not have("trl"):
+        report.skipped("TRL GRPOTrainer", "trl is not installed (pip install -e '.[bench]'); it is a benchmark-only "
+                                          "dependency")
+        report.write(args.json)
+        return
+    from datasets import Dataset  # TRL's: only where TRL is installed
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     a = {"model": model_folder(args.model), "steps": max(args.steps, 2), "prompts": args.prompts,
@@ -216,8 +224,16 @@ def main() -> None:
     if tot:
         print(f"# after {args.steps} step(s): total parameter change cosine {tot['cosine']:.6f} (lowest per tensor "
               f"{tot['min_tensor_cosine']:.6f}), norm ratio rlmesh/TRL {tot['norm_ratio']:.3f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "steps": rows, "total": tot}, indent=2))
+    for r in rows:
+        report.row(**r)
+    compared = [r for r in rows if "norm_ratio" in r]
+    if compared:
+        report.ratio("gradient norm before clipping, rlmesh / TRL", [r["norm_ratio"] for r in compared],
+                     "same batch, same weights; 1.0 is the same loss normalisation")
+    else:
+        report.skipped("gradient comparison", "no batch had an informative group (rewards all equal within "
+                                              "each group): neither side has a gradient")
+    report.write(args.json, extra={"total": tot})
 
 
 if __name__ == "__main__":
