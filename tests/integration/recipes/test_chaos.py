@@ -107,8 +107,9 @@ def test_generators_killed_every_second_lose_nothing(tmp_path):
     # less than the time to that rollout's row (serving alone used to count as recovered)
     recovered = q(db, PROGRESS_AFTER_RESTART.format(progress="rollouts o WHERE o.proc = r.proc AND"))
     assert restarts[0] - 1 <= len(recovered) <= restarts[0], (restarts, recovered)
-    assert all(reason == "rollout landed" and first is not None and rec >= first - fault - 1e-3 and rec > serving
-               for rec, serving, reason, fault, first in recovered), recovered
+    assert all(reason == "rollout landed" and rec > serving
+               and (rec >= first - fault - 1e-3 if first is not None else died is not None and died < ROWS_LOST_S)
+               for rec, serving, reason, fault, first, died in recovered), recovered
     assert acc["reissued"] >= 1                                 # a kill mid-rollout re-issued its item
     reasons = q(db, "SELECT reason FROM work_items WHERE event = 'reissued'")
     assert all("ActorDied" in r and "signal 9" in r for (r,) in reasons), reasons
@@ -118,11 +119,22 @@ def test_generators_killed_every_second_lose_nothing(tmp_path):
 
 
 PROGRESS_AFTER_RESTART = """
-SELECT r.recovery_s, r.serving_s, r.reason, epoch(r.ts) - r.recovery_s AS fault,
-       (SELECT epoch(min(o.ts)) FROM {progress} o.ts > x.ts) AS first_progress
-FROM actors r JOIN actors x ON x.proc = r.proc AND x.incarnation = r.incarnation AND x.event = 'restarted'
-WHERE r.event = 'recovered' ORDER BY r.ts"""
-"""Each ``recovered`` row with the time of the first progress row after its ``restarted`` row."""
+WITH inc AS (
+    SELECT r.ts, r.proc, r.recovery_s, r.serving_s, r.reason, x.ts AS restarted_ts,
+           (SELECT min(d.ts) FROM actors d WHERE d.proc = r.proc AND d.event = 'died' AND d.ts > x.ts) AS next_death
+    FROM actors r JOIN actors x ON x.proc = r.proc AND x.incarnation = r.incarnation AND x.event = 'restarted'
+    WHERE r.event = 'recovered')
+SELECT recovery_s, serving_s, reason, epoch(ts) - recovery_s AS fault,
+       (SELECT epoch(min(o.ts)) FROM {progress} o.ts > r.restarted_ts
+        AND (r.next_death IS NULL OR o.ts < r.next_death)) AS first_progress,
+       epoch(next_death) - epoch(ts) AS died_after_s
+FROM inc r ORDER BY ts"""
+"""Each ``recovered`` row with the time of its incarnation's first progress row (after its ``restarted`` row,
+before the proc's next death: ``NULL`` if there is none) and how long after recovering that incarnation died."""
+
+ROWS_LOST_S = 0.5
+"""A proc ships its telemetry rows every 0.2 s: an incarnation killed this soon after its first progress may
+have lost that progress row with it (the controller's ``recovered`` row, written on the controller, stays)."""
 
 
 def check_doc_queries(db: Path) -> None:
@@ -165,7 +177,7 @@ def test_trainer_killed_resumes_from_its_checkpoint(tmp_path):
     (serving,), = q(db, "SELECT serving_s FROM actors WHERE event = 'restarted'")
     assert 0 < serving < 30
     # recovered at its first train step after the restart: the checkpoint load and the step count too
-    (rec, serving_too, reason, fault, first_step), = q(db, PROGRESS_AFTER_RESTART.format(progress="train_steps o WHERE"))
+    (rec, serving_too, reason, fault, first_step, _), = q(db, PROGRESS_AFTER_RESTART.format(progress="train_steps o WHERE"))
     assert reason == "train step" and serving_too == serving and first_step is not None, (reason, first_step)
     assert first_step - fault - 1e-3 <= rec < 60 and rec > serving, (rec, serving, first_step - fault)
     print(f"\ntrainer killed: serving again {serving:.2f} s, first train step {first_step - fault:.2f} s, "
