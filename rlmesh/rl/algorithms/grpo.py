@@ -531,13 +531,8 @@ class GRPOTrainer(Trainer):
     def units_in(self, batch: list[dict[str, Any]]) -> float:
         """What this rank's loss averages over (:func:`batch_rows`): its trained tokens (or completions) of
         its informative groups with ``max_groups``, else of every completion it holds."""
-        if self.config.max_groups is not None:
-            return grpo_units(batch, self.compute_advantages, self.config.aggregation)
-        rows = [c for item in batch for c in item["completions"]]
-        if self.config.aggregation != "token_mean":
-            return float(len(rows))
-        return float(sum(sum(c.loss_mask) if getattr(c, "loss_mask", None) is not None else len(c.token_ids)
-                         for c in rows))
+        return grpo_units(batch, self.compute_advantages, self.config.aggregation,
+                          informative_only=self.config.max_groups is not None)
 
     def on_group(self, group: Any) -> None:
         """Each rank's loss is scaled by its ``rank_weight``, so the gradient FSDP averages is the whole batch's.

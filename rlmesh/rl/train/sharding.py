@@ -109,25 +109,24 @@ def rank_weight(units: float, total: float, world: int) -> float:
 
 
 def grpo_units(batch: list[dict[str, Any]], advantages: Callable[[torch.Tensor, int], torch.Tensor],
-               aggregation: str) -> float:
+               aggregation: str, informative_only: bool = True) -> float:
     """What a GRPO step on ``batch`` averages its loss over: the trained tokens of its informative
-    groups (``token_mean``), or their completions (``sequence_mean``, ``sequence_sum_norm``). Exact
+    groups (``token_mean``), or their completions (``sequence_mean``, ``sequence_sum_norm``); with
+    ``informative_only=False``, of every group (the whole batch's mean, ``grpo.batch_rows``). Exact
     for both; for ``sequence_sum_norm`` with ``norm_length`` unset each rank divides by its own
     padded width, where one rank divides by the batch's."""
     if not batch:
         return 0.0
-    group_size = batch[0]["group_size"]
-    rewards = torch.tensor([r for item in batch for r in item["rewards"]], dtype=torch.float32)
-    informative = advantages(rewards, group_size).view(-1, group_size).abs().sum(1) > 0
     rows = [c for item in batch for c in item["completions"]]
-    units = 0.0
-    for g in informative.nonzero().flatten().tolist():
-        for c in rows[g * group_size:(g + 1) * group_size]:
-            if aggregation != "token_mean":
-                units += 1
-            else:
-                units += sum(c.loss_mask) if getattr(c, "loss_mask", None) is not None else len(c.token_ids)
-    return float(units)
+    if informative_only:
+        group_size = batch[0]["group_size"]
+        rewards = torch.tensor([r for item in batch for r in item["rewards"]], dtype=torch.float32)
+        informative = advantages(rewards, group_size).view(-1, group_size).abs().sum(1) > 0
+        rows = [c for g in informative.nonzero().flatten().tolist() for c in rows[g * group_size:(g + 1) * group_size]]
+    if aggregation != "token_mean":
+        return float(len(rows))
+    return float(sum(sum(c.loss_mask) if getattr(c, "loss_mask", None) is not None else len(c.token_ids)
+                     for c in rows))
 
 
 def merge_metrics(per_rank: list[dict[str, float]], summed: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:
