@@ -19,7 +19,7 @@ import zmq
 
 from rlmesh.transport import Authenticator, AuthError, bind_channel, zmq_context
 from rlmesh.transport.sockets import tune
-from rlmesh.workspace.manifest import TreeManifest
+from rlmesh.workspace.manifest import TreeManifest, pread_full
 from rlmesh.workspace.onesided_io import OneSidedError, Window, open_window
 from rlmesh.workspace.store import ChunkStore, CorruptChunkError
 
@@ -236,13 +236,7 @@ def source_lookup(root: str, manifest: TreeManifest,
             return None
         fd = os.open(source(hit[0]), os.O_RDONLY | os.O_CLOEXEC)
         try:
-            data = os.pread(fd, hit[2], hit[1])
-            while len(data) < hit[2]:  # a short read (a network file system): the rest, or the end
-                more = os.pread(fd, hit[2] - len(data), hit[1] + len(data))
-                if not more:
-                    break
-                data += more
-            return data
+            return pread_full(fd, hit[2], hit[1])
         finally:
             os.close(fd)
 

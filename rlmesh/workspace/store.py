@@ -62,6 +62,10 @@ class ChunkStore:
     def path(self, h: str) -> str:
         if not _HEX64.fullmatch(h):
             raise CorruptChunkError(f"{h!r} is not a chunk hash")
+        return self._path(h)
+
+    def _path(self, h: str) -> str:
+        """:meth:`path` of a hash known to be well formed (our own digest)."""
         return f"{self.root}{os.sep}{h[:2]}{os.sep}{h}"  # not os.path.join: called ~5 times per chunk
 
     def ref_path(self, h: str) -> str:
@@ -108,7 +112,7 @@ class ChunkStore:
         (:func:`materialise`'s ``stored_modes``): it is made with that file's mode, so the file
         needs no ``chmod`` later. Either way nobody edits a chunk in place."""
         _check(h, data)  # ``h`` is now our own hex digest: its path needs no pattern check
-        dst = f"{self.root}{os.sep}{h[:2]}{os.sep}{h}"
+        dst = self._path(h)
         self._folder_of(dst)
         _write_new(dst, data, mode)
 
