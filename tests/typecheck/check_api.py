@@ -45,8 +45,8 @@ def calls(procs: rm.ProcMesh) -> None:
     mesh = procs.spawn("scorer", Scorer, scale=0.5)
     assert_type(mesh, rm.ActorMesh[Scorer])
     # The parameters keep their names (text: str), which assert_type cannot spell: assignments instead.
-    score: Endpoint[[str], float] = mesh.score
-    wrong: Endpoint[[int], float] = mesh.score  # type: ignore[assignment]
+    score: Endpoint[[str], float] = mesh.score  # noqa: F841 (mypy checks the assignment)
+    wrong: Endpoint[[int], float] = mesh.score  # type: ignore[assignment]  # noqa: F841
     assert_type(mesh.score.call_one("x").get(), float)
     assert_type(mesh.score.choose("x").get(timeout=1.0), float)
     assert_type(mesh.score.call("x").get(), rm.ValueMesh[float])

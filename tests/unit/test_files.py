@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 

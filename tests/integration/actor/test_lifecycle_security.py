@@ -8,7 +8,6 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import psutil
 import pytest
 import zmq

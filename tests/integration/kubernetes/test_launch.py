@@ -151,7 +151,7 @@ def test_pod_output_lands_in_the_logs_table(k8s, caplog):
                 direct = k8s.core.read_namespaced_pod_log("it-logs-k8s-talk-0-0", k8s.namespace, timestamps=True)
             except Exception as exc:  # noqa: BLE001
                 direct = f"{type(exc).__name__}: {exc}"
-            raise AssertionError(f"pod log API answers: {str(direct)[-2000:]}")
+            raise AssertionError(f"pod log API answers: {str(direct)[-2000:]}") from None
         assert [(r["mesh"], r["rank"], r["proc"], r["stream"], r["message"]) for r in rows] == [
             ("k8s-talk", 0, "k8s-talk.0", "stdout", "pod-log-marker from rank 0"),
             ("k8s-talk", 1, "k8s-talk.1", "stdout", "pod-log-marker from rank 1")]

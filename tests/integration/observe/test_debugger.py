@@ -43,7 +43,7 @@ class Pty:
                     self.seen += os.read(self.master, 65536).decode("utf-8", "replace")
                 except OSError:  # the child closed the pty
                     if text not in self.seen:
-                        raise AssertionError(f"pty closed before {text!r}; got:\n{self.seen[-3000:]}")
+                        raise AssertionError(f"pty closed before {text!r}; got:\n{self.seen[-3000:]}") from None
         before, _, after = self.seen.partition(text)
         self.seen = after
         return before

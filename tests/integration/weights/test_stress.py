@@ -19,8 +19,11 @@ def test_200_versions_while_readers_pull(tmp_path):
     from rlmesh.transport import Authenticator
 
     env["RLMESH_SECRET"] = Authenticator.new_secret().hex()
-    run = lambda *a: subprocess.Popen([sys.executable, os.path.join(HERE, "stress_worker.py"), *a], env=env,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(*a: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, os.path.join(HERE, "stress_worker.py"), *a], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
     pub = run("pub", "200")
     try:
         assert pub.stdout.readline().strip() == "ready"

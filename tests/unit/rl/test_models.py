@@ -1,7 +1,6 @@
 """Actor-critic over gymnasium spaces; transformer KV-cache sampling vs full recompute; top-p."""
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 

@@ -11,7 +11,8 @@ from rlmesh.transport.refusals import RefusalLog, refusal_stats
 SECRET = b"k" * 32
 
 
-def pair(auth: Authenticator = Authenticator(SECRET)) -> tuple[Outbound, Inbound]:
+def pair(auth: Authenticator | None = None) -> tuple[Outbound, Inbound]:
+    auth = auth or Authenticator(SECRET)
     inbound = auth.new_inbound("test")
     return auth.outbound(f"tcp://127.0.0.1:1#m{inbound.nonce.hex()}"), inbound
 
