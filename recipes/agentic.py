@@ -22,7 +22,6 @@ from rlmesh.rl.agentic.calculator import MultiplicationTask
 from rlmesh.rl.agentic.env_actor import EnvActor
 from rlmesh.rl.models import TransformerConfig
 from rlmesh.rl.run.placement import actor_class
-from rlmesh.rl.results import TrainResult
 
 
 def make_task(cfg: AgenticRecipeConfig) -> MultiplicationTask:

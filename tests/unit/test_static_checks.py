@@ -1,7 +1,7 @@
 """The type checker (mypy) and the linter (ruff) hold at zero errors; both run here, so the test command runs them.
 
 Their configuration is ``[tool.mypy]`` and ``[tool.ruff]`` in ``pyproject.toml``; ``mypy`` and
-``ruff check rlmesh`` from the repo root give the same answers by hand. mypy also checks
+``ruff check rlmesh tests benchmarks recipes examples`` from the repo root give the same answers by hand. mypy also checks
 ``tests/typecheck/check_api.py``: what a user's checker sees through the typed front door
 (``Endpoint[P, R]``, ``ActorMesh[A]``, ``Future[R]``).
 
@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+LINTED = ["rlmesh", "tests", "benchmarks", "recipes", "examples"]
+"""Every folder of Python the project ships: the library, its tests, benchmarks, recipes and examples."""
 MYPY_CACHE = os.environ.get("RLMESH_MYPY_CACHE") or str(Path.home() / ".cache" / "rlmesh" / "mypy")
 
 
@@ -43,8 +45,8 @@ def test_ruff_finds_no_errors():
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
         pytest.skip("the linter is in the dev extra: pip install -e '.[dev]'")
-    proc = run([ruff, "check", "--no-cache", "rlmesh"], timeout=120)
-    assert proc.returncode == 0, f"ruff check rlmesh (config: pyproject.toml [tool.ruff]):\n{proc.stdout[-6000:]}{proc.stderr}"
+    proc = run([ruff, "check", "--no-cache", *LINTED], timeout=120)
+    assert proc.returncode == 0, f"ruff check {' '.join(LINTED)} (config: pyproject.toml [tool.ruff]):\n{proc.stdout[-6000:]}{proc.stderr}"
 
 
 def test_the_api_check_fails_when_a_claim_is_wrong(tmp_path):
