@@ -9,14 +9,14 @@ one-sided where a device allows: :mod:`.onesided`) and
 live reload (:mod:`.reload`). See docs/workspace.md.
 """
 
-from rlmesh.workspace.manifest import (DEFAULT_EXCLUDES, Entry, TreeManifest, UnsafePathError, build_manifest,
-                                       check_relpath)
+from rlmesh.workspace.manifest import (DEFAULT_EXCLUDES, Entry, HashMismatchError, TreeManifest, UnsafePathError,
+                                       build_manifest, check_relpath)
 from rlmesh.workspace.api import HostSync, WorkspaceAgent, sync_workspace
 from rlmesh.workspace.editable import EditableRoot, editable_roots
 from rlmesh.workspace.reload import ProcReload, ReloadMode
 from rlmesh.workspace.store import DEFAULT_STORE, ChunkStore, CorruptChunkError, MaterialiseResult, materialise
 
 __all__ = ["DEFAULT_EXCLUDES", "DEFAULT_STORE", "ChunkStore", "CorruptChunkError", "Entry", "TreeManifest", "MaterialiseResult",
-           "UnsafePathError", "build_manifest", "check_relpath", "materialise",
+           "HashMismatchError", "UnsafePathError", "build_manifest", "check_relpath", "materialise",
            "HostSync", "WorkspaceAgent", "sync_workspace", "EditableRoot", "editable_roots", "ProcReload",
            "ReloadMode"]

@@ -17,7 +17,6 @@ writes on every host, and on hosts that share a disk that was the bottleneck.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import itertools
 import os
@@ -26,9 +25,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from rlmesh.workspace.manifest import (Entry, Kind, Row, TreeManifest, UnsafePathError, check_link, check_relpath,
-                                       entry_row, read_rows)
+from rlmesh.workspace.manifest import (HASH, Entry, Kind, Row, TreeManifest, UnsafePathError, check_link,
+                                       check_relpath, content_hash, entry_row, read_rows)
 
+LAYOUT = f"{HASH}-v1"
+"""The folder under a store's root that holds its chunks, named for the hash and the layout: a store
+left by an rlmesh that hashed with BLAKE2b kept its chunks in the root itself, and they are never
+read as BLAKE3 ones (that older layout's ``??/`` and ``files/`` folders may be deleted)."""
 DEFAULT_STORE = os.path.join(os.path.expanduser("~"), ".cache", "rlmesh", "chunks")
 STATE_FILE = ".rlmesh-manifest.json"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -40,16 +43,16 @@ class CorruptChunkError(ValueError):
     """Bytes whose hash is not the one they were sent as: rejected, never stored."""
 
 
-def chunk_hash(data: bytes | memoryview) -> str:
-    return hashlib.blake2b(data, digest_size=32).hexdigest()
+chunk_hash = content_hash
 
 
 class ChunkStore:
-    """Chunks by hash under ``root/ab/abcdef...`` (written to a temp name, then renamed)."""
+    """Chunks by hash under ``base/LAYOUT/ab/abcdef...`` (written to a temp name, then renamed)."""
 
-    def __init__(self, root: str = DEFAULT_STORE):
-        self.root = root
-        os.makedirs(root, exist_ok=True)
+    def __init__(self, base: str = DEFAULT_STORE):
+        self.base = base
+        self.root = os.path.join(base, LAYOUT)
+        os.makedirs(self.root, exist_ok=True)
         self._dirs: set[str] = set()  # fan-out folders known to exist (one makedirs each, not one per chunk)
 
     def _folder_of(self, path: str) -> str:
@@ -220,7 +223,7 @@ def _write_ref(path: str, oid: str, offset: int, size: int) -> None:
 def object_id(e: Entry) -> str:
     """The file object a multi-chunk entry is assembled in: named by its size and chunk list, so
     the same content synced again finds the same object."""
-    return hashlib.blake2b(f"{e.size}:{','.join(e.chunks)}".encode(), digest_size=32).hexdigest()
+    return content_hash(f"{e.size}:{','.join(e.chunks)}".encode())
 
 
 def placement(manifest: TreeManifest, wanted: Iterable[str]) -> dict[str, tuple[str, int, int]]:

@@ -4,6 +4,7 @@ import pytest
 
 import rlmesh as rm
 from rlmesh.workspace import sync_workspace
+from rlmesh.workspace.store import LAYOUT
 
 
 class Probe(rm.Actor):
@@ -89,7 +90,7 @@ def test_a_host_whose_pull_fails_is_cut_out_of_the_chain(tmp_path):
     for i in range(20):
         (src / "wsuserpkg" / f"m{i}.py").write_text(f"V = {i}\n")
     (src / "blob.bin").write_bytes(os.urandom(9 << 20))  # three chunks: a file object too
-    broken = tmp_path / "stores" / "host-1"
+    broken = tmp_path / "stores" / "host-1" / LAYOUT
     broken.mkdir(parents=True)
     for name in [f"{i:02x}" for i in range(256)] + ["files"]:
         (broken / name).write_text("not a folder")

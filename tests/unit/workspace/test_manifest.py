@@ -203,3 +203,19 @@ def test_compiled_exclusions_agree_with_fnmatch_pattern_by_pattern():
         assert match(rel, is_dir) == expected, (rel, is_dir)
         seen.add(expected)
     assert seen == {True, False}
+
+
+def test_a_manifest_hashed_another_way_is_refused_before_anything_is_used(tmp_path):
+    """A peer on an older rlmesh (BLAKE2b chunk hashes, no ``hash`` key) is named as such, not
+    reported chunk by chunk as corrupt."""
+    import json
+
+    from rlmesh.workspace.manifest import HASH, HashMismatchError
+
+    (tmp_path / "a.py").write_text("A = 1\n")
+    raw = json.loads(build_manifest(str(tmp_path)).to_json())
+    assert raw["hash"] == HASH == "blake3"
+    for hash_key in ({"hash": "blake2b"}, {}):
+        old = {**{k: v for k, v in raw.items() if k != "hash"}, **hash_key}
+        with pytest.raises(HashMismatchError, match="another rlmesh version"):
+            TreeManifest.from_json(json.dumps(old).encode())

@@ -38,3 +38,22 @@ def test_a_corrupt_chunk_is_never_written(tmp_path):
         s.put(chunk_hash(b"right"), b"wrong")
     assert not s.has(chunk_hash(b"right"))
     assert all(not files for _, _, files in os.walk(tmp_path / "store"))
+
+
+def test_chunks_are_blake3_and_a_store_of_the_older_hash_is_never_read(tmp_path):
+    """A chunk an older rlmesh stored (BLAKE2b layout: ``base/ab/<hash>``) is not found, so it is fetched
+    again and verified as BLAKE3, never served as one."""
+    import hashlib
+
+    from blake3 import blake3
+
+    data = b"import os\n"
+    assert chunk_hash(data) == blake3(data).hexdigest() != hashlib.blake2b(data, digest_size=32).hexdigest()
+    base = tmp_path / "store"
+    h = chunk_hash(data)
+    (base / h[:2]).mkdir(parents=True)
+    (base / h[:2] / h).write_bytes(b"bytes an old layout kept under this name")
+    s = ChunkStore(str(base))
+    assert not s.has(h) and s.missing([h]) == [h]
+    s.put(h, data)
+    assert s.read_verified(h) == data and s.path(h).startswith(str(base / store_mod.LAYOUT) + os.sep)
