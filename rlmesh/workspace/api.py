@@ -217,6 +217,8 @@ def sync_workspace(procs: Any, path: str = ".", exclude: tuple[str, ...] | list[
                            run_id, timeout, transport)
     finally:
         server.close()
+        manifest.held.clear()  # small files' bytes the walk kept to serve: kept with the manifest below, not needed
+        main.held.clear()
     failed = [hs for hs in out if hs.stats.error]
     if failed:
         _record(out, run_id)  # the failed hosts' rows (with their errors) land in file_syncs too

@@ -112,6 +112,11 @@ class TreeManifest:
     :meth:`to_json` joins them instead of encoding 10,000 rows again on every re-sync."""
     same: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
     """Paths whose row equals the one this host accepted before (:meth:`from_json`'s ``known``)."""
+    held: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    """Chunk hash -> its bytes, for small files hashed in the walk that made this manifest (up to
+    :data:`HELD_BYTES` in all): the source serves them from here (:func:`~rlmesh.workspace.serve.source_lookup`
+    takes each out as it sends it) instead of opening and reading each file a second time. They are
+    the very bytes that were hashed, so a file edited since the walk cannot be sent under an old hash."""
 
     def chunk_sizes(self) -> dict[str, int]:
         """Every distinct chunk hash -> its size in bytes."""
@@ -304,16 +309,36 @@ def pread_full(fd: int, n: int, offset: int) -> bytes:
     return data
 
 
-def hash_chunks(fp: str, chunk_bytes: int) -> tuple[int, tuple[str, ...]]:
+HELD_BYTES = 64 << 20
+"""Bytes of small files a walk keeps for the source to serve (:attr:`TreeManifest.held`)."""
+HELD_CHUNK = 64 << 10
+"""Files up to this size are kept (a 10,000-file tree of source code: a few MiB)."""
+
+
+def hash_chunks(fp: str, chunk_bytes: int, held: dict[str, bytes] | None = None,
+                size_hint: int = -1) -> tuple[int, tuple[str, ...]]:
     """``(size, chunk hashes)`` of a file (:func:`content_hash` per chunk). Read with :func:`pread_full` on a bare
     descriptor: a first walk of 10,000 small files spent ~40 % of its time per file making and closing
-    a buffered file object (15 us a file against 8-9 us)."""
-    hashes, size = [], 0
+    a buffered file object (15 us a file against 8-9 us).
+
+    ``size_hint`` (its ``stat`` size): a small file is read with one buffer of its size, not a chunk's
+    4 MiB (one that grew since is read the general way). ``held``: such a file of up to
+    :data:`HELD_CHUNK` bytes is kept there by hash (:attr:`TreeManifest.held`)."""
     fd = os.open(fp, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        if 0 <= size_hint < min(chunk_bytes, HELD_CHUNK):
+            block = pread_full(fd, size_hint + 1, 0)
+            if not block:
+                return 0, ()
+            if len(block) <= size_hint:  # the whole file: it did not grow since its stat
+                h = blake3(block).hexdigest()
+                if held is not None:
+                    held[h] = block
+                return len(block), (h,)
+        hashes, size = [], 0
         while block := pread_full(fd, chunk_bytes, size):  # a chunk is whole, or the end of the file
             size += len(block)
-            hashes.append(blake3(block).hexdigest())
+            hashes.append(blake3(block).hexdigest())  # one thread: blake3.AUTO's was no faster on 2 loaded cores
             if len(block) < chunk_bytes:
                 break
     finally:
@@ -353,6 +378,8 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     entries: list[Entry] = []
     encoded: list[str] = []
     links: list[Entry] = []
+    held: dict[str, bytes] = {}
+    room = [HELD_BYTES]  # what ``held`` may still take
 
     def skip(rel: str, is_dir: bool) -> bool:
         hit = excluded.get((rel, is_dir))
@@ -382,7 +409,9 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
                 key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode, chunk_bytes, rel)
                 hit = _cache.get(d.path)
                 if hit is None or hit[0] != key:
-                    size, chunks = hash_chunks(d.path, chunk_bytes)
+                    size, chunks = hash_chunks(d.path, chunk_bytes, held if room[0] > 0 else None, st.st_size)
+                    if len(chunks) == 1 and chunks[0] in held:
+                        room[0] -= size
                     e = Entry(check_relpath(rel), Kind.FILE, stat.S_IMODE(st.st_mode), size, chunks)
                     hit = _cache[d.path] = (key, e, _encoded(e))
                 entries.append(hit[1])
@@ -404,7 +433,7 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     with gc_paused():
         walk(root, "")
     check_links(links)
-    return TreeManifest(entries, chunk_bytes, encoded)
+    return TreeManifest(entries, chunk_bytes, encoded, held=held)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -427,4 +456,7 @@ def with_extras(main: TreeManifest, extras: list[tuple[str, TreeManifest]]) -> T
                 made.add(d)
                 entries.append(Entry(d, Kind.DIR, 0o755))
         entries += [Entry(f"{prefix}/{e.path}", e.kind, e.mode, e.size, e.chunks, e.target) for e in m.entries]
-    return TreeManifest(entries, main.chunk_bytes)
+    held = dict(main.held)
+    for _, m in extras:
+        held.update(m.held)
+    return TreeManifest(entries, main.chunk_bytes, held=held)

@@ -164,23 +164,25 @@ class Receiver:
                 if len(hashes) != len(datas):
                     raise WorkspaceSyncError(f"upstream sent {len(datas)} chunk(s) for {len(hashes)} hash(es)")
                 stored = []
+                keep = self.server.downstream  # nobody downstream (the chain's last host): no chunk kept to forward
+                owned = "at" not in head  # a received frame is ours; a window is reused
+                put, fresh, coming = self.store.put, self._fresh, self._coming
                 for h, data in zip(hashes, datas):
                     if h not in pending:
                         continue
                     if h in where:  # verified: a corrupt chunk raises CorruptChunkError
                         self.store.put_in_object(h, data, *where[h])
-                    elif h in modes:
-                        self.store.put(h, data, modes[h])
                     else:
-                        self.store.put(h, data)
-                    self._fresh.add(h)
-                    self._hot.add(h, data, owned="at" not in head)  # a received frame is ours; a window is reused
-                    self._coming.discard(h)
+                        put(h, data, modes.get(h, 0o444))
+                    fresh.add(h)
+                    if keep:
+                        self._hot.add(h, data, owned=owned)
+                    coming.discard(h)
                     stored.append(h)
                     pending.discard(h)
                     verified.add(h)
-                    st.chunks_received += 1
                     st.bytes_received += len(data)
+                st.chunks_received += len(stored)
                 if stored:
                     self.server.arrived(*stored)  # downstream requests parked for these go out now
             with gc_paused():  # 10,000 entries: rows compared, listings made, no collection over them

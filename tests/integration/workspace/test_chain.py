@@ -168,3 +168,31 @@ def test_relink_continues_a_stalled_pull_from_another_upstream(tmp_path):
         rx.close()
         stalled.close()
         server.close()
+
+
+@pytest.mark.timeout(60)
+def test_only_a_host_with_a_downstream_keeps_chunks_in_memory_to_forward(tmp_path):
+    """The chain's last host has nobody to forward to: it keeps no received frame (each one held
+    made the next frame fresh memory to fault in); the host before it keeps them and serves from them."""
+    import threading
+
+    src = tmp_path / "src"
+    make_tree(src, n=5)
+    server, m = serve(src)
+    rx = [Receiver(ChunkStore(str(tmp_path / f"store{i}")), str(tmp_path / f"dest{i}")) for i in range(2)]
+    try:
+        last = threading.Thread(target=rx[1].pull, args=(rx[0].addr, 30))
+        last.start()
+        deadline = time.monotonic() + 30
+        while not rx[0].server.downstream and time.monotonic() < deadline:  # its manifest request came in
+            time.sleep(0.01)
+        rx[0].pull(server.addr, 30)
+        last.join(30)
+        assert rx[1].last.error == "" and (tmp_path / "dest1" / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+        assert rx[0].server.downstream and not rx[1].server.downstream
+        assert all(rx[0]._hot.get(h) is not None for h in m.chunk_sizes())
+        assert not any(rx[1]._hot.get(h) is not None for h in m.chunk_sizes())
+    finally:
+        for r in rx:
+            r.close()
+        server.close()

@@ -219,3 +219,34 @@ def test_a_manifest_hashed_another_way_is_refused_before_anything_is_used(tmp_pa
         old = {**{k: v for k, v in raw.items() if k != "hash"}, **hash_key}
         with pytest.raises(HashMismatchError, match="another rlmesh version"):
             TreeManifest.from_json(json.dumps(old).encode())
+
+
+def test_the_source_serves_a_small_file_as_walked_and_reads_it_again_when_asked_twice(tmp_path):
+    """The walk keeps small files' bytes: the source sends what it hashed (an edit since the walk
+    cannot go out under the old hash), each once; asked again (a relinked host), it reads the file."""
+    from rlmesh.workspace.serve import source_lookup
+    from rlmesh.workspace.store import chunk_hash
+
+    (tmp_path / "a.py").write_text("A = 1\n")
+    (tmp_path / "big.bin").write_bytes(os.urandom(3000))
+    m = build_manifest(str(tmp_path), chunk_bytes=1024)
+    h = chunk_hash(b"A = 1\n")
+    assert list(m.held) == [h]  # the three-chunk file is read from disk when asked
+    (tmp_path / "a.py").write_text("A = 2\n")
+    lookup = source_lookup(str(tmp_path), m)
+    assert lookup(h) == b"A = 1\n" and not m.held
+    assert lookup(h) == b"A = 2\n"  # from the file: a receiver rejects it (its hash is not h)
+
+
+def test_a_small_file_that_grew_since_its_stat_is_hashed_whole(tmp_path):
+    from rlmesh.workspace.manifest import hash_chunks
+
+    p = tmp_path / "grows.txt"
+    p.write_bytes(b"x" * 5000)
+    held: dict[str, bytes] = {}
+    assert hash_chunks(str(p), 4096, held, size_hint=100) == hash_chunks(str(p), 4096)
+    size, chunks = hash_chunks(str(p), 1 << 20, held, size_hint=10)
+    assert size == 5000 and len(chunks) == 1 and not held  # read the general way, not kept
+    assert hash_chunks(str(p), 1 << 20, held, size_hint=5000) == (size, chunks) and list(held) == list(chunks)
+    (tmp_path / "empty").write_bytes(b"")
+    assert hash_chunks(str(tmp_path / "empty"), 1 << 20, held, size_hint=0) == (0, ())
