@@ -327,7 +327,9 @@ def hash_chunks(fp: str, chunk_bytes: int, held: dict[str, bytes] | None = None,
     fd = os.open(fp, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if 0 <= size_hint < min(chunk_bytes, HELD_CHUNK):
-            block = pread_full(fd, size_hint + 1, 0)
+            block = os.pread(fd, size_hint + 1, 0)  # its stat size read whole is the file as its stat saw it
+            if len(block) < size_hint:  # short (a network file system) or shrunk: read to the end
+                block += pread_full(fd, size_hint + 1 - len(block), len(block))
             if not block:
                 return 0, ()
             if len(block) <= size_hint:  # the whole file: it did not grow since its stat

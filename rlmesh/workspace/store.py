@@ -335,10 +335,54 @@ def read_state(dest: str) -> dict[str, Row]:
         return {}
 
 
+class ArrivalLinks:
+    """One-chunk files of a sync into a new (or empty) destination, each linked into place the moment
+    its chunk is stored, instead of in :func:`materialise` once every chunk is here.
+
+    Why: a tree of small files is a receiver's heaviest case, and :func:`materialise` walking 10,000
+    entries after the last chunk (a path check, a ``stat`` and a link each) was a fifth of it; at
+    arrival the link is all that is left to do, while the next batch is on its way. Only into a new
+    destination: no file of it exists yet, so none is replaced before the sync completes (a failed
+    sync leaves complete files only, and no state file, so the next sync checks every one). The
+    tree's folders are made first (their modes are set by :func:`materialise`, as before)."""
+
+    def __init__(self, manifest: TreeManifest, store: ChunkStore, dest: str, stored_modes: dict[str, int]):
+        self.store = store
+        self.placed: set[str] = set()
+        self._paths: dict[str, str] = {}  # chunk -> the one-chunk file that takes its inode
+        try:
+            if os.listdir(dest):
+                return
+        except FileNotFoundError:
+            pass
+        os.makedirs(dest, exist_ok=True)
+        self._target = _Targets(dest)
+        for e in manifest.entries:
+            if e.kind == Kind.DIR:
+                os.makedirs(self._target(e.path), exist_ok=True)
+            elif e.kind == Kind.FILE and len(e.chunks) == 1 and stored_modes.get(e.chunks[0]) == e.mode:
+                self._paths.setdefault(e.chunks[0], e.path)
+
+    def __bool__(self) -> bool:
+        return bool(self._paths)
+
+    def arrived(self, h: str) -> None:
+        """Chunk ``h`` was just stored (:meth:`ChunkStore.put`, verified, with its file's mode): link it
+        to its file's path; left to :func:`materialise` when that fails."""
+        path = self._paths.pop(h, None)
+        if path is None:
+            return
+        try:  # put in this sync, so no destination file shares its inode yet (see _claim)
+            os.link(self.store._path(h), self._target(path))
+        except (OSError, UnsafePathError):
+            return
+        self.placed.add(path)
+
+
 def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
                 verified: set[str] | frozenset[str] = frozenset(),
                 stored_modes: dict[str, int] | None = None, previous: dict[str, Row] | None = None,
-                manifest_json: bytes | None = None) -> MaterialiseResult:
+                manifest_json: bytes | None = None, placed: set[str] | frozenset[str] = frozenset()) -> MaterialiseResult:
     """Make ``dest`` match ``manifest`` from chunks in ``store`` (all must be present).
 
     Entries unchanged since the last materialisation into ``dest`` (recorded in
@@ -352,6 +396,7 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
     ``previous``: :func:`read_state` of ``dest``, when the caller has read it already (and, when ``manifest``
     came from :meth:`TreeManifest.from_json` with it as ``known``, its rows were compared there: ``same``);
     ``manifest_json``: the bytes ``manifest`` was parsed from, kept as the state file as they are.
+    ``placed``: files :class:`ArrivalLinks` linked into place already (counted, not touched).
     """
     stored_modes = stored_modes or {}
     os.makedirs(dest, exist_ok=True)
@@ -365,6 +410,10 @@ def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,
     else:
         same = {e.path for e in manifest.entries if (row := old.get(e.path)) is not None and row == entry_row(e)}
     for e in manifest.entries:
+        if e.path in placed:
+            res.linked += 1
+            res.files_written += 1
+            continue
         if e.path in same and e.path in present:  # path checked when first written
             res.files_unchanged += 1
             continue

@@ -30,7 +30,7 @@ from rlmesh.workspace.manifest import Kind, TreeManifest, gc_paused
 from rlmesh.workspace.onesided import ChunkTransport, transport_from_env
 from rlmesh.workspace.onesided_io import OneSidedError, Puller, new_puller
 from rlmesh.workspace.serve import ChunkServer, HotChunks, store_lookup
-from rlmesh.workspace.store import ChunkStore, materialise, placement, read_state, solo_modes
+from rlmesh.workspace.store import ArrivalLinks, ChunkStore, materialise, placement, read_state, solo_modes
 
 logger = logging.getLogger(__name__)
 
@@ -108,15 +108,16 @@ class Receiver:
                 if mjson is not None:
                     break
             manifest = TreeManifest.from_json(mjson, previous)  # refuses escaping paths before anything is written
+            self.server.manifest_json = mjson  # downstream parses it while this host plans (a get before
+            self.server.arrived()  # ``_coming`` is set finds nothing on disk and is parked all the same)
             sizes = manifest.chunk_sizes()
             missing = self.store.missing(list(sizes))
-            self._coming.update(missing)  # before downstream can ask: those are parked, not looked for on disk
-            self.server.manifest_json = mjson
-            self.server.arrived()
+            self._coming.update(missing)  # asked for from here on: parked, not looked for on disk
             st.chunks_deduplicated = len(sizes) - len(missing)
             groups = _groups(missing, sizes)
             where = placement(manifest, missing)  # chunks of multi-chunk files: written into their file object
             modes = solo_modes(manifest, where, set(missing))  # chunks of one-chunk files: stored with the file's mode
+            links = ArrivalLinks(manifest, self.store, self.dest, modes) if not previous and modes else None
             pending: set[str] = set()
             verified: set[str] = set()
             gi = 0
@@ -174,6 +175,8 @@ class Receiver:
                         self.store.put_in_object(h, data, *where[h])
                     else:
                         put(h, data, modes.get(h, 0o444))
+                        if links:
+                            links.arrived(h)
                     fresh.add(h)
                     if keep:
                         self._hot.add(h, data, owned=owned)
@@ -186,7 +189,8 @@ class Receiver:
                 if stored:
                     self.server.arrived(*stored)  # downstream requests parked for these go out now
             with gc_paused():  # 10,000 entries: rows compared, listings made, no collection over them
-                res = materialise(manifest, self.store, self.dest, verified, modes, previous, mjson)
+                res = materialise(manifest, self.store, self.dest, verified, modes, previous, mjson,
+                                  links.placed if links is not None else frozenset())
             st.files = sum(1 for e in manifest.entries if e.kind == Kind.FILE)
             st.files_written, st.files_skipped = res.files_written, res.files_unchanged
             st.bytes_total = manifest.total_bytes

@@ -57,3 +57,31 @@ def test_chunks_are_blake3_and_a_store_of_the_older_hash_is_never_read(tmp_path)
     assert not s.has(h) and s.missing([h]) == [h]
     s.put(h, data)
     assert s.read_verified(h) == data and s.path(h).startswith(str(base / store_mod.LAYOUT) + os.sep)
+
+
+def test_into_a_new_destination_a_file_is_linked_in_as_its_chunk_arrives(tmp_path):
+    """Into a new destination, a one-chunk file takes its chunk's inode when the chunk is stored;
+    materialise only counts it. Into one that holds files, nothing is placed before materialise."""
+    from rlmesh.workspace import build_manifest, materialise
+    from rlmesh.workspace.store import ArrivalLinks, placement, solo_modes
+
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("A = 1\n")
+    (src / "b.txt").write_text("b\n")
+    os.chmod(src / "b.txt", 0o600)
+    m = build_manifest(str(src))
+    modes = solo_modes(m, placement(m, list(m.chunk_sizes())))
+    s = ChunkStore(str(tmp_path / "store"))
+    links = ArrivalLinks(m, s, str(tmp_path / "dest"), modes)
+    assert links and (tmp_path / "dest" / "pkg").is_dir()
+    s.put(chunk_hash(b"A = 1\n"), b"A = 1\n", modes[chunk_hash(b"A = 1\n")])
+    links.arrived(chunk_hash(b"A = 1\n"))
+    got = tmp_path / "dest" / "pkg" / "a.py"
+    assert got.read_text() == "A = 1\n" and os.stat(got).st_ino == os.stat(s.path(chunk_hash(b"A = 1\n"))).st_ino
+    assert links.placed == {"pkg/a.py"}
+    s.put(chunk_hash(b"b\n"), b"b\n", modes[chunk_hash(b"b\n")])  # not announced: materialise links it
+    res = materialise(m, s, str(tmp_path / "dest"), set(m.chunk_sizes()), modes, placed=links.placed)
+    assert res.files_written == 2 and res.linked == 2
+    assert stat.S_IMODE(os.stat(tmp_path / "dest" / "b.txt").st_mode) == 0o600
+    assert not ArrivalLinks(m, s, str(tmp_path / "dest"), modes)  # holds files now: left to materialise
