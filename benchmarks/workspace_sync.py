@@ -104,11 +104,18 @@ def rlmesh_sync(src: str, work: str, n: int, net: Net, transport: str | None = N
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)]
     addrs = [p.stdout.readline().strip() for p in procs]
     t0 = time.perf_counter()
-    m = build_manifest(src)
-    server = ChunkServer(m.to_json(), source_lookup(src, m), host=net.host(SRC) if net.mbit else None)
+    lookup = source_lookup(src)
+    overlap = bool(net.mbit)  # as sync_workspace: hosts of their own start first and take small files as the walk
+    server = ChunkServer(None, lookup, host=net.host(SRC) if net.mbit else None, walking=overlap)  # hashes them;
+    if not overlap:  # hosts simulated on this machine share its cores: the walk first, then the hosts
+        m = lookup.manifest = build_manifest(src, held=lookup.held)
+        server.publish(m.to_json())
     for p, up in zip(procs, [server.addr, *addrs[:-1]]):
         p.stdin.write(up + "\n")
         p.stdin.flush()
+    if overlap:
+        m = lookup.manifest = build_manifest(src, held=lookup.held, on_hint=server.hint)
+        server.publish(m.to_json())
     stats = [json.loads(p.stdout.readline()) for p in procs]
     wall = time.perf_counter() - t0
     for p in procs:

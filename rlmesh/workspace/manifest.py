@@ -16,9 +16,10 @@ import os
 import posixpath
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 from json.encoder import encode_basestring_ascii as _quote
 from enum import StrEnum
 
@@ -311,6 +312,7 @@ def pread_full(fd: int, n: int, offset: int) -> bytes:
 
 HELD_BYTES = 64 << 20
 """Bytes of small files a walk keeps for the source to serve (:attr:`TreeManifest.held`)."""
+_HINT_BATCH = 256  # small files' hints gathered before they go to the server (:func:`build_manifest`'s ``on_hint``)
 HELD_CHUNK = 64 << 10
 """Files up to this size are kept (a 10,000-file tree of source code: a few MiB)."""
 
@@ -360,8 +362,13 @@ def forget_walks() -> None:
 
 
 def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), defaults: bool = True,
-                   chunk_bytes: int = CHUNK_BYTES) -> TreeManifest:
+                   chunk_bytes: int = CHUNK_BYTES, held: dict[str, bytes] | None = None,
+                   on_hint: Callable[[list[list[Any]]], None] | None = None) -> TreeManifest:
     """Walk ``root`` (exclusions: ``DEFAULT_EXCLUDES``, ``exclude`` and the root ``.gitignore``).
+
+    ``held``: where the small files' bytes go (:attr:`TreeManifest.held`; a new dict when None).
+    ``on_hint``: called after each folder with ``[hash, size, mode, path]`` of the small files just kept
+    (:meth:`~rlmesh.workspace.serve.ChunkServer.hint`), so they can travel while the walk goes on.
 
     Files whose (size, mtime_ns, inode, mode) did not change since the last walk in this process
     keep their entry: not re-hashed, not re-checked, so a re-sync of a 10,000-file tree costs one
@@ -380,7 +387,7 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     entries: list[Entry] = []
     encoded: list[str] = []
     links: list[Entry] = []
-    held: dict[str, bytes] = {}
+    held = {} if held is None else held
     room = [HELD_BYTES]  # what ``held`` may still take
 
     def skip(rel: str, is_dir: bool) -> bool:
@@ -400,6 +407,7 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
                     subdirs.append((d.path, rel))
                     entries.append(Entry(check_relpath(rel), Kind.DIR, stat.S_IMODE(d.stat(follow_symlinks=False).st_mode)))
                     encoded.append(_encoded(entries[-1]))
+        hints: list[list[Any]] = []
         for d in found:
             if d.is_dir(follow_symlinks=False):
                 continue
@@ -411,9 +419,11 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
                 key = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode, chunk_bytes, rel)
                 hit = _cache.get(d.path)
                 if hit is None or hit[0] != key:
+                    n = len(held)
                     size, chunks = hash_chunks(d.path, chunk_bytes, held if room[0] > 0 else None, st.st_size)
-                    if len(chunks) == 1 and chunks[0] in held:
+                    if len(held) > n:
                         room[0] -= size
+                        hints.append([chunks[0], size, stat.S_IMODE(st.st_mode), rel])
                     e = Entry(check_relpath(rel), Kind.FILE, stat.S_IMODE(st.st_mode), size, chunks)
                     hit = _cache[d.path] = (key, e, _encoded(e))
                 entries.append(hit[1])
@@ -429,11 +439,19 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
                 encoded.append(_encoded(links[-1]))
             else:
                 raise UnsafePathError(f"{d.path} is a device, FIFO or socket: it cannot be synced; exclude it")
+        if hints and on_hint is not None:
+            pending_hints.extend(hints)
+            if len(pending_hints) >= _HINT_BATCH:  # a few folders a message: each one wakes the server thread
+                on_hint(pending_hints[:])
+                pending_hints.clear()
         for path, rel in subdirs:
             walk(path, rel)
 
+    pending_hints: list[list[Any]] = []
     with gc_paused():
         walk(root, "")
+    if pending_hints and on_hint is not None:
+        on_hint(pending_hints)
     check_links(links)
     return TreeManifest(entries, chunk_bytes, encoded, held=held)
 
@@ -458,7 +476,8 @@ def with_extras(main: TreeManifest, extras: list[tuple[str, TreeManifest]]) -> T
                 made.add(d)
                 entries.append(Entry(d, Kind.DIR, 0o755))
         entries += [Entry(f"{prefix}/{e.path}", e.kind, e.mode, e.size, e.chunks, e.target) for e in m.entries]
-    held = dict(main.held)
+    held = main.held  # the same dict (a source's lookup holds it): cleared with it after the sync
     for _, m in extras:
-        held.update(m.held)
+        if m.held is not held:
+            held.update(m.held)
     return TreeManifest(entries, main.chunk_bytes, held=held)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any, Callable
 
 import zmq
@@ -28,12 +29,28 @@ BATCH_CHUNKS = 512
 MAX_WINDOWS = 8  # one-sided windows a server holds open (one per downstream peer; a chain has one)
 
 
+_HINTS = "\0hints"  # on the wake channel: hints were added (never a hash, never the manifest's "")
+_RETRY = "\0retry"  # on the wake channel: look up every parked chunk again
+HINT_KEEPALIVE_S = 1.0
+"""While the walk runs, a subscriber hears at least this often (an empty batch if need be): a walk of big
+files only, which gives no hints, must not look like a silent upstream to a receiver's timeout."""
+
+
 class ChunkServer:
-    """Serves a manifest and chunks (``lookup(hash) -> bytes | None``) on an authenticated ROUTER channel."""
+    """Serves a manifest and chunks (``lookup(hash) -> bytes | None``) on an authenticated ROUTER channel.
+
+    ``walking=True`` (the source, created before its walk): a ``hints`` request subscribes to the small
+    files' chunks as the walk hashes them (:meth:`hint`), ``[hash, size, mode, path]`` each, so the first host
+    fetches them while the walk goes on, instead of waiting for the whole manifest; :meth:`publish` then
+    serves the manifest (or :meth:`fail` says why there is none). Any other server answers ``hints``
+    with an empty, final batch."""
 
     def __init__(self, manifest_json: bytes | None, lookup: Callable[[str], bytes | memoryview | None],
-                 auth: Authenticator | None = None, host: str | None = None):
+                 auth: Authenticator | None = None, host: str | None = None, walking: bool = False):
         self.manifest_json = manifest_json
+        self.walking = walking
+        self._hints: list[list[Any]] = []
+        self._hint_subs: dict[bytes, tuple[Any, int, float]] = {}  # peer -> (its outbound, hints sent, when last)
         self._lookup = lookup
         self._sock = tune(zmq_context().socket(zmq.ROUTER))
         self.addr, self._in = bind_channel(self._sock, auth or Authenticator.from_env(), "workspace chunks", host)
@@ -60,6 +77,41 @@ class ChunkServer:
         """Chunks (none: the manifest) became available: requests parked for them are answered. Thread-safe."""
         with self._wake_lock:
             self._wake_push.send("\n".join(hashes).encode())
+
+    def hint(self, items: list[list[Any]]) -> None:
+        """The walk hashed these small files (``[hash, size, mode, path]`` each; ``lookup`` serves them now):
+        sent on to the subscribers. Thread-safe."""
+        if items:
+            self._hints.extend(items)  # one list.extend: atomic; read by the server thread after the wake
+            with self._wake_lock:
+                self._wake_push.send(_HINTS.encode())
+
+    def publish(self, manifest_json: bytes) -> None:
+        """The walk is done: serve ``manifest_json`` (parked requests get it now), close the hints, and look
+        up again every chunk parked while the lookup knew only the walk's small files."""
+        self.manifest_json = manifest_json
+        self.walking = False
+        with self._wake_lock:
+            self._wake_push.send("\n".join((_HINTS, _RETRY)).encode())
+        self.arrived()
+
+    def fail(self, why: str) -> None:
+        """The walk failed: every request for the manifest, parked or to come, gets ``{"error": why}``,
+        so the hosts waiting for it stop now rather than at their timeout."""
+        self.publish(json.dumps({"error": why}).encode())
+
+    def _send_hints(self, now: float, keepalive: bool = False) -> None:
+        """Each subscriber's hints not sent yet (all of them, once the walk is done, with ``done``)."""
+        n, done = len(self._hints), not self.walking
+        for ident, (out, sent, last) in list(self._hint_subs.items()):
+            if sent == n and not done and not (keepalive and now - last >= HINT_KEEPALIVE_S):
+                continue
+            head = json.dumps({"hints": self._hints[sent:n], "done": done}).encode()
+            self._sock.send_multipart([ident, *out.sign([head])])
+            if done:
+                del self._hint_subs[ident]
+            else:
+                self._hint_subs[ident] = (out, n, now)
 
     def _send_available(self, ident: bytes, out: Any, rid: object, hashes: list[str]) -> None:
         """Answer a ``get``: the chunks held now go several to a message (one MAC, one send per
@@ -147,10 +199,18 @@ class ChunkServer:
         try:
             while not self._stop.is_set():
                 ready = dict(poller.poll(200))
+                if self._hint_subs:
+                    self._send_hints(time.monotonic(), keepalive=True)
                 if self._wake_pull in ready:
                     woke = set()
                     while self._wake_pull.poll(0):
                         woke.update(self._wake_pull.recv().decode().split("\n"))
+                    if _HINTS in woke:
+                        woke.discard(_HINTS)
+                        self._send_hints(time.monotonic())
+                    if _RETRY in woke:
+                        woke.discard(_RETRY)
+                        woke.update(self._parked)
                     self._unpark(woke)
                 if self._sock not in ready:
                     continue
@@ -169,6 +229,9 @@ class ChunkServer:
                         self._sock.send_multipart([ident, *out.sign([self.manifest_json])])
                 elif req.get("op") == "get":
                     self._send_available(ident, out, req.get("rid"), [str(h) for h in req.get("hashes", [])])
+                elif req.get("op") == "hints":
+                    self._hint_subs[ident] = (out, 0, time.monotonic())
+                    self._send_hints(time.monotonic())
                 elif req.get("op") == "onesided":
                     self._open_window(ident, out, req)
                 elif req.get("op") == "ack" and isinstance(req.get("seq"), int):
@@ -207,53 +270,64 @@ class ChunkServer:
             self._wake_push.close(0)
 
 
-def source_lookup(root: str, manifest: TreeManifest,
-                  extra_roots: dict[str, str] | None = None) -> Callable[[str], bytes | None]:
-    """Chunks of the controller's tree, read from the files themselves (no copy into a store).
+class SourceChunks:
+    """Chunks of the controller's tree, read from the files themselves (no copy into a store):
+    ``lookup(hash) -> bytes | None`` for a :class:`ChunkServer`.
 
-    ``extra_roots``: manifest prefix -> the folder its entries come from (editable installs).
-    The index of where each chunk lies is made on the first lookup, on the server's thread: a
-    re-sync asks for one chunk, and the index of 10,000 files is then built while the receiver
-    parses the manifest, not before the manifest goes out."""
-    where: dict[str, tuple[str, int, int]] = {}  # hash -> (tree path, offset, size): joined to a file path when asked
-    extras = sorted((extra_roots or {}).items(), key=lambda kv: -len(kv[0]))
+    ``manifest`` may be set after the server starts (:meth:`ChunkServer.publish`): while the walk
+    runs, only the small files it has kept (``held``, filled by :func:`~rlmesh.workspace.manifest.build_manifest`)
+    are served. ``extra_roots``: manifest prefix -> the folder its entries come from (editable installs).
+    The index of where each chunk lies is made on the first lookup that needs it, on the server's
+    thread: a re-sync asks for one chunk, and the index of 10,000 files is then built while the
+    receiver parses the manifest, not before the manifest goes out."""
 
-    base = root.rstrip("/") + "/"
+    def __init__(self, root: str, manifest: TreeManifest | None = None, extra_roots: dict[str, str] | None = None):
+        self.manifest = manifest
+        self.held: dict[str, bytes] = manifest.held if manifest is not None else {}
+        self._where: dict[str, tuple[str, int, int]] = {}  # hash -> (tree path, offset, size)
+        self._extras = sorted((extra_roots or {}).items(), key=lambda kv: -len(kv[0]))
+        self._root = root
+        self._base = root.rstrip("/") + "/"
 
-    def source(path: str) -> str:
-        for prefix, folder in extras:
+    def _source(self, path: str) -> str:
+        for prefix, folder in self._extras:
             if path.startswith(prefix + "/"):
                 return os.path.join(folder, *path[len(prefix) + 1:].split("/"))
-        return base + path if os.sep == "/" else os.path.join(root, *path.split("/"))  # tree paths are POSIX
+        return self._base + path if os.sep == "/" else os.path.join(self._root, *path.split("/"))  # tree paths are POSIX
 
-    def index() -> None:
+    def _index(self, manifest: TreeManifest) -> None:
         step = manifest.chunk_bytes
         for e in manifest.entries:
             for i, h in enumerate(e.chunks):  # only files have chunks
-                where.setdefault(h, (e.path, i * step, min(step, e.size - i * step)))
+                self._where.setdefault(h, (e.path, i * step, min(step, e.size - i * step)))
 
-    held = manifest.held
-
-    def lookup(h: str) -> bytes | None:
+    def __call__(self, h: str) -> bytes | None:
         """A small file's bytes kept by the walk (taken out: each is sent once; one asked for again, by a
         host relinked after its upstream died, is read from its file), else one ``pread`` on a bare
         descriptor: a tree of small files is a lookup per file, and a buffered file object, a seek and
         a join per path were most of the source's serving time."""
-        data = held.pop(h, None)
+        data = self.held.pop(h, None)
         if data is not None:
             return data
-        if not where:
-            index()
-        hit = where.get(h)
+        manifest = self.manifest
+        if manifest is None:  # still walking: parked until publish() retries it
+            return None
+        if not self._where:
+            self._index(manifest)
+        hit = self._where.get(h)
         if hit is None:
             return None
-        fd = os.open(source(hit[0]), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(self._source(hit[0]), os.O_RDONLY | os.O_CLOEXEC)
         try:
             return pread_full(fd, hit[2], hit[1])
         finally:
             os.close(fd)
 
-    return lookup
+
+def source_lookup(root: str, manifest: TreeManifest | None = None,
+                  extra_roots: dict[str, str] | None = None) -> SourceChunks:
+    """:class:`SourceChunks` of ``root`` (``manifest``: now, or set on it once the walk is done)."""
+    return SourceChunks(root, manifest, extra_roots)
 
 
 class HotChunks:

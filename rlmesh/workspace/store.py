@@ -82,18 +82,23 @@ class ChunkStore:
     def has(self, h: str) -> bool:
         return os.path.exists(self.path(h)) or os.path.exists(self.ref_path(h))
 
-    def missing(self, hashes: list[str] | set[str]) -> list[str]:
+    def missing(self, hashes: list[str] | set[str], listed: dict[str, set[str]] | None = None) -> list[str]:
         """The hashes of ``hashes`` this store holds neither as a chunk nor as a reference.
 
         A fan-out folder asked about for many hashes at once is listed once instead of two
-        ``stat`` calls per hash: a re-sync of a 10,000-file tree asks about 10,000 chunks it holds."""
+        ``stat`` calls per hash: a re-sync of a 10,000-file tree asks about 10,000 chunks it holds.
+        ``listed``: listings kept by a caller that asks in many small batches (a receiver's hints,
+        ~100 at a time) and knows what it stored since: every folder is listed once, on first use."""
         wanted = list(dict.fromkeys(hashes))
         if not _HEX64_LINES.fullmatch("".join(f"{h}\n" for h in wanted)):  # one scan: no folder named by a bad one is listed
             raise CorruptChunkError(f"{next(h for h in wanted if not _HEX64.fullmatch(h))!r} is not a chunk hash")
         per_dir = Counter(h[:2] for h in wanted)
-        listed: dict[str, set[str]] = {}
+        keep = listed is not None
+        listed = {} if listed is None else listed
         for d, n in per_dir.items():
-            if n >= _LIST_AT:
+            if d in listed:
+                continue
+            if keep or n >= _LIST_AT:
                 try:
                     listed[d] = set(os.listdir(os.path.join(self.root, d)))
                 except OSError:
@@ -343,28 +348,60 @@ class ArrivalLinks:
     entries after the last chunk (a path check, a ``stat`` and a link each) was a fifth of it; at
     arrival the link is all that is left to do, while the next batch is on its way. Only into a new
     destination: no file of it exists yet, so none is replaced before the sync completes (a failed
-    sync leaves complete files only, and no state file, so the next sync checks every one). The
-    tree's folders are made first (their modes are set by :func:`materialise`, as before)."""
+    sync leaves complete files only, and no state file, so the next sync checks every one).
 
-    def __init__(self, manifest: TreeManifest, store: ChunkStore, dest: str, stored_modes: dict[str, int]):
+    A file may be expected before the manifest is here (:meth:`expect`, from the source's hints):
+    its folder is made when it is linked. :meth:`plan` then holds every such file to the manifest
+    (path, chunk and mode), removes any it does not bear out, makes the tree's folders (their modes
+    are set by :func:`materialise`, as before) and expects the manifest's other one-chunk files."""
+
+    def __init__(self, store: ChunkStore, dest: str):
         self.store = store
-        self.placed: set[str] = set()
+        self.placed: dict[str, str] = {}  # path -> chunk, linked into place
         self._paths: dict[str, str] = {}  # chunk -> the one-chunk file that takes its inode
+        self._modes: dict[str, int] = {}  # chunk -> the mode it was expected with (before the manifest)
+        self._dirs: set[str] = set()
         try:
-            if os.listdir(dest):
-                return
+            self.active = not os.listdir(dest)
         except FileNotFoundError:
-            pass
-        os.makedirs(dest, exist_ok=True)
+            self.active = True
+        if self.active:
+            os.makedirs(dest, exist_ok=True)
         self._target = _Targets(dest)
+
+    def expect(self, h: str, path: str, mode: int) -> None:
+        """Chunk ``h`` will be the file ``path`` (a hint: held to the manifest by :meth:`plan`)."""
+        if self.active and h not in self._paths:
+            try:
+                check_relpath(path)
+            except UnsafePathError:
+                return
+            self._paths[h] = path
+            self._modes[h] = mode
+
+    def plan(self, manifest: TreeManifest, stored_modes: dict[str, int]) -> None:
+        """The manifest is here: check what hints placed or expect against it, and expect the rest (one
+        pass over the entries)."""
+        if not self.active:
+            return
+        confirmed: set[str] = set()
+        paths: dict[str, str] = {}
         for e in manifest.entries:
             if e.kind == Kind.DIR:
-                os.makedirs(self._target(e.path), exist_ok=True)
-            elif e.kind == Kind.FILE and len(e.chunks) == 1 and stored_modes.get(e.chunks[0]) == e.mode:
-                self._paths.setdefault(e.chunks[0], e.path)
-
-    def __bool__(self) -> bool:
-        return bool(self._paths)
+                full = self._target(e.path)
+                if full not in self._dirs:
+                    os.makedirs(full, exist_ok=True)
+                    self._dirs.add(full)
+            elif e.kind == Kind.FILE and len(e.chunks) == 1 and stored_modes.get(h := e.chunks[0]) == e.mode:
+                if self.placed.get(e.path) == h and self._modes.get(h) == e.mode:
+                    confirmed.add(e.path)
+                else:
+                    paths.setdefault(h, e.path)
+        for path in set(self.placed) - confirmed:  # a hint the manifest does not bear out
+            os.unlink(self._target(path))
+            del self.placed[path]
+        linked = set(self.placed.values())  # one destination file per chunk's inode: a second copy is materialise's
+        self._paths = {h: p for h, p in paths.items() if h not in linked}
 
     def arrived(self, h: str) -> None:
         """Chunk ``h`` was just stored (:meth:`ChunkStore.put`, verified, with its file's mode): link it
@@ -372,11 +409,16 @@ class ArrivalLinks:
         path = self._paths.pop(h, None)
         if path is None:
             return
-        try:  # put in this sync, so no destination file shares its inode yet (see _claim)
-            os.link(self.store._path(h), self._target(path))
+        try:
+            full = self._target(path)
+            d = full[:full.rfind(os.sep)]
+            if d not in self._dirs:
+                os.makedirs(d, exist_ok=True)
+                self._dirs.add(d)
+            os.link(self.store._path(h), full)  # put in this sync: no destination file shares its inode yet (_claim)
         except (OSError, UnsafePathError):
             return
-        self.placed.add(path)
+        self.placed[path] = h
 
 
 def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,

@@ -102,24 +102,48 @@ class Receiver:
         puller: Puller | None = None
         try:
             link.ask({"op": "manifest"})
+            link.ask({"op": "hints"})  # small files' chunks while the source walks (none from another host)
             previous = read_state(self.dest)  # read while the manifest travels: rows accepted last time are not re-checked
+            pending: set[str] = set()
+            verified: set[str] = set()
+            hinted: dict[str, int] = {}  # chunk -> the mode it is stored with (its file's), fetched before the manifest
+            links = ArrivalLinks(self.store, self.dest) if not previous else None
+            self._listed: dict[str, set[str]] = {}  # the store's folders, listed once for the hints' small batches
+
+            def ask_manifest_again() -> None:  # a new upstream: the manifest, and the hinted chunks not here yet
+                link.ask({"op": "manifest"})
+                self._ask(link, sorted(pending), {})
+
             while True:
-                mjson = self._next(link, st, timeout, lambda: link.ask({"op": "manifest"}))[0]
-                if mjson is not None:
+                reply = self._next(link, st, timeout, ask_manifest_again)
+                first = reply[0]
+                if first is None:
+                    continue
+                if first.startswith(b'{"hints"'):
+                    self._prefetch(link, json.loads(first)["hints"], hinted, pending, links)
+                elif first.startswith(b'{"rid"'):
+                    self._keep(json.loads(first)["hs"], reply[1:], pending, verified, hinted, st, links)
+                else:
+                    mjson = first
                     break
+            if mjson.startswith(b'{"error"'):
+                raise WorkspaceSyncError(f"upstream has no manifest to send: {json.loads(mjson).get('error')}")
             manifest = TreeManifest.from_json(mjson, previous)  # refuses escaping paths before anything is written
             self.server.manifest_json = mjson  # downstream parses it while this host plans (a get before
             self.server.arrived()  # ``_coming`` is set finds nothing on disk and is parked all the same)
             sizes = manifest.chunk_sizes()
-            missing = self.store.missing(list(sizes))
+            missing = [h for h in self.store.missing(list(sizes)) if h not in pending]  # those are on their way
             self._coming.update(missing)  # asked for from here on: parked, not looked for on disk
-            st.chunks_deduplicated = len(sizes) - len(missing)
+            self._coming.update(pending)
+            st.chunks_deduplicated = len(sizes) - len(missing) - sum(1 for h in sizes if h in pending or h in verified)
             groups = _groups(missing, sizes)
             where = placement(manifest, missing)  # chunks of multi-chunk files: written into their file object
             modes = solo_modes(manifest, where, set(missing))  # chunks of one-chunk files: stored with the file's mode
-            links = ArrivalLinks(manifest, self.store, self.dest, modes) if not previous and modes else None
-            pending: set[str] = set()
-            verified: set[str] = set()
+            modes.update(hinted)
+            if links is not None:
+                links.plan(manifest, modes)
+                if not links.active:
+                    links = None
             gi = 0
 
             def open_onesided() -> Puller | None:  # asked before any get: the reply comes before theirs
@@ -148,6 +172,8 @@ class Receiver:
                 if reply[0] is None:
                     continue
                 head = json.loads(reply[0])
+                if "hints" in head:  # the source's last word on them, after its manifest: all asked for already
+                    continue
                 if "onesided" in head:
                     puller = self._attach(puller, head, st, link)
                     continue
@@ -186,11 +212,13 @@ class Receiver:
                     verified.add(h)
                     st.bytes_received += len(data)
                 st.chunks_received += len(stored)
-                if stored:
-                    self.server.arrived(*stored)  # downstream requests parked for these go out now
+                if stored and self.server.downstream:  # downstream requests parked for these go out now
+                    # (none can be: a request the server takes after this check finds each stored, not coming;
+                    # the last host skips a wake of its server thread, and its wait for the GIL, per batch)
+                    self.server.arrived(*stored)
             with gc_paused():  # 10,000 entries: rows compared, listings made, no collection over them
                 res = materialise(manifest, self.store, self.dest, verified, modes, previous, mjson,
-                                  links.placed if links is not None else frozenset())
+                                  set(links.placed) if links is not None else frozenset())
             st.files = sum(1 for e in manifest.entries if e.kind == Kind.FILE)
             st.files_written, st.files_skipped = res.files_written, res.files_unchanged
             st.bytes_total = manifest.total_bytes
@@ -210,6 +238,51 @@ class Receiver:
             link.close()
             self.last = st
         return st
+
+    def _ask(self, link: "_Link", hashes: list[str], sizes: dict[str, int]) -> None:
+        """Get requests for ``hashes`` (``sizes`` known: in ~``GROUP_BYTES`` groups; else all in one)."""
+        for group in (_groups(hashes, sizes) if sizes else [hashes] if hashes else []):
+            link.ask({"op": "get", "rid": -1, "hashes": group})
+
+    def _prefetch(self, link: "_Link", items: list[Any], hinted: dict[str, int], pending: set[str],
+                  links: ArrivalLinks | None) -> None:
+        """Ask at once for the hinted chunks (``[hash, size, mode, path]``: small files the source has
+        walked) this store lacks; each is stored with its file's mode, so the file can take its inode
+        (into a new destination, on arrival: ``links``)."""
+        fresh: dict[str, tuple[int, int, str]] = {}
+        for h, size, mode, path in items:
+            if isinstance(h, str) and h not in hinted and h not in pending and h not in fresh:
+                fresh[h] = (int(size), int(mode) & 0o7777, str(path))
+        want = self.store.missing(list(fresh), self._listed) if fresh else []
+        for h in want:
+            hinted[h] = fresh[h][1]
+            if links is not None:
+                links.expect(h, fresh[h][2], fresh[h][1])
+        pending.update(want)
+        self._ask(link, want, {h: fresh[h][0] for h in want})
+
+    def _keep(self, hashes: list[str], datas: list[Any], pending: set[str], verified: set[str],
+              hinted: dict[str, int], st: WorkspaceSyncStats, links: ArrivalLinks | None) -> None:
+        """Store a batch of hinted chunks that came before the manifest (verified, as every chunk)."""
+        if len(hashes) != len(datas):
+            raise WorkspaceSyncError(f"upstream sent {len(datas)} chunk(s) for {len(hashes)} hash(es)")
+        stored = []
+        for h, data in zip(hashes, datas):
+            if h not in pending:
+                continue
+            self.store.put(h, data, hinted.get(h, 0o444))
+            if links is not None:
+                links.arrived(h)
+            self._fresh.add(h)
+            if self.server.downstream:
+                self._hot.add(h, data, owned=True)
+            pending.discard(h)
+            verified.add(h)
+            stored.append(h)
+            st.bytes_received += len(data)
+        st.chunks_received += len(stored)
+        if stored and self.server.downstream:  # see the main loop
+            self.server.arrived(*stored)
 
     @staticmethod
     def _attach(puller: Puller | None, head: dict, st: WorkspaceSyncStats, link: "_Link") -> Puller | None:

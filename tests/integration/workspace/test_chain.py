@@ -196,3 +196,43 @@ def test_only_a_host_with_a_downstream_keeps_chunks_in_memory_to_forward(tmp_pat
         for r in rx:
             r.close()
         server.close()
+
+
+@pytest.mark.timeout(90)
+def test_small_files_travel_while_the_source_walks_and_a_failed_walk_stops_the_hosts(tmp_path):
+    """A source created before its walk (hosts of their own): host 0 stores the small files as the walk
+    hashes them, before any manifest exists; the chain then completes as usual. A walk that fails
+    reaches the waiting hosts as an error at once."""
+    src = tmp_path / "src"
+    make_tree(src, n=40)
+    lookup = source_lookup(str(src))
+    server = ChunkServer(None, lookup, walking=True)
+    try:
+        procs, up = [], server.addr
+        for i in range(2):
+            p, up = node(up, tmp_path, i)
+            procs.append(p)
+        m = lookup.manifest = build_manifest(str(src), chunk_bytes=1 << 20, held=lookup.held, on_hint=server.hint)
+        store0 = ChunkStore(str(tmp_path / "store0"))
+        small = [e.chunks[0] for e in m.entries if e.path.startswith("pkg/")]
+        deadline = time.monotonic() + 60
+        while not all(store0.has(h) for h in small) and time.monotonic() < deadline:  # no manifest out yet
+            time.sleep(0.02)
+        assert all(store0.has(h) for h in small)
+        server.publish(m.to_json())
+        for i, st in enumerate(results(procs)):
+            assert st["error"] == "" and st["bytes_received"] == m.total_bytes
+            assert (tmp_path / f"dest{i}" / "big.bin").read_bytes() == (src / "big.bin").read_bytes()
+            assert (tmp_path / f"dest{i}" / "pkg" / "m39.py").read_text() == "V = 39\n"
+        assert os.stat(tmp_path / "dest0" / "pkg" / "m0.py").st_nlink == 2  # took its chunk's inode on arrival
+    finally:
+        server.close()
+    failing = ChunkServer(None, source_lookup(str(src)), walking=True)
+    try:
+        p, _ = node(failing.addr, tmp_path, 9)
+        t0 = time.monotonic()
+        failing.fail("UnsafePathError: a symlink out of the root")
+        st = result(p)
+        assert "a symlink out of the root" in st["error"] and time.monotonic() - t0 < 30
+    finally:
+        failing.close()

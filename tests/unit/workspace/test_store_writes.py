@@ -60,8 +60,9 @@ def test_chunks_are_blake3_and_a_store_of_the_older_hash_is_never_read(tmp_path)
 
 
 def test_into_a_new_destination_a_file_is_linked_in_as_its_chunk_arrives(tmp_path):
-    """Into a new destination, a one-chunk file takes its chunk's inode when the chunk is stored;
-    materialise only counts it. Into one that holds files, nothing is placed before materialise."""
+    """Into a new destination, a one-chunk file takes its chunk's inode when the chunk is stored (even
+    before the manifest, from a hint); the manifest then removes what it does not bear out, and
+    materialise only counts the rest. Into one that holds files, nothing is placed before materialise."""
     from rlmesh.workspace import build_manifest, materialise
     from rlmesh.workspace.store import ArrivalLinks, placement, solo_modes
 
@@ -72,16 +73,22 @@ def test_into_a_new_destination_a_file_is_linked_in_as_its_chunk_arrives(tmp_pat
     os.chmod(src / "b.txt", 0o600)
     m = build_manifest(str(src))
     modes = solo_modes(m, placement(m, list(m.chunk_sizes())))
+    a, b, lie = chunk_hash(b"A = 1\n"), chunk_hash(b"b\n"), chunk_hash(b"not in the tree\n")
     s = ChunkStore(str(tmp_path / "store"))
-    links = ArrivalLinks(m, s, str(tmp_path / "dest"), modes)
-    assert links and (tmp_path / "dest" / "pkg").is_dir()
-    s.put(chunk_hash(b"A = 1\n"), b"A = 1\n", modes[chunk_hash(b"A = 1\n")])
-    links.arrived(chunk_hash(b"A = 1\n"))
+    links = ArrivalLinks(s, str(tmp_path / "dest"))
+    assert links.active
+    links.expect(a, "pkg/a.py", 0o644)  # hints, before the manifest
+    links.expect(lie, "pkg/lie.py", 0o644)
+    for h, data in ((a, b"A = 1\n"), (lie, b"not in the tree\n")):
+        s.put(h, data, 0o644)
+        links.arrived(h)
     got = tmp_path / "dest" / "pkg" / "a.py"
-    assert got.read_text() == "A = 1\n" and os.stat(got).st_ino == os.stat(s.path(chunk_hash(b"A = 1\n"))).st_ino
-    assert links.placed == {"pkg/a.py"}
-    s.put(chunk_hash(b"b\n"), b"b\n", modes[chunk_hash(b"b\n")])  # not announced: materialise links it
-    res = materialise(m, s, str(tmp_path / "dest"), set(m.chunk_sizes()), modes, placed=links.placed)
+    assert got.read_text() == "A = 1\n" and os.stat(got).st_ino == os.stat(s.path(a)).st_ino
+    assert (tmp_path / "dest" / "pkg" / "lie.py").exists()
+    links.plan(m, {**modes, lie: 0o644})
+    assert links.placed == {"pkg/a.py": a} and not (tmp_path / "dest" / "pkg" / "lie.py").exists()
+    s.put(b, b"b\n", modes[b])  # not announced: materialise links it
+    res = materialise(m, s, str(tmp_path / "dest"), {a, b}, modes, placed=set(links.placed))
     assert res.files_written == 2 and res.linked == 2
     assert stat.S_IMODE(os.stat(tmp_path / "dest" / "b.txt").st_mode) == 0o600
-    assert not ArrivalLinks(m, s, str(tmp_path / "dest"), modes)  # holds files now: left to materialise
+    assert not ArrivalLinks(s, str(tmp_path / "dest")).active  # holds files now: left to materialise
