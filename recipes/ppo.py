@@ -18,17 +18,21 @@ from __future__ import annotations
 
 from rlmesh.recipes.loop import Plan, Roles, RunResult, Unit, run_recipe
 from rlmesh.recipes.recipe_config import PPORecipeConfig
-from rlmesh.rl.run.placement import actor_class
+from rlmesh.rl.run.placement import actor_class, check_target
 
 
 def main(cfg: PPORecipeConfig, launcher: str = "local") -> RunResult:
     g, t = cfg.generator, cfg.trainer
-    # each role's class comes from its config (`_target_`), resolved before any proc starts
-    generator_cls, trainer_cls = actor_class(g, "generator"), actor_class(t, "trainer")
-    buffer_cls = actor_class(cfg.buffer, "buffer")
-    evaluator_cls = actor_class(cfg.eval, "eval") if cfg.eval._target_ else generator_cls
+    # each role's class comes from its config (`_target_`): checked before any proc starts, imported
+    # (torch) in spawn(), while the procs start
+    roles = {"generator": g, "trainer": t, "buffer": cfg.buffer, **({"eval": cfg.eval} if cfg.eval._target_ else {})}
+    for key, role in roles.items():
+        check_target(role, key)
 
     def spawn(procs) -> Roles:
+        generator_cls, trainer_cls = actor_class(g, "generator"), actor_class(t, "trainer")
+        buffer_cls = actor_class(cfg.buffer, "buffer")
+        evaluator_cls = actor_class(cfg.eval, "eval") if cfg.eval._target_ else generator_cls
         buffer = procs.slice(procs=0).spawn("buffer", buffer_cls, cfg.buffer)
         evaluator = procs.slice(procs=0).spawn("evaluator", evaluator_cls, g)
         trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed)

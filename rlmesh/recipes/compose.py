@@ -288,7 +288,7 @@ def run_config(cfg: Any, launcher: str = "local") -> Any:
         listen_for_nodes(cfg.launcher)
     if launcher == "local":  # the procs' template imports torch while this process does too, not after it
         prewarm()
-    say(f"importing recipes/{cfg.program}.py and its actor classes (torch)", getattr(cfg.run, "progress", True))
+    say(f"running recipes/{cfg.program}.py", getattr(cfg.run, "progress", True))
     with watching(cfg):  # telemetry.dashboard / telemetry.export: started with the run, stopped with it
         result = load_program(cfg.program).main(cfg, launcher)
     run_dir = current_run_dir()

@@ -210,7 +210,8 @@ def run_recipe(cfg: Any, launcher: str, spawn: Callable[[Any], Roles], plan: Pla
     roles: Roles | None = None
     try:
         sync_recipe_procs(cfg, launcher, procs, run.run_id)  # workspace.sync: the project folder, before any actor
-        say(f"creating the actors on the {n} procs (each joins first: imports, weights)", cfg.run.progress)
+        say(f"creating the actors on the {n} procs (their classes import torch, each proc joins first)",
+            cfg.run.progress)
         with WarmupDisplay(rm.telemetry.query, cfg.run.progress and run.run_id is not None):  # SFT, engine start
             roles = spawn(procs)
         say("actors ready; training", cfg.run.progress)

@@ -6,13 +6,15 @@ Why: on a busy host the imports (torch, Hydra, DuckDB), the procs' start and the
 (:mod:`rlmesh.cli`), then each phase here with the seconds since the process started:
 
     [start] loading rlmesh (torch, Hydra, DuckDB)
-    [start] 1.8 s  composing recipe=ppo_cartpole
-    [start] 2.8 s  importing recipes/ppo.py and its actor classes (torch)
-    [start] 16.9 s  run 20261206-190529-5bb4: starting 3 procs (local)
-    [start] 18.5 s  creating the actors on the 3 procs (each joins first: imports, weights)
-    [start] 21.0 s  actors ready; training
+    [start] 0.8 s  composing recipe=ppo_cartpole
+    [start] 1.3 s  running recipes/ppo.py
+    [start] 1.8 s  run 20261207-100204-7833: starting 3 procs (local)
+    [start] 4.0 s  creating the actors on the 3 procs (their classes import torch, each proc joins first)
+    [start] 4.3 s  actors ready; training
 
-(times of one run at a load of 17 on 2 cores).
+(one run, niced, at a load of 4 on 2 cores). The procs' template starts first and imports torch
+while this process imports Hydra and composes; the actor classes' modules (torch again) import on
+a thread while the procs start (:func:`rlmesh.rl.run.placement.check_target`).
 
 They follow the progress setting (``run.progress=false`` or ``RLMESH_PROGRESS=off``: none;
 ``RLMESH_PROGRESS=json``: ``{"startup": {"phase", "elapsed_s"}}`` lines), on stdout like the

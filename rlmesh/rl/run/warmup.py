@@ -159,10 +159,13 @@ class WarmupDisplay:
         self._thread.join(10)
         # The block is over, so every phase in it ended: wait (briefly) for the rows that say so,
         # which trail the actors by a flush interval or two, and show them before the bar goes.
+        # Not when no phase was ever seen (a gym recipe's actors report none): that wait was
+        # 0.3 s of every run's start-up.
         deadline = time.monotonic() + self.SETTLE_S
         before = None
         self.poll()
-        while exc[0] is None and time.monotonic() < deadline and (before != self.seen or not _settled(self.seen)):
+        while (exc[0] is None and self.seen and time.monotonic() < deadline
+               and (before != self.seen or not _settled(self.seen))):
             before = self.seen
             time.sleep(0.3)
             self.poll()

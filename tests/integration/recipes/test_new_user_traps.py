@@ -142,5 +142,5 @@ def test_start_up_says_what_it_does_at_once(tmp_path):
     assert first.startswith("[start] loading rlmesh"), lines
     assert first_s < 5, f"the first line came {first_s:.1f} s after the command"
     phases = [ln.split("  ", 1)[1].strip() for ln in lines[1:] if ln.startswith("[start]")]
-    assert [ph.split(" ")[0] for ph in phases] == ["composing", "importing", "run", "creating", "actors"], lines
+    assert [ph.split(" ")[0] for ph in phases] == ["composing", "running", "run", "creating", "actors"], lines
     assert "procs (local)" in phases[2] and phases[-1] == "actors ready; training", phases
