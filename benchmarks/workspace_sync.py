@@ -6,7 +6,8 @@
 N hosts are simulated as N receiver processes (``python -m rlmesh.workspace.node``), each
 with its own chunk store and destination, on loopback. "rlmesh" times from handing the
 already started receivers their upstream addresses to the last one's tree materialised (the
-manifest walk included, hashing every file as a new controller's first sync does; Python start-up
+manifest walk included, hashing every file as a new controller's first sync does, while the first
+receiver already fetches the small files it has hashed, as ``sync_workspace`` does; Python start-up
 not: a mesh's procs are running before a sync).
 "rsync" is ``rsync -a`` (local mode, or to an ``rsync --daemon`` per receiver started before the
 clock over shaped links) four ways: to each destination in turn ("seq"), along a chain (each
@@ -104,18 +105,13 @@ def rlmesh_sync(src: str, work: str, n: int, net: Net, transport: str | None = N
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(n)]
     addrs = [p.stdout.readline().strip() for p in procs]
     t0 = time.perf_counter()
-    lookup = source_lookup(src)
-    overlap = bool(net.mbit)  # as sync_workspace: hosts of their own start first and take small files as the walk
-    server = ChunkServer(None, lookup, host=net.host(SRC) if net.mbit else None, walking=overlap)  # hashes them;
-    if not overlap:  # hosts simulated on this machine share its cores: the walk first, then the hosts
-        m = lookup.manifest = build_manifest(src, held=lookup.held)
-        server.publish(m.to_json())
+    lookup = source_lookup(src)  # as sync_workspace: the server and the hosts first, then the walk (small files
+    server = ChunkServer(None, lookup, host=net.host(SRC) if net.mbit else None, walking=True)  # travel as it goes)
     for p, up in zip(procs, [server.addr, *addrs[:-1]]):
         p.stdin.write(up + "\n")
         p.stdin.flush()
-    if overlap:
-        m = lookup.manifest = build_manifest(src, held=lookup.held, on_hint=server.hint)
-        server.publish(m.to_json())
+    m = lookup.manifest = build_manifest(src, held=lookup.held, on_hint=server.hint)
+    server.publish(m.to_json())
     stats = [json.loads(p.stdout.readline()) for p in procs]
     wall = time.perf_counter() - t0
     for p in procs:

@@ -367,7 +367,7 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
     """Walk ``root`` (exclusions: ``DEFAULT_EXCLUDES``, ``exclude`` and the root ``.gitignore``).
 
     ``held``: where the small files' bytes go (:attr:`TreeManifest.held`; a new dict when None).
-    ``on_hint``: called after each folder with ``[hash, size, mode, path]`` of the small files just kept
+    ``on_hint``: called after each folder with ``[hash, size, mode]`` of the small files just kept
     (:meth:`~rlmesh.workspace.serve.ChunkServer.hint`), so they can travel while the walk goes on.
 
     Files whose (size, mtime_ns, inode, mode) did not change since the last walk in this process
@@ -423,7 +423,7 @@ def build_manifest(root: str, exclude: tuple[str, ...] | list[str] = (), default
                     size, chunks = hash_chunks(d.path, chunk_bytes, held if room[0] > 0 else None, st.st_size)
                     if len(held) > n:
                         room[0] -= size
-                        hints.append([chunks[0], size, stat.S_IMODE(st.st_mode), rel])
+                        hints.append([chunks[0], size, stat.S_IMODE(st.st_mode)])
                     e = Entry(check_relpath(rel), Kind.FILE, stat.S_IMODE(st.st_mode), size, chunks)
                     hit = _cache[d.path] = (key, e, _encoded(e))
                 entries.append(hit[1])

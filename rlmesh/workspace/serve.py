@@ -40,7 +40,7 @@ class ChunkServer:
     """Serves a manifest and chunks (``lookup(hash) -> bytes | None``) on an authenticated ROUTER channel.
 
     ``walking=True`` (the source, created before its walk): a ``hints`` request subscribes to the small
-    files' chunks as the walk hashes them (:meth:`hint`), ``[hash, size, mode, path]`` each, so the first host
+    files' chunks as the walk hashes them (:meth:`hint`), ``[hash, size, mode]`` each, so the first host
     fetches them while the walk goes on, instead of waiting for the whole manifest; :meth:`publish` then
     serves the manifest (or :meth:`fail` says why there is none). Any other server answers ``hints``
     with an empty, final batch."""
@@ -79,7 +79,7 @@ class ChunkServer:
             self._wake_push.send("\n".join(hashes).encode())
 
     def hint(self, items: list[list[Any]]) -> None:
-        """The walk hashed these small files (``[hash, size, mode, path]`` each; ``lookup`` serves them now):
+        """The walk hashed these small files (``[hash, size, mode]`` each; ``lookup`` serves them now):
         sent on to the subscribers. Thread-safe."""
         if items:
             self._hints.extend(items)  # one list.extend: atomic; read by the server thread after the wake

@@ -349,76 +349,53 @@ class ArrivalLinks:
     arrival the link is all that is left to do, while the next batch is on its way. Only into a new
     destination: no file of it exists yet, so none is replaced before the sync completes (a failed
     sync leaves complete files only, and no state file, so the next sync checks every one).
-
-    A file may be expected before the manifest is here (:meth:`expect`, from the source's hints):
-    its folder is made when it is linked. :meth:`plan` then holds every such file to the manifest
-    (path, chunk and mode), removes any it does not bear out, makes the tree's folders (their modes
-    are set by :func:`materialise`, as before) and expects the manifest's other one-chunk files."""
+    Nothing is written into the destination before the manifest is here and accepted (:meth:`plan`):
+    chunks stored before it (the source's hints) are linked then, with the tree's folders made first
+    (their modes are set by :func:`materialise`, as before)."""
 
     def __init__(self, store: ChunkStore, dest: str):
         self.store = store
-        self.placed: dict[str, str] = {}  # path -> chunk, linked into place
+        self.dest = dest
+        self.placed: set[str] = set()
         self._paths: dict[str, str] = {}  # chunk -> the one-chunk file that takes its inode
-        self._modes: dict[str, int] = {}  # chunk -> the mode it was expected with (before the manifest)
-        self._dirs: set[str] = set()
+        self._early: list[str] | None = []  # chunks stored before plan(); None once planned
         try:
             self.active = not os.listdir(dest)
         except FileNotFoundError:
             self.active = True
-        if self.active:
-            os.makedirs(dest, exist_ok=True)
         self._target = _Targets(dest)
 
-    def expect(self, h: str, path: str, mode: int) -> None:
-        """Chunk ``h`` will be the file ``path`` (a hint: held to the manifest by :meth:`plan`)."""
-        if self.active and h not in self._paths:
-            try:
-                check_relpath(path)
-            except UnsafePathError:
-                return
-            self._paths[h] = path
-            self._modes[h] = mode
-
     def plan(self, manifest: TreeManifest, stored_modes: dict[str, int]) -> None:
-        """The manifest is here: check what hints placed or expect against it, and expect the rest (one
-        pass over the entries)."""
+        """The manifest is here (checked): make its folders, expect its one-chunk files, and link the
+        chunks that came before it."""
+        early, self._early = self._early or [], None
         if not self.active:
             return
-        confirmed: set[str] = set()
-        paths: dict[str, str] = {}
+        os.makedirs(self.dest, exist_ok=True)
         for e in manifest.entries:
             if e.kind == Kind.DIR:
-                full = self._target(e.path)
-                if full not in self._dirs:
-                    os.makedirs(full, exist_ok=True)
-                    self._dirs.add(full)
-            elif e.kind == Kind.FILE and len(e.chunks) == 1 and stored_modes.get(h := e.chunks[0]) == e.mode:
-                if self.placed.get(e.path) == h and self._modes.get(h) == e.mode:
-                    confirmed.add(e.path)
-                else:
-                    paths.setdefault(h, e.path)
-        for path in set(self.placed) - confirmed:  # a hint the manifest does not bear out
-            os.unlink(self._target(path))
-            del self.placed[path]
-        linked = set(self.placed.values())  # one destination file per chunk's inode: a second copy is materialise's
-        self._paths = {h: p for h, p in paths.items() if h not in linked}
+                os.makedirs(self._target(e.path), exist_ok=True)
+            elif e.kind == Kind.FILE and len(e.chunks) == 1 and stored_modes.get(e.chunks[0]) == e.mode:
+                self._paths.setdefault(e.chunks[0], e.path)
+        for h in early:
+            self.arrived(h)
 
     def arrived(self, h: str) -> None:
         """Chunk ``h`` was just stored (:meth:`ChunkStore.put`, verified, with its file's mode): link it
-        to its file's path; left to :func:`materialise` when that fails."""
+        to its file's path (before :meth:`plan`: once the manifest is here); left to :func:`materialise`
+        when that fails."""
+        if self._early is not None:
+            if self.active:
+                self._early.append(h)
+            return
         path = self._paths.pop(h, None)
         if path is None:
             return
-        try:
-            full = self._target(path)
-            d = full[:full.rfind(os.sep)]
-            if d not in self._dirs:
-                os.makedirs(d, exist_ok=True)
-                self._dirs.add(d)
-            os.link(self.store._path(h), full)  # put in this sync: no destination file shares its inode yet (_claim)
+        try:  # put in this sync: no destination file shares its inode yet (see _claim)
+            os.link(self.store._path(h), self._target(path))
         except (OSError, UnsafePathError):
             return
-        self.placed[path] = h
+        self.placed.add(path)
 
 
 def materialise(manifest: TreeManifest, store: ChunkStore, dest: str,

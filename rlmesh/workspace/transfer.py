@@ -120,7 +120,7 @@ class Receiver:
                 if first is None:
                     continue
                 if first.startswith(b'{"hints"'):
-                    self._prefetch(link, json.loads(first)["hints"], hinted, pending, links)
+                    self._prefetch(link, json.loads(first)["hints"], hinted, pending)
                 elif first.startswith(b'{"rid"'):
                     self._keep(json.loads(first)["hs"], reply[1:], pending, verified, hinted, st, links)
                 else:
@@ -244,20 +244,16 @@ class Receiver:
         for group in (_groups(hashes, sizes) if sizes else [hashes] if hashes else []):
             link.ask({"op": "get", "rid": -1, "hashes": group})
 
-    def _prefetch(self, link: "_Link", items: list[Any], hinted: dict[str, int], pending: set[str],
-                  links: ArrivalLinks | None) -> None:
-        """Ask at once for the hinted chunks (``[hash, size, mode, path]``: small files the source has
-        walked) this store lacks; each is stored with its file's mode, so the file can take its inode
-        (into a new destination, on arrival: ``links``)."""
-        fresh: dict[str, tuple[int, int, str]] = {}
-        for h, size, mode, path in items:
+    def _prefetch(self, link: "_Link", items: list[Any], hinted: dict[str, int], pending: set[str]) -> None:
+        """Ask at once for the hinted chunks (``[hash, size, mode]``: small files the source has walked)
+        this store lacks; each is stored with its file's mode, so the file can take its inode."""
+        fresh: dict[str, tuple[int, int]] = {}
+        for h, size, mode in items:
             if isinstance(h, str) and h not in hinted and h not in pending and h not in fresh:
-                fresh[h] = (int(size), int(mode) & 0o7777, str(path))
+                fresh[h] = (int(size), int(mode) & 0o7777)
         want = self.store.missing(list(fresh), self._listed) if fresh else []
         for h in want:
             hinted[h] = fresh[h][1]
-            if links is not None:
-                links.expect(h, fresh[h][2], fresh[h][1])
         pending.update(want)
         self._ask(link, want, {h: fresh[h][0] for h in want})
 

@@ -60,9 +60,9 @@ def test_chunks_are_blake3_and_a_store_of_the_older_hash_is_never_read(tmp_path)
 
 
 def test_into_a_new_destination_a_file_is_linked_in_as_its_chunk_arrives(tmp_path):
-    """Into a new destination, a one-chunk file takes its chunk's inode when the chunk is stored (even
-    before the manifest, from a hint); the manifest then removes what it does not bear out, and
-    materialise only counts the rest. Into one that holds files, nothing is placed before materialise."""
+    """Into a new destination, a one-chunk file takes its chunk's inode when the chunk is stored, or, for
+    one stored before the manifest (a hint), once the manifest is planned: nothing is written into the
+    destination before that. Materialise only counts them. A destination that holds files is left to it."""
     from rlmesh.workspace import build_manifest, materialise
     from rlmesh.workspace.store import ArrivalLinks, placement, solo_modes
 
@@ -70,25 +70,25 @@ def test_into_a_new_destination_a_file_is_linked_in_as_its_chunk_arrives(tmp_pat
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "a.py").write_text("A = 1\n")
     (src / "b.txt").write_text("b\n")
+    (src / "c.txt").write_text("c\n")
     os.chmod(src / "b.txt", 0o600)
     m = build_manifest(str(src))
     modes = solo_modes(m, placement(m, list(m.chunk_sizes())))
-    a, b, lie = chunk_hash(b"A = 1\n"), chunk_hash(b"b\n"), chunk_hash(b"not in the tree\n")
+    a, b, c = chunk_hash(b"A = 1\n"), chunk_hash(b"b\n"), chunk_hash(b"c\n")
     s = ChunkStore(str(tmp_path / "store"))
-    links = ArrivalLinks(s, str(tmp_path / "dest"))
+    dest = tmp_path / "dest"
+    links = ArrivalLinks(s, str(dest))
     assert links.active
-    links.expect(a, "pkg/a.py", 0o644)  # hints, before the manifest
-    links.expect(lie, "pkg/lie.py", 0o644)
-    for h, data in ((a, b"A = 1\n"), (lie, b"not in the tree\n")):
-        s.put(h, data, 0o644)
-        links.arrived(h)
-    got = tmp_path / "dest" / "pkg" / "a.py"
+    s.put(a, b"A = 1\n", modes[a])
+    links.arrived(a)  # before the manifest: nothing in the destination yet
+    assert not dest.exists()
+    links.plan(m, modes)
+    got = dest / "pkg" / "a.py"
     assert got.read_text() == "A = 1\n" and os.stat(got).st_ino == os.stat(s.path(a)).st_ino
-    assert (tmp_path / "dest" / "pkg" / "lie.py").exists()
-    links.plan(m, {**modes, lie: 0o644})
-    assert links.placed == {"pkg/a.py": a} and not (tmp_path / "dest" / "pkg" / "lie.py").exists()
-    s.put(b, b"b\n", modes[b])  # not announced: materialise links it
-    res = materialise(m, s, str(tmp_path / "dest"), {a, b}, modes, placed=set(links.placed))
-    assert res.files_written == 2 and res.linked == 2
-    assert stat.S_IMODE(os.stat(tmp_path / "dest" / "b.txt").st_mode) == 0o600
-    assert not ArrivalLinks(s, str(tmp_path / "dest")).active  # holds files now: left to materialise
+    s.put(b, b"b\n", modes[b])
+    links.arrived(b)  # after it: linked on arrival
+    assert links.placed == {"pkg/a.py", "b.txt"} and stat.S_IMODE(os.stat(dest / "b.txt").st_mode) == 0o600
+    s.put(c, b"c\n", modes[c])  # not announced: materialise links it
+    res = materialise(m, s, str(dest), {a, b, c}, modes, placed=links.placed)
+    assert res.files_written == 3 and res.linked == 3 and (dest / "c.txt").read_text() == "c\n"
+    assert not ArrivalLinks(s, str(dest)).active  # holds files now: left to materialise
