@@ -236,7 +236,7 @@ def main() -> None:
     add_common_args(ap)
     a = ap.parse_args()
     if a.smoke:  # loopback only: shaped links need root and network namespaces
-        a.big_mib, a.files, a.n, a.repeat, a.link_mbit, a.host_cpu = 4, 300, [2], 2, 0, 0.0
+        a.big_mib, a.files, a.n, a.repeat, a.link_mbit, a.host_cpu = 4, 300, [2], 1, 0, 0.0  # one sample: it runs, it prints
     os.environ.setdefault("RLMESH_SECRET", Authenticator.new_secret().hex())
     if a.host_cpu and not a.link_mbit:
         ap.error("--host-cpu needs --link-mbit (the CPU shares are per simulated host)")
