@@ -329,7 +329,7 @@ def _groups(hashes: list[str], sizes: dict[str, int]) -> list[list[str]]:
     groups, cur, n = [], [], 0
     for h in hashes:
         cur.append(h)
-        n += sizes[h]
+        n += sizes.get(h, 0)  # a hinted chunk the manifest does not name: asked for all the same
         if n >= GROUP_BYTES:
             groups.append(cur)
             cur, n = [], 0
