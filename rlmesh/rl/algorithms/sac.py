@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import gymnasium as gym
@@ -342,6 +343,20 @@ def adam(params: Any, lr: float) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, fused=True)
 
 
+def annealed_lr(lr: float, collected: int, total_steps: int) -> float:
+    """``lr`` scaled by the share of the env-step budget not yet collected (1 -> 0): SB3's linear schedule,
+    whose progress is the env steps collected when a train call starts."""
+    return lr * max(0.0, 1.0 - collected / total_steps)
+
+
+def set_lr(optimizers: Iterable[torch.optim.Optimizer], lr: float) -> float:
+    """Set every parameter group of ``optimizers`` to ``lr``; returns ``lr`` (for the metrics)."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["lr"] = lr
+    return lr
+
+
 def sac_optimizers(model: SACModel, lr: float) -> dict[str, torch.optim.Optimizer]:
     """Adam (:func:`adam`) for the actor, the critics and, when it is tuned, ``log_alpha``, all at ``lr``."""
     opts = {"actor": adam(model.actor.parameters(), lr), "critic": adam(model.critic.parameters(), lr)}
@@ -433,6 +448,8 @@ class OffPolicyTrainer(Trainer):
         c = self.config
         collected = self.samples_seen + batch.new_samples
         metrics: dict[str, float] = {"buffer/size": float(batch.size)}
+        if c.anneal_lr:
+            metrics["train/lr"] = set_lr(self.opts.values(), annealed_lr(c.lr, collected, c.total_steps))
         if batch.transitions is not None:
             if c.normalize_obs:
                 self.model.actor.obs_rms.update(batch.transitions.obs)

@@ -33,7 +33,8 @@ def test_every_standard_env_has_its_presets():
     box2d = ["LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3"]
     discrete = {"CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3"}
     expected = {(a, e) for a in ("ppo", "a2c") for e in classic + box2d} | {("dqn", e) for e in discrete}
-    sac = {("sac", e) for e in ("Pendulum-v1", "Hopper-v5", "HalfCheetah-v5")}  # MuJoCo's to run, not to compose
+    sac = {("sac", e) for e in ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3",
+                                "BipedalWalker-v3", "Hopper-v5", "HalfCheetah-v5")}  # every continuous zoo entry
     assert expected | sac <= set(PRESETS)
 
 

@@ -2,6 +2,7 @@
 
 import copy
 import math
+import uuid
 
 import gymnasium as gym
 import numpy as np
@@ -10,10 +11,11 @@ import torch
 
 from rlmesh.errors import ConfigError
 from rlmesh.rl.algorithms.configs.off_policy import OffPolicyGeneratorConfig
-from rlmesh.rl.algorithms.sac import (SACConfig, SACModel, SquashedGaussianActor, entropy_coef_loss,
-                                      owed_gradient_steps, sac_update, squashed_log_prob, to_env_bounds)
+from rlmesh.rl.algorithms.sac import (SACConfig, SACModel, SACTrainer, SquashedGaussianActor, annealed_lr,
+                                      entropy_coef_loss, owed_gradient_steps, sac_update, squashed_log_prob,
+                                      to_env_bounds)
 from rlmesh.rl.algorithms.td3 import TD3Config, TD3Model, smoothed_target_actions, td3_update
-from rlmesh.rl.replay import Transitions
+from rlmesh.rl.replay import NewRollout, ReplaySample, Transitions
 
 PENDULUM = gym.make("Pendulum-v1")
 OBS, ACT = PENDULUM.observation_space, PENDULUM.action_space          # 3 observations, 1 action in [-2, 2]
@@ -173,3 +175,20 @@ def test_observation_normalisation_lives_in_the_actor_and_td3s_target_actor_foll
     sac.actor.obs_rms.update(torch.randn(256, 3) * 8 + 3)
     generator_side.load_state_dict(sac.actor.state_dict())           # the statistics travel with the weights
     assert bool(generator_side.obs_rms.enabled) and torch.equal(generator_side.obs_rms.var, sac.actor.obs_rms.var)
+
+
+def test_anneal_lr_decays_every_optimiser_linearly_to_zero_over_the_env_step_budget():
+    # SB3's lin_<lr>: lr x (1 - collected / total_steps), set when a train call starts
+    assert annealed_lr(1e-3, 0, 1000) == 1e-3 and annealed_lr(1e-3, 1500, 1000) == 0.0
+    cfg = SACConfig(hidden_sizes=[16, 16], batch_size=32, total_steps=1000, lr=1e-3, anneal_lr=True, learning_starts=0)
+    trainer = SACTrainer(cfg, "Pendulum-v1", weights=f"anneal-{uuid.uuid4().hex[:6]}")
+    try:
+        assert set(trainer.opts) == {"actor", "critic", "alpha"}
+        for step, collected in enumerate((250, 500, 750)):
+            out = trainer.learn(ReplaySample([NewRollout(f"r{step}", 0, 250)], _batch(32), collected))
+            want = 1e-3 * (1 - collected / 1000)
+            assert out.metrics["train/lr"] == pytest.approx(want)
+            assert all(g["lr"] == pytest.approx(want) for o in trainer.opts.values() for g in o.param_groups)
+    finally:
+        trainer.publisher.close()
+    assert SACConfig().anneal_lr is False and TD3Config().anneal_lr is False  # constant unless a preset says lin_

@@ -45,7 +45,10 @@ class OffPolicyConfig(GymTrainerConfig):
     total_steps: int = 20_000
     """Env-step budget."""
     lr: float = 1e-3
-    """Adam learning rate of the actor and the critics."""
+    """Adam learning rate of the actor and the critics (and SAC's alpha)."""
+    anneal_lr: bool = False
+    """Decay every optimiser's learning rate linearly from ``lr`` to 0 over ``total_steps`` env steps
+    collected (SB3 and rl-zoo's ``lin_<lr>``, set at each train call from the steps collected so far)."""
     gamma: float = 0.99
     """Discount factor."""
     tau: float = 0.005
