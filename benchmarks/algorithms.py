@@ -147,6 +147,13 @@ PANEL: dict[tuple[str, str], Row] = {
         learning_rate=3e-4, buffer_size=50_000, batch_size=512, ent_coef=0.1, train_freq=32, gradient_steps=32,
         gamma=0.9999, tau=0.01, learning_starts=0, use_sde=True, policy_kwargs=dict(log_std_init=-3.67,
                                                                                     net_arch=[64, 64]))),
+    ("sac", "LunarLanderContinuous-v3"): Row(500_000, dict(
+        learning_rate="lin_7.3e-4", buffer_size=1_000_000, batch_size=256, ent_coef="auto", gamma=0.99, tau=0.01,
+        train_freq=1, gradient_steps=1, learning_starts=10_000, policy_kwargs=dict(net_arch=[400, 300]))),
+    ("sac", "BipedalWalker-v3"): Row(500_000, dict(
+        learning_rate=7.3e-4, buffer_size=300_000, batch_size=256, ent_coef="auto", gamma=0.98, tau=0.02,
+        train_freq=64, gradient_steps=64, learning_starts=10_000, use_sde=True,
+        policy_kwargs=dict(log_std_init=-3, net_arch=[400, 300]))),
     # SAC on MuJoCo (hyperparams/sac.yml's mujoco-defaults: SB3's SAC with 10k random steps first), at a
     # reduced budget: 2% of the zoo's 1e6 (10k gradient steps), what fits a shared 2-core host
     ("sac", "Hopper-v5"): Row(20_000, dict(learning_starts=10_000)),
