@@ -188,34 +188,7 @@ class Receiver:
                     except (OneSidedError, ValueError) as exc:
                         raise WorkspaceSyncError(f"one-sided read from upstream failed: {exc}") from exc
                     link.ask({"op": "ack", "seq": head["seq"]})
-                if len(hashes) != len(datas):
-                    raise WorkspaceSyncError(f"upstream sent {len(datas)} chunk(s) for {len(hashes)} hash(es)")
-                stored = []
-                keep = self.server.downstream  # nobody downstream (the chain's last host): no chunk kept to forward
-                owned = "at" not in head  # a received frame is ours; a window is reused
-                put, fresh, coming = self.store.put, self._fresh, self._coming
-                for h, data in zip(hashes, datas):
-                    if h not in pending:
-                        continue
-                    if h in where:  # verified: a corrupt chunk raises CorruptChunkError
-                        self.store.put_in_object(h, data, *where[h])
-                    else:
-                        put(h, data, modes.get(h, 0o444))
-                        if links:
-                            links.arrived(h)
-                    fresh.add(h)
-                    if keep:
-                        self._hot.add(h, data, owned=owned)
-                    coming.discard(h)
-                    stored.append(h)
-                    pending.discard(h)
-                    verified.add(h)
-                    st.bytes_received += len(data)
-                st.chunks_received += len(stored)
-                if stored and self.server.downstream:  # downstream requests parked for these go out now
-                    # (none can be: a request the server takes after this check finds each stored, not coming;
-                    # the last host skips a wake of its server thread, and its wait for the GIL, per batch)
-                    self.server.arrived(*stored)
+                self._keep(hashes, datas, pending, verified, modes, st, links, where, owned="at" not in head)
             with gc_paused():  # 10,000 entries: rows compared, listings made, no collection over them
                 res = materialise(manifest, self.store, self.dest, verified, modes, previous, mjson,
                                   set(links.placed) if links is not None else frozenset())
@@ -258,26 +231,39 @@ class Receiver:
         self._ask(link, want, {h: fresh[h][0] for h in want})
 
     def _keep(self, hashes: list[str], datas: list[Any], pending: set[str], verified: set[str],
-              hinted: dict[str, int], st: WorkspaceSyncStats, links: ArrivalLinks | None) -> None:
-        """Store a batch of hinted chunks that came before the manifest (verified, as every chunk)."""
+              modes: dict[str, int], st: WorkspaceSyncStats, links: ArrivalLinks | None,
+              where: dict[str, tuple[str, int, int]] | None = None, owned: bool = True) -> None:
+        """Store a batch of chunks, each verified (a corrupt one raises ``CorruptChunkError``): a chunk
+        of a multi-chunk file at its place in the file object (``where``), any other with its file's mode
+        (``modes``), linked into a new destination at once (``links``). Before the manifest, the batch is
+        hinted small files (``where`` empty, ``modes`` the hints' own). ``owned``: the frames are ours
+        (a one-sided window's are reused)."""
         if len(hashes) != len(datas):
             raise WorkspaceSyncError(f"upstream sent {len(datas)} chunk(s) for {len(hashes)} hash(es)")
         stored = []
+        keep = self.server.downstream  # nobody downstream (the chain's last host): no chunk kept to forward
+        where = where or {}
         for h, data in zip(hashes, datas):
             if h not in pending:
                 continue
-            self.store.put(h, data, hinted.get(h, 0o444))
-            if links is not None:
-                links.arrived(h)
+            if h in where:
+                self.store.put_in_object(h, data, *where[h])
+            else:
+                self.store.put(h, data, modes.get(h, 0o444))
+                if links is not None:
+                    links.arrived(h)
             self._fresh.add(h)
-            if self.server.downstream:
-                self._hot.add(h, data, owned=True)
+            if keep:
+                self._hot.add(h, data, owned=owned)
+            self._coming.discard(h)
+            stored.append(h)
             pending.discard(h)
             verified.add(h)
-            stored.append(h)
             st.bytes_received += len(data)
         st.chunks_received += len(stored)
-        if stored and self.server.downstream:  # see the main loop
+        if stored and self.server.downstream:  # downstream requests parked for these go out now
+            # (none can be: a request the server takes after this check finds each stored, not coming;
+            # the last host skips a wake of its server thread, and its wait for the GIL, per batch)
             self.server.arrived(*stored)
 
     @staticmethod
