@@ -335,14 +335,14 @@ def hash_chunks(fp: str, chunk_bytes: int, held: dict[str, bytes] | None = None,
             if not block:
                 return 0, ()
             if len(block) <= size_hint:  # the whole file: it did not grow since its stat
-                h = blake3(block).hexdigest()
+                h = content_hash(block)
                 if held is not None:
                     held[h] = block
                 return len(block), (h,)
         hashes, size = [], 0
         while block := pread_full(fd, chunk_bytes, size):  # a chunk is whole, or the end of the file
             size += len(block)
-            hashes.append(blake3(block).hexdigest())  # one thread: blake3.AUTO's was no faster on 2 loaded cores
+            hashes.append(content_hash(block))  # one thread: blake3.AUTO's was no faster on 2 loaded cores
             if len(block) < chunk_bytes:
                 break
     finally:

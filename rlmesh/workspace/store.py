@@ -56,7 +56,10 @@ class ChunkStore:
         self._dirs: set[str] = set()  # fan-out folders known to exist (one makedirs each, not one per chunk)
 
     def _folder_of(self, path: str) -> str:
-        d = os.path.dirname(path)
+        return self._folder(os.path.dirname(path))
+
+    def _folder(self, d: str) -> str:
+        """Folder ``d``, made on first use (a tree of small files puts a chunk per file: one makedirs per folder)."""
         if d not in self._dirs:
             os.makedirs(d, exist_ok=True)
             self._dirs.add(d)
@@ -119,13 +122,8 @@ class ChunkStore:
         ``mode``: read-only unless the chunk is written for one file that will take its inode
         (:func:`materialise`'s ``stored_modes``): it is made with that file's mode, so the file
         needs no ``chmod`` later. Either way nobody edits a chunk in place."""
-        got = content_hash(data)
-        if got != h:
-            raise CorruptChunkError(f"chunk {h[:12]}... arrived with hash {got[:12]}...: rejected")
-        d = f"{self.root}{os.sep}{h[:2]}"  # ``h`` is now our own hex digest: its path needs no pattern check
-        if d not in self._dirs:  # inline, not _folder_of: a tree of small files puts a chunk per file
-            os.makedirs(d, exist_ok=True)
-            self._dirs.add(d)
+        _check(h, data)  # ``h`` is now our own hex digest: its path needs no pattern check
+        d = self._folder(f"{self.root}{os.sep}{h[:2]}")
         _write_new(f"{d}{os.sep}{h}", data, mode)
 
     def put_in_object(self, h: str, data: bytes | memoryview, oid: str, offset: int, size: int) -> None:
@@ -216,9 +214,7 @@ def _write_new(path: str, data: bytes | memoryview, mode: int) -> None:
         os.unlink(tmp)
         fd = os.open(tmp, flags, mode)
     try:
-        n = os.pwrite(fd, data, 0)
-        if n != len(data):
-            _pwrite_all(fd, memoryview(data)[n:], n)
+        _pwrite_all(fd, data, 0)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
