@@ -45,15 +45,17 @@ def _halves(entries: Sequence[int], sizes: Sequence[int]) -> list[list[int]]:
     return [list(entries[:cut]), list(entries[cut:])]
 
 
-def _on_both_threads(small: list[int], sizes: Sequence[int], work: Any, rest: Sequence[int]) -> None:
-    """``work(i)`` for every entry: ``small`` on the two checksum threads, half the bytes each, and
-    ``rest`` (entries that split themselves across those threads) on this one meanwhile. Pool tasks
-    never wait on the pool, so a big entry queued behind the halves cannot deadlock it."""
+def _each_entry(n: int, small: list[int], sizes: Sequence[int], work: Any) -> None:
+    """``work(i)`` for every entry ``i < n``: those of ``small`` on the two checksum threads, half the
+    bytes each, the others (entries that split themselves across those threads) on this one meanwhile.
+    Pool tasks never wait on the pool, so a big entry queued behind the halves cannot deadlock it."""
     futures = [checksum.executor().submit(lambda run: [work(i) for i in run], run)
                for run in _halves(small, sizes) if run]
+    chosen = set(small)
     try:
-        for i in rest:
-            work(i)
+        for i in range(n):
+            if i not in chosen:
+                work(i)
     finally:
         for f in futures:
             f.result()
@@ -66,21 +68,14 @@ def _small_cpu_entries(sources: Sources, limit: int) -> list[int]:
     return small if len(small) > 1 and sum(int(sources[i][0].numel()) for i in small) >= PARALLEL_ENTRIES else []
 
 
-def _sums(sources: Sources) -> list[int]:
-    """Each entry's checksum, small entries on both threads (:func:`_on_both_threads`)."""
+def _sums(m: Manifest, sources: Sources) -> list[int]:
+    """Each entry's checksum, small entries on both threads (:func:`_each_entry`)."""
     out = [0] * len(sources)
 
     def one(i: int) -> None:
         out[i] = checksum.combine([_piece_sum(p) for p in sources[i]])
 
-    small = _small_cpu_entries(sources, checksum.PARALLEL_MIN)
-    if not small:
-        for i in range(len(sources)):
-            one(i)
-        return out
-    sizes = [sum(int(p.numel()) for p in pieces) for pieces in sources]
-    chosen = set(small)
-    _on_both_threads(small, sizes, one, [i for i in range(len(sources)) if i not in chosen])
+    _each_entry(len(sources), _small_cpu_entries(sources, checksum.PARALLEL_MIN), [e.nbytes for e in m.entries], one)
     return out
 
 
@@ -95,7 +90,7 @@ def verify(m: Manifest, sources: Sources, sums: Sequence[int] | None = None) -> 
         got_len = sum(int(p.numel()) for p in pieces)
         if got_len != e.nbytes:
             raise WeightSyncError(f"version {m.version} of {m.name!r}: {e.key!r} arrived with {got_len} bytes, expected {e.nbytes}")
-    sums = sums if sums is not None else _sums(sources)
+    sums = sums if sums is not None else _sums(m, sources)
     for e, got in zip(m.entries, sums):
         if got != e.checksum:
             raise WeightSyncError(
@@ -166,19 +161,14 @@ def copy_entry(e: TensorEntry, pieces: Sequence[Any], dst: Any) -> None:
 def copy_into(m: Manifest, sources: Sources, target: Mapping[str, Any], dtype: Any = None) -> None:
     """Check the target's keys and shapes, then copy every entry in place (call :func:`verify` first).
 
-    Small entries into CPU targets copy on both threads, half the bytes each (:func:`_on_both_threads`)."""
+    Small entries into CPU targets copy on both threads, half the bytes each (:func:`_each_entry`)."""
     check_target(m, target, dtype)
 
     def one(i: int) -> None:
         copy_entry(m.entries[i], sources[i], target[m.entries[i].key])
 
     small = [i for i in _small_cpu_entries(sources, SPLIT + 1) if not getattr(target[m.entries[i].key], "is_cuda", False)]
-    if len(small) < 2:
-        for i in range(len(m.entries)):
-            one(i)
-        return
-    chosen = set(small)
-    _on_both_threads(small, [e.nbytes for e in m.entries], one, [i for i in range(len(m.entries)) if i not in chosen])
+    _each_entry(len(m.entries), small, [e.nbytes for e in m.entries], one)
 
 
 def materialize(m: Manifest, sources: Sources, dtype: Any = None, device: Any = None) -> dict[str, Any]:
