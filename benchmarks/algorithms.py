@@ -275,7 +275,8 @@ def _env() -> dict:
 
 def run_rlmesh(algo: str, env_id: str, seed: int, steps: int, episodes: int, replicas: int = 1) -> dict:
     with tempfile.TemporaryDirectory(prefix="algos-rlmesh-") as tmp:
-        gens = [f"generator.replicas={replicas}"] if replicas != 1 else []
+        # generator procs, as many as asked (the A2C presets collect in the trainer: one proc, no replicas)
+        gens = [f"generator.replicas={replicas}", "generator.in_trainer=false"] if replicas != 1 else []
         args = [sys.executable, "-m", "rlmesh.cli", "run", *recipe_args(algo, env_id), *gens, f"trainer.total_steps={steps}",
                 f"run.seed={seed}", f"generator.seed={seed}", "eval.every=0", "eval.target=null", "eval.episodes=1",
                 "run.progress=false", "trainer.checkpoint_every=0", "telemetry.health_interval_s=0"]

@@ -6,7 +6,7 @@ evaluator and a trainer in their own procs.
     python recipes/ppo.py recipe=ppo_cartpole           # the same, from a checkout
 
 Placement: proc 0 holds the buffer and the evaluator, proc 1 the trainer, procs 2.. one
-generator each. Each role's class is the one its config names (``trainer._target_``, chosen
+generator each (none with ``generator.in_trainer=true``: the trainer steps the envs itself). Each role's class is the one its config names (``trainer._target_``, chosen
 by ``trainer=ppo`` or a plugin's config). The loop (:mod:`rlmesh.recipes.loop`): each
 generator replica ``collect`` s one rollout per work item straight into the buffer; the trainer
 trains on what it samples there and publishes each new version; the evaluator scores the greedy
@@ -35,11 +35,15 @@ def main(cfg: PPORecipeConfig, launcher: str = "local") -> RunResult:
         evaluator_cls = actor_class(cfg.eval, "eval") if cfg.eval._target_ else generator_cls
         buffer = procs.slice(procs=0).spawn("buffer", buffer_cls, cfg.buffer)
         evaluator = procs.slice(procs=0).spawn("evaluator", evaluator_cls, g)
+        if g.in_trainer:  # the trainer steps the envs itself: no generator procs
+            trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed,
+                                                 collect=g)
+            return Roles(None, trainer, buffer, evaluator)
         trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed)
         generators = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", generator_cls, g, buffer)
         return Roles(generators, trainer, buffer, evaluator)
 
-    plan = Plan(budget=t.total_steps, unit=Unit.ENV_STEPS, work_endpoint="collect",
+    plan = Plan(budget=t.total_steps, unit=Unit.ENV_STEPS, work_endpoint="collect", collect_in_trainer=g.in_trainer,
                 work_args=lambda item, generation: (item,),
                 eval_args=lambda version, env_steps: (cfg.eval.episodes, version, env_steps),
                 summary=lambda result: [("env", g.env_id)])

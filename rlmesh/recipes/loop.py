@@ -59,6 +59,7 @@ class Roles:
     """The spawned actor meshes. ``generators`` has one proc per replica (sliced with ``procs=i``)."""
 
     generators: Any
+    """``None`` when the trainer collects its own rollouts (``generator.in_trainer``)."""
     trainer: Any
     buffer: Any
     evaluator: Any
@@ -66,8 +67,9 @@ class Roles:
     """More meshes by role name (``reward``), for fault injection."""
 
     def by_role(self) -> dict[str, Any]:
-        """The meshes by the role names ``faults.kill=...`` uses."""
-        return {"generator": self.generators, "trainer": self.trainer, "buffer": self.buffer, **self.others}
+        """The meshes by the role names ``faults.kill=...`` uses (each role this run has)."""
+        meshes = {"generator": self.generators, "trainer": self.trainer, "buffer": self.buffer, **self.others}
+        return {role: mesh for role, mesh in meshes.items() if mesh is not None}
 
     def stop_order(self) -> list[list[str]]:
         """Proc ids in the order a run stops them (``ProcMesh.stop(order=...)``): callers before callees.
@@ -102,6 +104,9 @@ class Plan:
     """``(min_version, samples_seen) -> args`` of the evaluator's ``evaluate``."""
     id_prefix: str = "rollout"
     """Work ids are ``<prefix>-<n>`` (``<prefix>-g<generation>-<n>`` after a resume)."""
+    collect_in_trainer: bool = False
+    """The trainer collects its own rollouts (``generator.in_trainer``): no generator loops; each train
+    call is ``collect_and_train`` up to the next evaluation (or the budget)."""
     eval_at_start: bool = False
     """Also evaluate the starting weights (the LLM recipes: the level the warm start reached)."""
     reward_metric: str = "charts/episodic_return"
@@ -246,9 +251,9 @@ def _quiet_on_interrupt(loop: asyncio.AbstractEventLoop, context: dict[str, Any]
 async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: RunResult) -> None:
     """The loop itself (see the module docstring); fills ``result``'s counters and evaluations."""
     asyncio.get_running_loop().set_exception_handler(_quiet_on_interrupt)
-    replicas = cfg.generator.replicas
+    replicas = 0 if plan.collect_in_trainer else cfg.generator.replicas
     prefix = f"{plan.id_prefix}-" if ledger.generation == 0 else f"{plan.id_prefix}-g{ledger.generation}-"
-    work = AsyncWorkScheduler(per_step=replicas, max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,
+    work = AsyncWorkScheduler(per_step=max(replicas, 1), max_policy_lag=cfg.buffer.max_policy_lag, prefix=prefix,
                               on_event=ledger)
     # other roles' meshes (reward, env) by name: a generator failing because one of them died waits for it
     recovery = Recovery(cfg.run.recovery_timeout_s,
@@ -298,8 +303,13 @@ async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: 
             evaluate_soon(result.policy_version, result.samples_seen)
         with RunProgress(plan.budget, str(plan.unit), cfg.run.progress) as bar:
             while plan.progress(result) < plan.budget and not stop.is_set():
-                m = await recovery.train(roles.trainer, roles.buffer, work, cfg.trainer.rollouts_per_train(replicas),
-                                         cfg.run.train_timeout_s)
+                # collecting in the trainer: one call per 5% of the budget at most (a checkpoint and the
+                # progress bar each call), none past the next evaluation
+                until = (min(next_eval, plan.budget, plan.progress(result) + max(plan.budget // 20, 1))
+                         if plan.collect_in_trainer else None)
+                m = await recovery.train(roles.trainer, roles.buffer, work,
+                                         cfg.trainer.rollouts_per_train(max(replicas, 1)), cfg.run.train_timeout_s,
+                                         collect_until=until)
                 if m is None:  # not enough fresh rollouts yet, or the trainer or buffer died and is back
                     continue
                 result.step, result.policy_version, result.samples_seen = m.step, m.policy_version, m.samples_seen

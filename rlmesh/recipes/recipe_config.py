@@ -144,12 +144,22 @@ class PPORecipeConfig:
 
     def proc_meshes(self) -> dict[str, int]:
         """Proc meshes the recipe spawns, by name: buffer+evaluator, trainer, one per generator
-        (``rlmesh k8s render`` sizes pods from this; ``launcher.meshes.rl.*`` sets their resources)."""
-        return {"rl": self.generator.replicas + 2}
+        (``rlmesh k8s render`` sizes pods from this; ``launcher.meshes.rl.*`` sets their resources); with
+        ``generator.in_trainer`` the trainer's proc collects and there are no generator procs."""
+        return {"rl": 2 if self.generator.in_trainer else self.generator.replicas + 2}
 
     def __post_init__(self) -> None:
         check(self.program == "ppo", "program", self.program, "a PPO config runs with program=ppo")
-        check_faults(self.faults, self.run, ("generator", "trainer", "buffer"))
+        if self.generator.in_trainer:
+            check(isinstance(self.trainer, PPOConfig), "generator.in_trainer", True,
+                  f"only PPO-family trainers (ppo, a2c) collect in their own proc, not {type(self.trainer).__name__}'s; "
+                  "use generator.in_trainer=false")
+            check(self.generator.replicas == 1, "generator.replicas", self.generator.replicas,
+                  "generator.in_trainer=true collects in the one trainer proc: leave generator.replicas at 1")
+            check(self.trainer.ranks == 1, "trainer.ranks", self.trainer.ranks,
+                  "generator.in_trainer=true collects in a one-rank trainer: use trainer.ranks=1")
+        check_faults(self.faults, self.run, ("trainer", "buffer") if self.generator.in_trainer
+                     else ("generator", "trainer", "buffer"))
         per_rollout = self.generator.num_envs * self.generator.num_steps
         batch = per_rollout * self.generator.replicas
         self.trainer.check_batch(batch)

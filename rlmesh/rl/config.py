@@ -87,6 +87,11 @@ class GymGeneratorConfig:
     vectorization: str = "auto"
     """``auto``: the env's native vectorised implementation when gymnasium has one (CartPole
     does), else ``sync`` (one process, envs stepped in a loop); ``async``: a subprocess per env."""
+    in_trainer: bool = False
+    """Step the envs in the trainer's proc, with the very module it trains: no generator procs, no
+    weight version per update (one per ``collect_and_train`` call, for the evaluator). For strictly
+    on-policy algorithms with small rollouts (A2C: 40 transitions an update), where a round trip through
+    the procs per update costs more than collecting; PPO-family trainers only, one replica."""
 
     def __post_init__(self) -> None:
         check(self.vectorization in ("auto", "sync", "async"), "generator.vectorization", self.vectorization,

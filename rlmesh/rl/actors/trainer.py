@@ -284,10 +284,12 @@ class Trainer(rm.Actor):
         return out
 
     def learn(self, batch: list[Any], max_lag: int = 0, cursor: int | None = None,
-              samples: int | None = None) -> TrainResult:
+              samples: int | None = None, deferred: bool = False) -> TrainResult:
         """:meth:`train_step` plus the bookkeeping: counters, buffer cursor, publish, checkpoint, telemetry.
 
-        On a trainer mesh ``batch`` is this rank's share and ``samples`` the whole batch's count."""
+        On a trainer mesh ``batch`` is this rank's share and ``samples`` the whole batch's count.
+        ``deferred=True`` neither publishes nor checkpoints: the caller does both once after a run of
+        steps (a trainer that collects its own rollouts, per call rather than per step)."""
         t0 = time.perf_counter()
         samples = self.samples_in(batch) if samples is None else samples
         clock = self.clock
@@ -307,11 +309,11 @@ class Trainer(rm.Actor):
         self.samples_seen += samples
         if cursor is not None:
             self.cursor = cursor
-        if self.step % self.config.publish_every == 0:
+        if not deferred and self.step % self.config.publish_every == 0:
             with clock.section("publish_s"):
                 self.publish()
         every = self.config.checkpoint_every
-        if self.config.checkpoint_dir and every and self.step % every == 0:
+        if not deferred and self.config.checkpoint_dir and every and self.step % every == 0:
             with clock.section("checkpoint_s"):
                 self.save_checkpoint()
         took = time.perf_counter() - t0

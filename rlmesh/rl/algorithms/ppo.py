@@ -34,16 +34,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+import secrets
+import time
 from typing import Any
 
+import numpy as np
 import torch
 
+import rlmesh as rm
 from rlmesh.rl.actors.gym_generator import env_spaces
 from rlmesh.rl.actors.trainer import Trainer
-from rlmesh.rl.config import ConfigError, PPOConfig
+from rlmesh.rl.config import ConfigError, GymGeneratorConfig, PPOConfig
 from rlmesh.rl.losses.output import LossOutput
 from rlmesh.rl.models.mlp import ActorCritic, ActorCriticConfig
-from rlmesh.rl.rollout import Rollout, concat_rollouts
+from rlmesh.rl.results import TrainResult
+from rlmesh.rl.rollout import Rollout, RolloutCollector, concat_rollouts
 
 # -- 1. reward scaling and observation statistics ----------------------------------------------------------------
 
@@ -304,19 +309,72 @@ class PPOTrainer(Trainer):
 
     Learning rate and clip decay linearly over ``config.total_steps`` *trained* env steps
     when ``anneal_lr`` / ``anneal_clip`` are set.
+
+    With ``collect`` (a generator config: ``generator.in_trainer=true``) it also steps that config's envs
+    itself with the module it trains (:meth:`collect_and_train`): the loop of one process, with the
+    evaluator, telemetry, checkpoints and recovery of a run around it.
     """
 
     config: PPOConfig
 
     def __init__(self, config: PPOConfig, env_id: str, buffer: Any = None, model: ActorCriticConfig | None = None,
-                 weights: str = "policy", seed: int = 0) -> None:
+                 weights: str = "policy", seed: int = 0, collect: GymGeneratorConfig | None = None) -> None:
         self.env_id, self.model_config = env_id, model
         self._shuffle = torch.Generator().manual_seed(seed)
         super().__init__(config, buffer, weights, seed)
+        self.collect_config, self.collector = collect, None
+        if collect is not None:
+            # seeded as generator replica 0 seeds its proc (GymGenerator): the same run draws the same actions
+            torch.manual_seed(collect.seed)
+            np.random.seed(collect.seed % 2**32)
+            self.collector = RolloutCollector(collect, self.model, seed=collect.seed)
+        self._collect_tag = secrets.token_hex(3)
+        """In this trainer's rollout ids: a restarted or resumed trainer that redoes a step never reuses one."""
 
     def build_model(self) -> torch.nn.Module:
         obs_space, act_space = env_spaces(self.env_id)
         return build_policy(obs_space, act_space, self.model_config, self.config)
+
+    @rm.endpoint
+    def collect_and_train(self, until_samples: int) -> TrainResult:
+        """Collect one rollout with the module being trained, train one step on it, and again, until
+        ``samples_seen`` reaches ``until_samples``; then publish the weights (the evaluator's) and
+        checkpoint (``trainer.checkpoint_every`` > 0) once, for the whole call.
+
+        Why: a strictly on-policy update on a small rollout (A2C: 40 transitions) costs less than a
+        round trip through generator, buffer and trainer procs plus a weight version per update; here
+        each step is the single-process loop's (the same draws, the same weights, bit for bit). Each
+        rollout still lands in the ``rollouts`` table, tagged with the step whose weights collected it;
+        ``train_steps`` rows carry the newest *published* version. A trainer killed mid-call restarts
+        from the previous call's checkpoint and redoes that call's steps."""
+        if self.collector is None:
+            raise RuntimeError(f"{type(self).__name__} was built without a generator config; "
+                               "spawn it with collect=<GymGeneratorConfig> (generator.in_trainer=true)")
+        assert self.collect_config is not None
+        out = TrainResult(self.step, self.version, self.samples_seen)
+        while self.samples_seen < until_samples:
+            self.clock.reset()
+            t0 = time.perf_counter()
+            with self.clock.section("sample_s"):  # the wait for data, as sampling the buffer would be
+                rollout = self.collector.collect(policy_version=self.step)
+            rm.telemetry.record("rollouts", rollout_id=f"{self.weights}-{self._collect_tag}-{self.step + 1}",
+                                policy_version=self.step, length=rollout.num_steps, env=self.collect_config.env_id,
+                                reward=sum(rollout.episode_returns) / len(rollout.episode_returns)
+                                if rollout.episode_returns else None,
+                                duration_s=time.perf_counter() - t0, episodes=len(rollout.episode_returns),
+                                samples=rollout.num_steps)
+            out = self.learn([rollout], deferred=True)
+        if out.trained:
+            self.publish()
+            out.policy_version = self.version
+            if self.config.checkpoint_dir and self.config.checkpoint_every:
+                self.save_checkpoint()
+        return out
+
+    def on_stop(self) -> None:
+        if self.collector is not None:
+            self.collector.close()
+        super().on_stop()
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)

@@ -174,9 +174,11 @@ class Recovery:
                 await self.recover(exc, mesh, role)
 
     async def train(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
-                    timeout_s: float) -> TrainResult | None:
+                    timeout_s: float, collect_until: int | None = None) -> TrainResult | None:
         """One ``trainer.train`` call with its result accounted in ``work``: the result when a step
         was trained, else ``None`` (not enough fresh rollouts yet, or a failure recovered from).
+        With ``collect_until`` the call is ``trainer.collect_and_train(collect_until)`` instead (the
+        trainer collects its own rollouts: ``generator.in_trainer``), recovered from the same way.
 
         On ``ActorDied`` the trainer died (its replacement reloads its newest checkpoint; wait for
         it) or the buffer under it did (wait for the buffer, then free the credit of every item
@@ -184,7 +186,9 @@ class Recovery:
         """
         before = [r.incarnation for r in self._records(trainer)] if len(trainer) > 1 else None
         try:
-            if self.unsettled:
+            if collect_until is not None:
+                m = await call_trainer(trainer, "collect_and_train", collect_until)
+            elif self.unsettled:
                 m = await self._train_settling(trainer, buffer, work, batch_size, timeout_s)
             else:
                 m = await call_trainer(trainer, "train", batch_size, timeout_s)

@@ -77,10 +77,12 @@ def test_a2c_learns_cartpole(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_strictly_on_policy_a2c_run_is_the_in_process_loop_exactly(tmp_path):
+@pytest.mark.parametrize("in_trainer", [False, True], ids=["generator_procs", "in_trainer"])
+def test_strictly_on_policy_a2c_run_is_the_in_process_loop_exactly(tmp_path, in_trainer):
     """``rlmesh run`` with ``buffer.max_policy_lag=0`` (the A2C preset) ends on the very weights of the same
     loop in one process, bit for bit: the trainer's init comes from ``run.seed`` and the generator's draws
-    from ``generator.seed`` (GymGenerator seeds its proc's torch), so the procs change nothing."""
+    from ``generator.seed`` (GymGenerator seeds its proc's torch), so the procs change nothing. The same
+    holds when the trainer steps the envs itself (``generator.in_trainer=true``), publishing only per call."""
     from rlmesh.recipes.compose import compose
     from rlmesh.rl.actors.gym_generator import env_spaces
     from rlmesh.rl.algorithms.a2c import a2c_loss
@@ -88,7 +90,7 @@ def test_strictly_on_policy_a2c_run_is_the_in_process_loop_exactly(tmp_path):
     from rlmesh.rl.rollout import RolloutCollector
 
     args = ["recipe=a2c/CartPole-v1", "trainer.total_steps=1200", "run.seed=3", "generator.seed=3", "eval.every=0",
-            "eval.target=null", "eval.episodes=1", "trainer.checkpoint_every=0"]
+            "eval.target=null", "eval.episodes=1", "trainer.checkpoint_every=0", f"generator.in_trainer={in_trainer}"]
     run = run_recipe(args, tmp_path)
     (ckpt,) = sorted((run / "checkpoints").glob("step_*.pt"))
     distributed = torch.load(ckpt, weights_only=False)["model"]
@@ -107,6 +109,8 @@ def test_strictly_on_policy_a2c_run_is_the_in_process_loop_exactly(tmp_path):
         steps += 1
     collector.close()
     assert steps >= 25 and ckpt.name == f"step_{steps:08d}.pt"  # ~38 transitions a rollout
+    if in_trainer:  # each step's rollout is in the table (generators may collect one more than is trained)
+        assert q(run, "SELECT count(*), sum(samples) FROM rollouts") == [(steps, collector.total_steps)]
     for name, tensor in policy.state_dict().items():
         assert torch.equal(distributed[name], tensor), name
 

@@ -186,6 +186,28 @@ def test_trainer_killed_resumes_from_its_checkpoint(tmp_path):
 
 
 @pytest.mark.timeout(240)
+def test_trainer_collecting_its_own_rollouts_killed_resumes_from_its_checkpoint(tmp_path):
+    """``generator.in_trainer`` (the A2C presets): the trainer that steps the envs is SIGKILLed mid-run; its
+    replacement reloads the last call's checkpoint, the run trains its whole budget, and no rollout id or
+    published version repeats."""
+    a2c = ["recipe=a2c_cartpole", "trainer.total_steps=60000", "eval.every=0", "eval.episodes=3", "eval.target=null",
+           "telemetry.health_interval_s=0", "run.progress=false", "run.max_restarts=-1"]
+    out = run(RLMESH + a2c + ["faults.kill=trainer", "faults.start_after_s=1.5", "faults.max_faults=1"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = only_run(tmp_path)
+    (killed_at,), = q(db, "SELECT epoch(ts) FROM actors WHERE event = 'fault_injected'")
+    assert q(db, "SELECT count(*) FROM actors WHERE event = 'restarted'") == [(1,)]
+    (step, version), = q(db, "SELECT step, policy_version FROM checkpoints WHERE event = 'load'")
+    after = q(db, f"SELECT min(step) FROM train_steps WHERE epoch(ts) > {killed_at}")[0][0]
+    assert after == step + 1  # training went on from the checkpoint: at most one call's steps redone
+    rows, distinct = q(db, "SELECT count(*), count(DISTINCT rollout_id) FROM rollouts")[0]
+    assert rows == distinct and rows >= json.loads((db / "result.json").read_text())["train_steps"]
+    versions = [v for (v,) in q(db, "SELECT policy_version FROM train_steps ORDER BY ts")]
+    assert versions == sorted(versions) and versions[-1] > version  # published versions only go up
+    assert json.loads((db / "result.json").read_text())["env_steps"] >= 60000     # the whole budget, trained
+
+
+@pytest.mark.timeout(240)
 def test_hung_generator_is_detected_by_heartbeat(tmp_path):
     out = run(RLMESH + PPO + ["faults.hang=generator", "faults.start_after_s=1", "faults.max_faults=1"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -44,10 +44,24 @@ def test_overrides_reach_the_dataclasses():
      r"trainer\.max_refills=3 is invalid: generation runs only buffer\.max_policy_lag=1"),
     (["recipe=grpo_calculator", "generator.samples_per_prompt=1"], r"at least 2 episodes per task"),
     (["recipe=grpo_calculator", "prompts_per_step=1", "generator.replicas=2"], r"prompts_per_step=1 is invalid"),
+    # collecting in the trainer: PPO-family trainers, one replica, one rank, no generator to kill
+    (["recipe=dqn_cartpole", "generator.in_trainer=true"],
+     r"generator\.in_trainer=True is invalid: only PPO-family trainers .* not DQNConfig's"),
+    (["recipe=a2c_cartpole", "generator.replicas=2"], r"generator\.replicas=2 is invalid: .*leave generator\.replicas at 1"),
+    (["recipe=a2c_cartpole", "trainer.ranks=2"], r"trainer\.ranks=2 is invalid: .*use trainer\.ranks=1"),
+    (["recipe=a2c_cartpole", "faults=generator_kill"],
+     r"faults\.kill='generator' is not a role of this recipe: use one of buffer, trainer"),
 ])
 def test_bad_configs_name_the_key_and_the_fix(overrides, message):
     with pytest.raises(RecipeConfigError, match=message):
         compose(overrides)
+
+
+def test_in_trainer_collection_spawns_no_generator_procs():
+    a2c, _ = compose(["recipe=a2c_cartpole"])
+    assert a2c.generator.in_trainer and a2c.proc_meshes() == {"rl": 2}
+    procs, _ = compose(["recipe=a2c_cartpole", "generator.in_trainer=false", "generator.replicas=3"])
+    assert procs.proc_meshes() == {"rl": 5}
 
 
 def test_user_config_dir_on_the_search_path(tmp_path):
