@@ -16,6 +16,7 @@ policy on fresh envs every ``eval.every`` env steps. The algorithm's update is t
 
 from __future__ import annotations
 
+from rlmesh.errors import ConfigError
 from rlmesh.recipes.loop import Plan, Roles, RunResult, Unit, run_recipe
 from rlmesh.recipes.recipe_config import PPORecipeConfig
 from rlmesh.rl.run.placement import actor_class, check_target
@@ -31,19 +32,20 @@ def main(cfg: PPORecipeConfig, launcher: str = "local") -> RunResult:
 
     def spawn(procs) -> Roles:
         generator_cls, trainer_cls = actor_class(g, "generator"), actor_class(t, "trainer")
+        if g.in_trainer and not hasattr(trainer_cls, "collect_and_train"):
+            raise ConfigError(f"generator.in_trainer=True is invalid: {trainer_cls.__name__} cannot collect its own "
+                              "rollouts (collect_and_train: PPOTrainer and its subclasses); use generator.in_trainer=false")
         buffer_cls = actor_class(cfg.buffer, "buffer")
         evaluator_cls = actor_class(cfg.eval, "eval") if cfg.eval._target_ else generator_cls
         buffer = procs.slice(procs=0).spawn("buffer", buffer_cls, cfg.buffer)
         evaluator = procs.slice(procs=0).spawn("evaluator", evaluator_cls, g)
-        if g.in_trainer:  # the trainer steps the envs itself: no generator procs
-            trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed,
-                                                 collect=g)
-            return Roles(None, trainer, buffer, evaluator)
         trainer = procs.slice(procs=1).spawn("trainer", trainer_cls, t, g.env_id, buffer, seed=cfg.run.seed)
+        if g.in_trainer:  # the trainer steps the envs itself (collect_and_train): no generator procs
+            return Roles(None, trainer, buffer, evaluator)
         generators = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", generator_cls, g, buffer)
         return Roles(generators, trainer, buffer, evaluator)
 
-    plan = Plan(budget=t.total_steps, unit=Unit.ENV_STEPS, work_endpoint="collect", collect_in_trainer=g.in_trainer,
+    plan = Plan(budget=t.total_steps, unit=Unit.ENV_STEPS, work_endpoint="collect", collect_in_trainer=bool(g.in_trainer),
                 work_args=lambda item, generation: (item,),
                 eval_args=lambda version, env_steps: (cfg.eval.episodes, version, env_steps),
                 summary=lambda result: [("env", g.env_id)])

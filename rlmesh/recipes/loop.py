@@ -305,11 +305,10 @@ async def drive(cfg: Any, roles: Roles, plan: Plan, ledger: WorkLedger, result: 
             while plan.progress(result) < plan.budget and not stop.is_set():
                 # collecting in the trainer: one call per 5% of the budget at most (a checkpoint and the
                 # progress bar each call), none past the next evaluation
-                until = (min(next_eval, plan.budget, plan.progress(result) + max(plan.budget // 20, 1))
-                         if plan.collect_in_trainer else None)
+                until = min(next_eval, plan.budget, plan.progress(result) + max(plan.budget // 20, 1))
                 m = await recovery.train(roles.trainer, roles.buffer, work,
                                          cfg.trainer.rollouts_per_train(max(replicas, 1)), cfg.run.train_timeout_s,
-                                         collect_until=until)
+                                         collect=(cfg.generator, until) if plan.collect_in_trainer else None)
                 if m is None:  # not enough fresh rollouts yet, or the trainer or buffer died and is back
                     continue
                 result.step, result.policy_version, result.samples_seen = m.step, m.policy_version, m.samples_seen

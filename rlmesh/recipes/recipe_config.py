@@ -150,6 +150,10 @@ class PPORecipeConfig:
 
     def __post_init__(self) -> None:
         check(self.program == "ppo", "program", self.program, "a PPO config runs with program=ppo")
+        if self.generator.in_trainer is None:  # on where collecting and training take turns anyway
+            self.generator.in_trainer = (isinstance(self.trainer, PPOConfig) and self.trainer.ranks == 1
+                                         and self.generator.replicas == 1 and self.buffer.max_policy_lag == 0
+                                         and self.faults.target != "generator")
         if self.generator.in_trainer:
             check(isinstance(self.trainer, PPOConfig), "generator.in_trainer", True,
                   f"only PPO-family trainers (ppo, a2c) collect in their own proc, not {type(self.trainer).__name__}'s; "

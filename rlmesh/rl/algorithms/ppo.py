@@ -310,33 +310,29 @@ class PPOTrainer(Trainer):
     Learning rate and clip decay linearly over ``config.total_steps`` *trained* env steps
     when ``anneal_lr`` / ``anneal_clip`` are set.
 
-    With ``collect`` (a generator config: ``generator.in_trainer=true``) it also steps that config's envs
-    itself with the module it trains (:meth:`collect_and_train`): the loop of one process, with the
-    evaluator, telemetry, checkpoints and recovery of a run around it.
+    It can also step a generator config's envs itself with the module it trains
+    (:meth:`collect_and_train`, ``generator.in_trainer``): the loop of one process, with the evaluator,
+    telemetry, checkpoints and recovery of a run around it. Subclasses inherit it as they are.
     """
 
     config: PPOConfig
 
     def __init__(self, config: PPOConfig, env_id: str, buffer: Any = None, model: ActorCriticConfig | None = None,
-                 weights: str = "policy", seed: int = 0, collect: GymGeneratorConfig | None = None) -> None:
+                 weights: str = "policy", seed: int = 0) -> None:
         self.env_id, self.model_config = env_id, model
         self._shuffle = torch.Generator().manual_seed(seed)
-        super().__init__(config, buffer, weights, seed)
-        self.collect_config, self.collector = collect, None
-        if collect is not None:
-            # seeded as generator replica 0 seeds its proc (GymGenerator): the same run draws the same actions
-            torch.manual_seed(collect.seed)
-            np.random.seed(collect.seed % 2**32)
-            self.collector = RolloutCollector(collect, self.model, seed=collect.seed)
+        self.collector: RolloutCollector | None = None
+        """Built by the first :meth:`collect_and_train` call (again in a restarted proc)."""
         self._collect_tag = secrets.token_hex(3)
         """In this trainer's rollout ids: a restarted or resumed trainer that redoes a step never reuses one."""
+        super().__init__(config, buffer, weights, seed)
 
     def build_model(self) -> torch.nn.Module:
         obs_space, act_space = env_spaces(self.env_id)
         return build_policy(obs_space, act_space, self.model_config, self.config)
 
     @rm.endpoint
-    def collect_and_train(self, until_samples: int) -> TrainResult:
+    def collect_and_train(self, collect: GymGeneratorConfig, until_samples: int) -> TrainResult:
         """Collect one rollout with the module being trained, train one step on it, and again, until
         ``samples_seen`` reaches ``until_samples``; then publish the weights (the evaluator's) and
         checkpoint (``trainer.checkpoint_every`` > 0) once, for the whole call.
@@ -348,9 +344,10 @@ class PPOTrainer(Trainer):
         ``train_steps`` rows carry the newest *published* version. A trainer killed mid-call restarts
         from the previous call's checkpoint and redoes that call's steps."""
         if self.collector is None:
-            raise RuntimeError(f"{type(self).__name__} was built without a generator config; "
-                               "spawn it with collect=<GymGeneratorConfig> (generator.in_trainer=true)")
-        assert self.collect_config is not None
+            # seeded as generator replica 0 seeds its proc (GymGenerator): the same run draws the same actions
+            torch.manual_seed(collect.seed)
+            np.random.seed(collect.seed % 2**32)
+            self.collector = RolloutCollector(collect, self.model, seed=collect.seed)
         out = TrainResult(self.step, self.version, self.samples_seen)
         while self.samples_seen < until_samples:
             self.clock.reset()
@@ -358,7 +355,7 @@ class PPOTrainer(Trainer):
             with self.clock.section("sample_s"):  # the wait for data, as sampling the buffer would be
                 rollout = self.collector.collect(policy_version=self.step)
             rm.telemetry.record("rollouts", rollout_id=f"{self.weights}-{self._collect_tag}-{self.step + 1}",
-                                policy_version=self.step, length=rollout.num_steps, env=self.collect_config.env_id,
+                                policy_version=self.step, length=rollout.num_steps, env=collect.env_id,
                                 reward=sum(rollout.episode_returns) / len(rollout.episode_returns)
                                 if rollout.episode_returns else None,
                                 duration_s=time.perf_counter() - t0, episodes=len(rollout.episode_returns),

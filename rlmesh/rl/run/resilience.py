@@ -174,11 +174,12 @@ class Recovery:
                 await self.recover(exc, mesh, role)
 
     async def train(self, trainer: Any, buffer: Any, work: AsyncWorkScheduler, batch_size: int,
-                    timeout_s: float, collect_until: int | None = None) -> TrainResult | None:
+                    timeout_s: float, collect: tuple[Any, int] | None = None) -> TrainResult | None:
         """One ``trainer.train`` call with its result accounted in ``work``: the result when a step
         was trained, else ``None`` (not enough fresh rollouts yet, or a failure recovered from).
-        With ``collect_until`` the call is ``trainer.collect_and_train(collect_until)`` instead (the
-        trainer collects its own rollouts: ``generator.in_trainer``), recovered from the same way.
+        With ``collect`` (a generator config and a sample count) the call is
+        ``trainer.collect_and_train(*collect)`` instead (the trainer collects its own rollouts:
+        ``generator.in_trainer``), recovered from the same way.
 
         On ``ActorDied`` the trainer died (its replacement reloads its newest checkpoint; wait for
         it) or the buffer under it did (wait for the buffer, then free the credit of every item
@@ -186,8 +187,8 @@ class Recovery:
         """
         before = [r.incarnation for r in self._records(trainer)] if len(trainer) > 1 else None
         try:
-            if collect_until is not None:
-                m = await call_trainer(trainer, "collect_and_train", collect_until)
+            if collect is not None:
+                m = await call_trainer(trainer, "collect_and_train", *collect)
             elif self.unsettled:
                 m = await self._train_settling(trainer, buffer, work, batch_size, timeout_s)
             else:

@@ -64,6 +64,22 @@ def test_in_trainer_collection_spawns_no_generator_procs():
     assert procs.proc_meshes() == {"rl": 5}
 
 
+@pytest.mark.parametrize("overrides,in_trainer", [
+    (["recipe=ppo"], True),                                       # PPO, one replica, strictly on-policy
+    (["recipe=a2c/CartPole-v1"], True),
+    (["recipe=ppo_pendulum"], True),
+    (["recipe=ppo", "generator.replicas=2"], False),              # replicas collect in parallel
+    (["recipe=ppo_cartpole"], False),                             # one rollout ahead: generation overlaps training
+    (["recipe=ppo", "faults=generator_kill"], False),             # a generator to kill
+    (["recipe=dqn_cartpole"], False),                             # off-policy
+    (["recipe=sac_pendulum"], False),
+    (["recipe=ppo", "generator.in_trainer=false"], False),
+])
+def test_in_trainer_by_default_exactly_where_collecting_and_training_take_turns(overrides, in_trainer):
+    cfg, _ = compose(overrides)
+    assert cfg.generator.in_trainer is in_trainer
+
+
 def test_user_config_dir_on_the_search_path(tmp_path):
     (tmp_path / "recipe").mkdir()
     (tmp_path / "recipe" / "my_cartpole.yaml").write_text(
