@@ -320,13 +320,15 @@ class Trainer(rm.Actor):
         lr = float(self.optimizer.param_groups[0]["lr"])
         metrics = {k: float(v) for k, v in metrics.items()}
         metrics["train/policy_lag"] = float(max_lag)
+        # deferred: these weights are published later, under the step's number (or past the newest version)
+        version = max(self.step, self.version) if deferred else self.version
         if self.group is None or self.group.rank == 0:
-            rm.telemetry.record("train_steps", step=self.step, policy_version=self.version,
+            rm.telemetry.record("train_steps", step=self.step, policy_version=version,
                                 loss=metrics.get("losses/loss"), lr=lr, grad_norm=metrics.get("train/grad_norm"),
                                 samples=samples, duration_s=took, metrics=json.dumps(metrics))
         waited = clock.times["sample_s"] + clock.times["handoff_s"]
         rm.telemetry.record("train_ranks", step=self.step, ranks=1 if self.group is None else self.group.world,
-                            policy_version=self.version, step_s=took + waited,
+                            policy_version=version, step_s=took + waited,
                             **clock.row(t_step if batch else 0.0, self.model, self.optimizer,
                                         self.frozen_modules().values()))
         return TrainResult(self.step, self.version, self.samples_seen, trained=True, samples=samples, max_lag=max_lag,

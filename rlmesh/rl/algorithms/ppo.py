@@ -341,8 +341,9 @@ class PPOTrainer(Trainer):
         round trip through generator, buffer and trainer procs plus a weight version per update; here
         each step is the single-process loop's (the same draws, the same weights, bit for bit). Each
         rollout still lands in the ``rollouts`` table, tagged with the step whose weights collected it;
-        ``train_steps`` rows carry the newest *published* version. A trainer killed mid-call restarts
-        from the previous call's checkpoint and redoes that call's steps."""
+        a ``train_steps`` row carries the version its weights are published under when they are (the
+        step's number, as :meth:`publish` numbers it; the call's last step's is published). A trainer
+        killed mid-call restarts from the previous call's checkpoint and redoes that call's steps."""
         if self.collector is None:
             # seeded as generator replica 0 seeds its proc (GymGenerator): the same run draws the same actions
             torch.manual_seed(collect.seed)

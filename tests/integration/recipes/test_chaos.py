@@ -202,8 +202,11 @@ def test_trainer_collecting_its_own_rollouts_killed_resumes_from_its_checkpoint(
     assert after == step + 1  # training went on from the checkpoint: at most one call's steps redone
     rows, distinct = q(db, "SELECT count(*), count(DISTINCT rollout_id) FROM rollouts")[0]
     assert rows == distinct and rows >= json.loads((db / "result.json").read_text())["train_steps"]
-    versions = [v for (v,) in q(db, "SELECT policy_version FROM train_steps ORDER BY ts")]
-    assert versions == sorted(versions) and versions[-1] > version  # published versions only go up
+    # each incarnation's versions go up, and the replacement's start at what it republished on loading (the
+    # steps the dead one took after its last checkpoint were never published: they are redone, not reused)
+    before = [v for (v,) in q(db, f"SELECT policy_version FROM train_steps WHERE epoch(ts) < {killed_at} ORDER BY ts")]
+    after = [v for (v,) in q(db, f"SELECT policy_version FROM train_steps WHERE epoch(ts) > {killed_at} ORDER BY ts")]
+    assert before == sorted(before) and after == sorted(after) and after[0] >= version and after[-1] > version
     assert json.loads((db / "result.json").read_text())["env_steps"] >= 60000     # the whole budget, trained
 
 
