@@ -6,8 +6,9 @@ evaluator and a trainer in their own procs.
     python recipes/ppo.py recipe=ppo_cartpole           # the same, from a checkout
 
 Placement: proc 0 holds the buffer and the evaluator, proc 1 the trainer, procs 2.. one
-generator each (none with ``generator.in_trainer=true``: the trainer steps the envs itself). Each role's class is the one its config names (``trainer._target_``, chosen
-by ``trainer=ppo`` or a plugin's config). The loop (:mod:`rlmesh.recipes.loop`): each
+generator each (none with ``generator.in_trainer``: the trainer steps the envs itself). Each
+role's class is the one its config names (``trainer._target_``, chosen by ``trainer=ppo`` or a
+plugin's config). The loop (:mod:`rlmesh.recipes.loop`): each
 generator replica ``collect`` s one rollout per work item straight into the buffer; the trainer
 trains on what it samples there and publishes each new version; the evaluator scores the greedy
 policy on fresh envs every ``eval.every`` env steps. The algorithm's update is the trainer's
@@ -45,8 +46,8 @@ def main(cfg: PPORecipeConfig, launcher: str = "local") -> RunResult:
         generators = procs.slice(procs=slice(2, 2 + g.replicas)).spawn("generator", generator_cls, g, buffer)
         return Roles(generators, trainer, buffer, evaluator)
 
-    plan = Plan(budget=t.total_steps, unit=Unit.ENV_STEPS, work_endpoint="collect", collect_in_trainer=bool(g.in_trainer),
-                work_args=lambda item, generation: (item,),
+    plan = Plan(budget=t.total_steps, unit=Unit.ENV_STEPS, work_endpoint="collect",
+                collect_in_trainer=bool(g.in_trainer), work_args=lambda item, generation: (item,),
                 eval_args=lambda version, env_steps: (cfg.eval.episodes, version, env_steps),
                 summary=lambda result: [("env", g.env_id)])
     return run_recipe(cfg, launcher, spawn, plan)
