@@ -13,11 +13,10 @@ Each script runs as a subprocess with its command from ``COMMANDS`` (the one doc
 gives), writes ``<out>/<run>/<script>.json`` through ``benchmarks/_common.Report``, and its output
 goes to ``<out>/<run>/<script>.log``. Then ``<out>/table.md`` holds one row per ratio: the median of
 the per-round ratios in each run, their range across runs, the p90, the load during the runs and
-the command; and one row per target, met or not in each run. ``--merge`` builds that table from the
-``results.json`` of earlier invocations (a full set once, a quick part of it twice more: every row
-says how many runs it has), and ``--doc`` writes it as the page docs/performance.md links to. ``<out>/results.json`` holds every
+the command; and one row per target, met or not in each run. ``<out>/results.json`` holds every
 script's JSON of every run. A script that fails is listed as failed with the tail of its log; the
-others go on.
+others go on. ``--merge`` builds that table from the ``results.json`` of earlier invocations (every
+row says how many runs it has), and ``--doc`` writes it as the page docs/performance.md links to.
 """
 
 from __future__ import annotations

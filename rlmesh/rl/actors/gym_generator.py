@@ -34,6 +34,18 @@ def env_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
         env.close()
 
 
+def mean_return(rollout: Any) -> float | None:
+    """The mean return of the episodes that ended in ``rollout`` (``None``: none did)."""
+    return float(np.mean(rollout.episode_returns)) if rollout.episode_returns else None
+
+
+def record_rollout(rollout_id: str, rollout: Any, version: int, env_id: str, duration_s: float) -> None:
+    """The ``rollouts`` row of one gym rollout: a generator's, or a trainer's that collects its own."""
+    rm.telemetry.record("rollouts", rollout_id=rollout_id, policy_version=version, reward=mean_return(rollout),
+                        length=rollout.num_steps, env=env_id, duration_s=duration_s,
+                        episodes=len(rollout.episode_returns), samples=rollout.num_steps)
+
+
 class GymGenerator(Generator):
     """Collects ``num_envs x num_steps`` transitions per work item.
 
@@ -80,15 +92,12 @@ class GymGenerator(Generator):
         t0 = time.perf_counter()
         rollout = self.collector.collect(policy_version=self.version)
         refused = self.submit(item.work_id, rollout, rollout.num_steps)
-        mean_return = float(np.mean(rollout.episode_returns)) if rollout.episode_returns else None
         accepted = not refused
         if accepted:
-            rm.telemetry.record("rollouts", rollout_id=item.work_id, policy_version=self.version, reward=mean_return,
-                                length=rollout.num_steps, env=self.config.env_id,
-                                duration_s=time.perf_counter() - t0, episodes=len(rollout.episode_returns),
-                                samples=rollout.num_steps)
+            record_rollout(item.work_id, rollout, self.version, self.config.env_id, time.perf_counter() - t0)
         return {"rollout_id": item.work_id, "policy_version": self.version, "accepted": accepted, "reason": refused,
-                "samples": rollout.num_steps, "episodes": len(rollout.episode_returns), "mean_return": mean_return}
+                "samples": rollout.num_steps, "episodes": len(rollout.episode_returns),
+                "mean_return": mean_return(rollout)}
 
     @rm.endpoint
     def evaluate(self, episodes: int = 20, min_version: int = 0, env_steps: int | None = None,

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 import rlmesh as rm
-from rlmesh.rl.actors.gym_generator import env_spaces
+from rlmesh.rl.actors.gym_generator import env_spaces, record_rollout
 from rlmesh.rl.actors.trainer import Trainer
 from rlmesh.rl.config import ConfigError, GymGeneratorConfig, PPOConfig
 from rlmesh.rl.losses.output import LossOutput
@@ -355,12 +355,8 @@ class PPOTrainer(Trainer):
             t0 = time.perf_counter()
             with self.clock.section("sample_s"):  # the wait for data, as sampling the buffer would be
                 rollout = self.collector.collect(policy_version=self.step)
-            rm.telemetry.record("rollouts", rollout_id=f"{self.weights}-{self._collect_tag}-{self.step + 1}",
-                                policy_version=self.step, length=rollout.num_steps, env=collect.env_id,
-                                reward=sum(rollout.episode_returns) / len(rollout.episode_returns)
-                                if rollout.episode_returns else None,
-                                duration_s=time.perf_counter() - t0, episodes=len(rollout.episode_returns),
-                                samples=rollout.num_steps)
+            record_rollout(f"{self.weights}-{self._collect_tag}-{self.step + 1}", rollout, self.step, collect.env_id,
+                           time.perf_counter() - t0)
             out = self.learn([rollout], deferred=True)
         if out.trained:
             self.publish()
