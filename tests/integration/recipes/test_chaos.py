@@ -185,14 +185,18 @@ def test_trainer_killed_resumes_from_its_checkpoint(tmp_path):
     assert json.loads((db / "result.json").read_text())["env_steps"] >= 40000     # the whole budget, trained
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_trainer_collecting_its_own_rollouts_killed_resumes_from_its_checkpoint(tmp_path):
     """``generator.in_trainer`` (the A2C presets): the trainer that steps the envs is SIGKILLed mid-run; its
     replacement reloads the last call's checkpoint, the run trains its whole budget, and no rollout id or
     published version repeats."""
-    a2c = ["recipe=a2c_cartpole", "trainer.total_steps=60000", "eval.every=0", "eval.episodes=3", "eval.target=null",
+    # a call (and its checkpoint) every 1,500 env steps, ~23 updates: the kill 2.5 s in finds a checkpoint to
+    # resume from on a slow host too, and 60k steps (~940 updates, ~6 s quiet) leave training to do after it
+    a2c = ["recipe=a2c_cartpole", "trainer.total_steps=60000", "eval.every=1500", "eval.episodes=1", "eval.target=null",
            "telemetry.health_interval_s=0", "run.progress=false", "run.max_restarts=-1"]
-    out = run(RLMESH + a2c + ["faults.kill=trainer", "faults.start_after_s=1.5", "faults.max_faults=1"], tmp_path)
+    # ~15 s quiet, ~105 s beside 6 busy loops (load 8): the bound is for a hang, not for a slow host
+    out = run(RLMESH + a2c + ["faults.kill=trainer", "faults.start_after_s=2.5", "faults.max_faults=1"], tmp_path,
+              timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     db = only_run(tmp_path)
     (killed_at,), = q(db, "SELECT epoch(ts) FROM actors WHERE event = 'fault_injected'")
